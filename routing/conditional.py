@@ -1,0 +1,82 @@
+"""Pull a condition out of a query: "if it rains tomorrow, are the windows open?".
+
+The condition ("it rains tomorrow") and the consequence ("are the windows open") become
+two sub-parts; the condition runs first and its answer is attached to the consequence's.
+Whatever follows the conditional sentence is the remainder, routed as ordinary parts.
+All three are substrings of the query.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from routing.decompose import OPENERS
+
+_LEADING = re.compile(r"^\s*(?:if|when|whenever|unless|in case)\s+", re.IGNORECASE)
+_TRAILING = re.compile(r"\s(?:if|when|whenever|unless|in case)\s+", re.IGNORECASE)
+# "then" or a comma ends the condition when present.
+_CONDITION_END = re.compile(r",|\bthen\b", re.IGNORECASE)
+# The consequence ends at a sentence end or a hard separator; the rest is the remainder.
+_CONSEQUENCE_END = re.compile(r"[?!.;]|\band\s+(?:also|then)\b", re.IGNORECASE)
+# "tell me if", "check if": an embedded question ("whether"), not a condition.
+_WHETHER_VERBS = frozenset(
+    "me us tell check know see ask wonder wondering sure find out whether".split()
+)
+_WORD = re.compile(r"[A-Za-z0-9'’]+")
+_TRIM = " \t\r\n,;.!?:-"
+
+
+@dataclass(frozen=True, slots=True)
+class Conditional:
+    condition: str
+    consequence: str
+    remainder: str
+
+
+def _clean(text: str) -> str:
+    return text.strip(_TRIM)
+
+
+def _split_leading(text: str) -> tuple[str, str] | None:
+    """'if A, B' / 'if A then B' / 'if A B' (B opens like a request) -> (A, B+rest)."""
+    head = _LEADING.match(text)
+    if not head:
+        return None
+    body = text[head.end() :]
+    marker = _CONDITION_END.search(body)
+    if marker and marker.start() > 0:
+        return body[: marker.start()], body[marker.end() :]
+    # No comma: the consequence starts at the first request opener after two words.
+    words = list(_WORD.finditer(body))
+    for index, word in enumerate(words):
+        if index >= 2 and word.group().lower() in OPENERS:
+            return body[: word.start()], body[word.start() :]
+    return None
+
+
+def extract_conditional(text: str) -> Conditional | None:
+    """The condition, consequence and remainder of `text`, or None if it has no condition."""
+    leading = _split_leading(text)
+    if leading:
+        condition, rest = leading
+        end = _CONSEQUENCE_END.search(rest)
+        consequence, remainder = (rest[: end.start()], rest[end.end() :]) if end else (rest, "")
+        condition, consequence = _clean(condition), _clean(consequence)
+        if condition and consequence:
+            return Conditional(condition, consequence, _clean(remainder))
+        return None
+    sentence_end = _CONSEQUENCE_END.search(text)
+    sentence = text[: sentence_end.start()] if sentence_end else text
+    remainder = text[sentence_end.end() :] if sentence_end else ""
+    trailing = _TRAILING.search(sentence)
+    if not trailing:
+        return None
+    before = [w.lower() for w in _WORD.findall(sentence[: trailing.start()])]
+    if len(before) < 2 or before[0] not in OPENERS or before[-1] in _WHETHER_VERBS:
+        return None
+    consequence = _clean(sentence[: trailing.start()])
+    condition = _clean(sentence[trailing.end() :])
+    if not condition:
+        return None
+    return Conditional(condition, consequence, _clean(remainder))

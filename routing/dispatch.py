@@ -1,0 +1,161 @@
+"""Calling sources: result cache, timed calls, fallback chains and fusion.
+
+Every event here is recorded where the thing happens: `result_cache_hit` at the lookup
+that hit, `source_invoked` around the awaited call itself, `fallback` when the chain
+moves on, `fusion` when a fusion route fans out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from routing.events import record
+from routing.fusion import reciprocal_rank_fusion
+from routing.ttl_cache import TTLCache
+from sources.base import Item, Source, SourceDisabled, SourceError
+
+
+@dataclass(slots=True)
+class Answer:
+    """What a route produced for one part."""
+
+    source: str | None
+    status: str  # "ok" | "empty" | "error"
+    items: list[Item] = field(default_factory=list)
+    error: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    outcome: str  # ok | empty | error | timeout
+    items: list[Item]
+    reason: str
+    message: str
+
+
+def normalise(query: str) -> str:
+    """The cache key form of a query: case and spacing don't make a different question."""
+    return " ".join(query.lower().split())
+
+
+def expand_chain(name: str, fallbacks: dict[str, list[str]]) -> list[str]:
+    """`name` then its fallbacks, depth first, each source once (config rejects cycles)."""
+    chain: list[str] = []
+
+    def visit(node: str) -> None:
+        if node in chain:
+            return
+        chain.append(node)
+        for nxt in fallbacks.get(node, []):
+            visit(nxt)
+
+    visit(name)
+    return chain
+
+
+class Dispatcher:
+    """Answers a part from a route: one source with its fallback chain, or a fusion."""
+
+    def __init__(
+        self,
+        sources: dict[str, Source],
+        fallbacks: dict[str, list[str]],
+        fusion: dict[str, list[str]],
+        result_cache: TTLCache[tuple[str, str], list[Item]],
+        enabled: dict[str, bool] | None = None,
+        max_concurrency: dict[str, int] | None = None,
+    ) -> None:
+        self.sources = sources
+        self.fusion = fusion
+        self.result_cache = result_cache
+        self.enabled = enabled or {name: True for name in sources}
+        self.chains = {name: expand_chain(name, fallbacks) for name in self.enabled}
+        limits = max_concurrency or {}
+        self._slots = {name: asyncio.Semaphore(limits.get(name, 8)) for name in sources}
+
+    def routes(self) -> list[str]:
+        return [*self.enabled, *self.fusion]
+
+    async def answer(self, route: str, query: str) -> Answer:
+        if route in self.fusion:
+            return await self._fuse(route, query)
+        return await self._with_fallback(route, query)
+
+    async def _with_fallback(self, name: str, query: str) -> Answer:
+        chain = self.chains[name]
+        empty_from: str | None = None
+        last = _Outcome("error", [], "error", "no source tried")
+        for position, source_name in enumerate(chain):
+            if position > 0:
+                record(
+                    "fallback",
+                    from_source=chain[position - 1],
+                    to_source=source_name,
+                    query=query,
+                    reason=last.reason,
+                )
+            last = await self._call(source_name, query)
+            if last.outcome == "ok":
+                return Answer(source_name, "ok", last.items)
+            if last.outcome == "empty":
+                empty_from = source_name
+        if empty_from is not None:
+            return Answer(empty_from, "empty", [])
+        return Answer(None, "error", [], {"type": last.reason, "message": last.message})
+
+    async def _call(self, name: str, query: str) -> _Outcome:
+        """One source, through the result cache, timed around the call itself."""
+        key = (name, normalise(query))
+        cached = self.result_cache.get(key)
+        if cached is not None:
+            record("result_cache_hit", source=name, query=query, result_count=len(cached))
+            return _Outcome("ok", cached, "", "")
+        if not self.enabled.get(name, True) or name not in self.sources:
+            error = SourceDisabled(f"{name} is disabled in config")
+            record("source_skipped", source=name, query=query, reason=error.reason)
+            return _Outcome("error", [], error.reason, str(error))
+        source = self.sources[name]
+        async with self._slots[name]:
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(source.timeout_s):
+                    items = await source.search(query)
+                outcome = _Outcome("ok" if items else "empty", items, "" if items else "empty", "")
+            except TimeoutError:
+                outcome = _Outcome("timeout", [], "timeout", f"{name} took over {source.timeout_s}s")
+            except SourceError as exc:
+                kind = "timeout" if exc.reason == "timeout" else "error"
+                outcome = _Outcome(kind, [], exc.reason, str(exc))
+            except Exception as exc:  # a buggy source must not take the request down
+                outcome = _Outcome("error", [], "error", f"{type(exc).__name__}: {exc}")
+            elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
+        fields: dict[str, object] = {}
+        if outcome.outcome in ("error", "timeout"):
+            fields = {"reason": outcome.reason, "message": outcome.message}
+        record(
+            "source_invoked",
+            source=name,
+            query=query,
+            elapsed_ms=elapsed_ms,
+            outcome=outcome.outcome,
+            result_count=len(outcome.items),
+            **fields,
+        )
+        if outcome.outcome == "ok":
+            self.result_cache.set(key, outcome.items)
+        return outcome
+
+    async def _fuse(self, route: str, query: str) -> Answer:
+        members = self.fusion[route]
+        record("fusion", query=query, sources=list(members), route=route, method="rrf")
+        outcomes = await asyncio.gather(*(self._call(name, query) for name in members))
+        lists = [o.items for o in outcomes if o.outcome == "ok"]
+        if lists:
+            width = max(len(items) for items in lists)
+            return Answer(route, "ok", reciprocal_rank_fusion(lists)[:width])
+        if any(o.outcome == "empty" for o in outcomes):
+            return Answer(route, "empty", [])
+        last = outcomes[-1]
+        return Answer(None, "error", [], {"type": last.reason, "message": last.message})

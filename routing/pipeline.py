@@ -1,0 +1,158 @@
+"""The routing pipeline for one request: conditions, decomposition, intents, dispatch.
+
+Parts run concurrently (`asyncio.gather`); each runs inside `part_scope(path)` so its
+events carry its part path. A part that fails gets status "error" and the others still
+answer; the caller decides what a request where every part failed means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from routing.conditional import Conditional, extract_conditional
+from routing.decompose import CONDITION_OPENERS, decompose
+from routing.dispatch import Answer, Dispatcher
+from routing.events import part_scope, record
+from routing.intents import ResolveContext, Resolver
+
+
+@dataclass(slots=True)
+class PartResult:
+    """One entry of the response's `results`."""
+
+    query: str
+    source: str | None
+    status: str  # ok | empty | error | planned
+    items: list[dict[str, Any]] = field(default_factory=list)
+    route: str | None = None
+    stage: str | None = None
+    error: dict[str, str] | None = None
+    condition: PartResult | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "query": self.query,
+            "source": self.source,
+            "status": self.status,
+            "items": self.items,
+            "route": self.route,
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        if self.condition is not None:
+            data["condition"] = self.condition.to_dict()
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """A top-level piece of the query: a plain part, or a conditional with its sub-parts."""
+
+    text: str
+    conditional: Conditional | None = None
+
+
+def _starts_with_condition(text: str) -> bool:
+    lowered = text.lstrip().lower()
+    return any(lowered.startswith(word + " ") for word in CONDITION_OPENERS)
+
+
+class Router:
+    """Turns a query into part results, recording every step on the way."""
+
+    def __init__(self, resolver: Resolver, dispatcher: Dispatcher) -> None:
+        self.resolver = resolver
+        self.dispatcher = dispatcher
+
+    def _units(self, query: str) -> list[_Unit]:
+        units: list[_Unit] = []
+        rest = query
+        if _starts_with_condition(query):
+            found = extract_conditional(query)
+            if found is not None:
+                record(
+                    "conditional_detected",
+                    query=query,
+                    condition=found.condition,
+                    consequence=found.consequence,
+                    remainder=found.remainder,
+                )
+                units.append(_Unit(query, found))
+                rest = found.remainder
+        parts = decompose(rest) if rest.strip() else []
+        units.extend(_Unit(part) for part in parts)
+        if len(units) > 1:
+            shown = [u.conditional.consequence if u.conditional else u.text for u in units]
+            record("decomposed", query=query, parts=shown)
+        return units
+
+    async def run(
+        self, query: str, *, dry_run: bool = False, session_id: str | None = None
+    ) -> list[PartResult]:
+        units = self._units(query)
+        context = ResolveContext(session_id=session_id, dry_run=dry_run)
+        batches = await asyncio.gather(
+            *(self._run_unit(str(i), unit, context) for i, unit in enumerate(units))
+        )
+        return [result for batch in batches for result in batch]
+
+    async def _run_unit(self, path: str, unit: _Unit, context: ResolveContext) -> list[PartResult]:
+        with part_scope(path):
+            conditional = unit.conditional
+            if conditional is None:
+                conditional = extract_conditional(unit.text)
+                if conditional is not None:
+                    record(
+                        "conditional_detected",
+                        query=unit.text,
+                        condition=conditional.condition,
+                        consequence=conditional.consequence,
+                        remainder=conditional.remainder,
+                    )
+                else:
+                    return [await self._run_part(unit.text, context)]
+        results = [await self._run_conditional(path, conditional, context)]
+        if unit.conditional is None and conditional.remainder:
+            with part_scope(f"{path}.2"):
+                results.append(await self._run_part(conditional.remainder, context))
+        return results
+
+    async def _run_conditional(
+        self, path: str, conditional: Conditional, context: ResolveContext
+    ) -> PartResult:
+        """The condition runs first; its result rides along with the consequence's."""
+        with part_scope(f"{path}.0"):
+            condition = await self._run_part(conditional.condition, context)
+        with part_scope(f"{path}.1"):
+            consequence = await self._run_part(conditional.consequence, context)
+        consequence.condition = condition
+        return consequence
+
+    async def _run_part(self, text: str, shared: ResolveContext) -> PartResult:
+        context = replace(shared)  # stages may note things on it; parts run concurrently
+        try:
+            decision = await self.resolver.resolve(text, context)
+            if context.dry_run:
+                record("planned", query=text, route=decision.route, stage=decision.stage)
+                return PartResult(text, decision.route, "planned", route=decision.route,
+                                  stage=decision.stage)
+            answer: Answer = await self.dispatcher.answer(decision.route, text)
+        except Exception as exc:  # noqa: BLE001 - one part's bug must not hide the others
+            message = str(exc) or type(exc).__name__
+            record("error", query=text, error_type=type(exc).__name__, message=message)
+            return PartResult(text, None, "error", error={"type": type(exc).__name__,
+                                                          "message": message})
+        if answer.status == "error":
+            error = answer.error or {"type": "error", "message": "failed"}
+            record("error", query=text, error_type=error["type"], message=error["message"])
+        return PartResult(
+            text,
+            answer.source,
+            answer.status,
+            [item.to_dict() for item in answer.items],
+            route=decision.route,
+            stage=decision.stage,
+            error=answer.error,
+        )

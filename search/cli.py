@@ -1,0 +1,173 @@
+"""`search serve | query | route`: the command line, over the same Service as HTTP.
+
+Exit status: 0 on success, 1 on a failed search, 2 on bad usage or bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from search.config import Config, ConfigError, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad arguments or input file: exit 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="search", description="Explainable search router")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve the HTTP API")
+    serve.add_argument("--config", help="config file (default: $SEARCH_CONFIG or config.yaml)")
+    serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default from config: 8080)")
+
+    query = commands.add_parser("query", help="answer one query in-process")
+    query.add_argument("text", help="the query")
+    query.add_argument("--explain", action="store_true", help="print the explanation chain")
+    query.add_argument("--json", action="store_true", help="print the response body as JSON")
+    query.add_argument("--config")
+
+    route = commands.add_parser("route", help="dry run: print the routing plan")
+    route.add_argument("text", nargs="?", help="the query (or use --input)")
+    route.add_argument("--input", help="file: one query per line, or JSONL with a 'text' field")
+    route.add_argument("--json", action="store_true", help="print JSON")
+    route.add_argument("--config")
+    return parser
+
+
+def _load(path: str | None) -> Config:
+    return load_config(path)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from search.app import create_app
+
+    config = _load(args.config)
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+    return EXIT_OK
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from search.render import chain_table, results_text
+    from search.service import Service
+
+    config = _load(args.config)
+    if not args.text.strip():
+        raise UsageError("query: must not be empty")
+    if len(args.text) > config.server.max_query_chars:
+        raise UsageError(f"query: longer than the maximum of {config.server.max_query_chars}")
+
+    async def run() -> Any:
+        service = Service(config)
+        await service.start()
+        try:
+            return await service.search(args.text, explain=args.explain)
+        finally:
+            await service.aclose()
+
+    outcome = asyncio.run(run())
+    if args.json:
+        print(json.dumps(outcome.body, indent=2, ensure_ascii=False))
+    else:
+        if "error" in outcome.body:
+            error = outcome.body["error"]
+            print(f"failed: {error['type']}: {error['message']}")
+        else:
+            print(results_text(outcome.body["results"]))
+        if args.explain:
+            print()
+            print(chain_table(outcome.chain))
+        print(f"\ntrace {outcome.trace_id}")
+    return EXIT_OK if outcome.status_code == 200 else EXIT_FAILED
+
+
+def _read_queries(path: str) -> Iterator[str]:
+    """Queries from a file: plain lines, or JSONL objects with a 'text' field."""
+    try:
+        handle = Path(path).open(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--input: cannot read {path}: {exc.strerror}") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("{"):
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError:
+                    raise UsageError(f"--input: line {number} is not valid JSON") from None
+                text = data.get("text") if isinstance(data, dict) else None
+                if not isinstance(text, str):
+                    raise UsageError(f"--input: line {number} has no string 'text' field")
+                line = text
+            yield line
+
+
+def cmd_route(args: argparse.Namespace) -> int:
+    from search.render import chain_table
+    from search.service import Service
+
+    if bool(args.text) == bool(args.input):
+        raise UsageError("route: give either TEXT or --input FILE")
+    config = _load(args.config)
+    queries = list(_read_queries(args.input)) if args.input else [args.text]
+
+    async def run() -> int:
+        service = Service(config)
+        await service.start(sources=False)
+        try:
+            for query in queries:
+                outcome = await service.search(query, dry_run=True)
+                flat = []
+                for result in outcome.results:
+                    if result.condition is not None:
+                        flat.append(result.condition)
+                    flat.append(result)
+                parts = [
+                    {"query": r.query, "source": r.route, "stage": r.stage} for r in flat
+                ]
+                if args.input or args.json:
+                    print(json.dumps({"query": query, "parts": parts}, ensure_ascii=False))
+                else:
+                    for part in parts:
+                        print(f"{part['query']!r} -> {part['source']} ({part['stage']})")
+                    print()
+                    print(chain_table(outcome.chain))
+        finally:
+            await service.aclose()
+        return EXIT_OK
+
+    return asyncio.run(run())
+
+
+COMMANDS = {"serve": cmd_serve, "query": cmd_query, "route": cmd_route}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ConfigError, UsageError) as exc:
+        print(f"search: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""config.yaml: load, expand `${ENV}`, validate with pydantic, and name the bad key.
+
+The whole service is configured here. Each source entry is validated by the `Config`
+model of its own module (see `sources.registry`), so a new source kind brings its own
+keys without touching this file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from sources.registry import KINDS, SourceConfig, kind_module
+
+DEFAULT_CONFIG_PATH = "config.yaml"
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """config.yaml is unreadable or invalid; the message names the key."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_query_chars: int = Field(default=1000, ge=1, le=100_000)
+    max_body_bytes: int = Field(default=64 * 1024, ge=256, le=16 * 1024 * 1024)
+    api_token: SecretStr | None = None
+
+
+class LLMConfig(Strict):
+    base_url: str = ""
+    model: str = ""
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+
+class SemanticConfig(Strict):
+    enabled: bool = True
+    model_path: str | None = Field(
+        default=None, description="A sentence-transformers model dir; default: the bundled one."
+    )
+    default_threshold: float = Field(default=0.6, ge=-1, le=1)
+    thresholds: dict[str, float] = Field(default_factory=dict)
+    exemplars: dict[str, list[str]] = Field(default_factory=dict)
+    top_k: int = Field(default=3, ge=1, le=20)
+
+
+class RoutingConfig(Strict):
+    default_source: str = "kiwix"
+    request_deadline_s: float = Field(default=15.0, gt=0, le=600)
+    max_events: int = Field(default=1000, ge=10, le=1_000_000)
+    keyword_threshold: float = Field(default=85.0, ge=50, le=100)
+    keywords: dict[str, list[str]] = Field(default_factory=dict)
+    fusion: dict[str, list[str]] = Field(default_factory=dict)
+    decision_cache_ttl_s: float = Field(default=3600.0, ge=0)
+    decision_cache_max_entries: int = Field(default=10_000, ge=0)
+    session_ttl_s: float = Field(default=900.0, ge=0)
+    session_max_entries: int = Field(default=1000, ge=0)
+    semantic: SemanticConfig = Field(default_factory=SemanticConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+
+
+class CacheConfig(Strict):
+    result_ttl_s: float = Field(default=300.0, ge=0)
+    result_max_entries: int = Field(default=1000, ge=0)
+    redis_url: str | None = None
+
+
+class TraceConfig(Strict):
+    enabled: bool = True
+    path: str = "./traces.db"
+    max_traces: int = Field(default=10_000, ge=1)
+    max_age_days: float = Field(default=30.0, gt=0)
+    capture_results: bool = False
+    capture_prompts: bool = False
+    redact: bool = False
+
+
+class TelemetryConfig(Strict):
+    otlp_endpoint: str | None = None
+
+
+class Config(Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    trace: TraceConfig = Field(default_factory=TraceConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    sources: dict[str, SourceConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_sources(cls, data: Any) -> Any:
+        """Validate each source entry with the model of its own `type:`."""
+        if not isinstance(data, dict) or not isinstance(data.get("sources"), dict):
+            return data
+        typed: dict[str, Any] = {}
+        for name, entry in data["sources"].items():
+            if not isinstance(entry, dict):
+                raise ValueError(f"sources.{name}: must be a mapping with a `type:`")
+            kind = entry.get("type")
+            if kind not in KINDS:
+                known = ", ".join(sorted(KINDS))
+                raise ValueError(f"sources.{name}.type: unknown type {kind!r} (known: {known})")
+            try:
+                typed[name] = kind_module(kind).Config.model_validate(entry)
+            except ValidationError as exc:
+                raise ValueError(f"sources.{name}.{_describe(exc)}") from None
+        return {**data, "sources": typed}
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        """Every name a route or fallback mentions exists, and no fallback chain loops."""
+        routes = set(self.sources) | set(self.routing.fusion)
+        for name in self.routing.fusion:
+            if name in self.sources:
+                raise ValueError(f"routing.fusion.{name}: a fusion route may not shadow a source")
+            for member in self.routing.fusion[name]:
+                if member not in self.sources:
+                    raise ValueError(f"routing.fusion.{name}: unknown source {member!r}")
+        if self.routing.default_source not in routes:
+            raise ValueError(
+                f"routing.default_source: {self.routing.default_source!r} is not a configured source"
+            )
+        for section, table in (
+            ("keywords", self.routing.keywords),
+            ("semantic.exemplars", self.routing.semantic.exemplars),
+            ("semantic.thresholds", self.routing.semantic.thresholds),
+        ):
+            for name in table:
+                if name not in routes:
+                    raise ValueError(f"routing.{section}.{name}: unknown source or route")
+        for name, source in self.sources.items():
+            for target in source.fallback:
+                if target not in self.sources:
+                    raise ValueError(f"sources.{name}.fallback: unknown source {target!r}")
+        cycle = find_fallback_cycle({n: s.fallback for n, s in self.sources.items()})
+        if cycle:
+            raise ValueError("sources.*.fallback: fallback chains form a cycle: " + " -> ".join(cycle))
+        return self
+
+
+def find_fallback_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    """A fallback cycle as a path (first node repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in graph.get(node, []):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in graph:
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def _describe(exc: ValidationError) -> str:
+    """'key.path: message' for the first error, the way a user reads config."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    return f"{loc}: {msg}"
+
+
+def expand_env(value: Any, where: str = "") -> Any:
+    """Replace `${VAR}` (or `${VAR:-default}`) in every string; a missing VAR is an error."""
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{where or '(root)'}: environment variable ${{{name}}} is not set")
+
+        return _ENV_PATTERN.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def parse_config(data: Any) -> Config:
+    """Validate already-loaded YAML data; ConfigError names the offending key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("(root): config must be a mapping")
+    try:
+        return Config.model_validate(expand_env(data))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        if err["type"] == "value_error" and not err["loc"]:
+            raise ConfigError(str(err["ctx"]["error"])) from None
+        raise ConfigError(_describe(exc)) from None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load config from `path`, `$SEARCH_CONFIG`, or ./config.yaml."""
+    chosen = Path(path or os.environ.get("SEARCH_CONFIG") or DEFAULT_CONFIG_PATH)
+    try:
+        text = chosen.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {chosen}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{chosen}: not valid YAML: {exc}") from None
+    return parse_config(data)

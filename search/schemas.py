@@ -1,0 +1,103 @@
+"""The HTTP request and response shapes, as pydantic models.
+
+The request model validates input (strict types, no unknown fields); the response
+models exist so `/openapi.json` describes exactly what the service sends.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: str = Field(description="The question; may hold several parts.")
+    explain: bool = Field(default=False, description="Return the explanation chain.")
+    dry_run: bool = Field(default=False, description="Plan only; call no source.")
+    session_id: str | None = Field(
+        default=None, min_length=1, max_length=128, description="Ties follow-up questions."
+    )
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    title: str
+    text: str
+    url: str | None = None
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+    field: str | None = None
+
+
+class PartResult(BaseModel):
+    query: str
+    source: str | None
+    status: Literal["ok", "empty", "error", "planned"]
+    items: list[Item]
+    route: str | None = None
+    error: ErrorDetail | None = None
+    condition: PartResult | None = None
+
+
+class Event(BaseModel):
+    """One recorded step; step-specific fields follow the contract's table."""
+
+    model_config = ConfigDict(extra="allow")
+    step: str
+    seq: int
+    t_ms: float
+    part: str
+
+
+class SearchResponse(BaseModel):
+    query: str
+    trace_id: str
+    results: list[PartResult]
+    cached: bool
+    fallback_occurred: bool
+    dropped_events: int = 0
+    explanation: list[Event] | None
+
+
+class FailedSearch(BaseModel):
+    error: ErrorDetail
+    trace_id: str
+    explanation: list[Event] | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    status: Literal["ok"]
+
+
+def first_error(exc: ValidationError) -> ErrorDetail:
+    """The first validation problem as 'field: message'."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "body"
+    message = err["msg"]
+    if err["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif err["type"] == "missing":
+        message = "field required"
+    return ErrorDetail(type="invalid_request", message=f"{field}: {message}", field=field)
+
+
+def openapi_components() -> dict[str, Any]:
+    """JSON schemas of every model, under `#/components/schemas/`."""
+    schemas: dict[str, Any] = {}
+    for model in (SearchRequest, SearchResponse, FailedSearch, ErrorResponse, Health):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in schema.pop("$defs", {}).items():
+            schemas[name] = definition
+        schemas[model.__name__] = schema
+    return schemas

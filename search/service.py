@@ -1,0 +1,173 @@
+"""The running service: sources, caches and the router built from config, and one request.
+
+HTTP, the CLI and any other surface call `Service.search`; they differ only in how they
+present its `SearchOutcome`. The route log is opened here, once per request, before any
+fan-out; the response's `cached` and `fallback_occurred` are read from that same log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from routing.dispatch import Dispatcher
+from routing.events import RouteLog, record, route_log
+from routing.intents import IntentStage, KeywordStage, Resolver
+from routing.keyword import KeywordRules
+from routing.pipeline import PartResult, Router
+from routing.ttl_cache import TTLCache
+from search.config import Config
+from search.traces import NullTraceSink, TraceRecord, TraceSink
+from sources.base import Item, Source
+from sources.registry import kind_module
+
+log = logging.getLogger("search")
+
+
+@dataclass(slots=True)
+class SearchOutcome:
+    """A finished request: HTTP status, response body, and the full recorded chain."""
+
+    status_code: int
+    body: dict[str, Any]
+    trace_id: str
+    chain: list[dict[str, Any]]
+    results: list[PartResult] = field(default_factory=list)
+    dropped_events: int = 0
+    duration_ms: float = 0.0
+
+
+class Service:
+    """Everything one process needs to answer `/search`."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        recorder: Callable[[int], RouteLog] = RouteLog,
+        traces: TraceSink | None = None,
+    ) -> None:
+        self.config = config
+        self.recorder = recorder
+        self.traces: TraceSink = traces or NullTraceSink()
+        self.sources: dict[str, Source] = {
+            name: kind_module(entry.type).build(name, entry)
+            for name, entry in config.sources.items()
+            if entry.enabled
+        }
+        self.result_cache: TTLCache[tuple[str, str], list[Item]] = TTLCache(
+            config.cache.result_max_entries, config.cache.result_ttl_s
+        )
+        self.dispatcher = Dispatcher(
+            self.sources,
+            fallbacks={name: entry.fallback for name, entry in config.sources.items()},
+            fusion=config.routing.fusion,
+            result_cache=self.result_cache,
+            enabled={name: entry.enabled for name, entry in config.sources.items()},
+            max_concurrency={n: e.max_concurrency for n, e in config.sources.items()},
+        )
+        self.stages: list[IntentStage] = [
+            KeywordStage(KeywordRules(config.routing.keywords, config.routing.keyword_threshold))
+        ]
+        self.resolver = Resolver(self.stages, config.routing.default_source)
+        self.router = Router(self.resolver, self.dispatcher)
+        self._started_sources: list[Source] = []
+
+    async def start(self, *, sources: bool = True) -> None:
+        """Open sources (and later stages' models) once, in the app's lifespan."""
+        if sources:
+            for source in self.sources.values():
+                await source.start()
+                self._started_sources.append(source)
+        await self.traces.start()
+
+    async def aclose(self) -> None:
+        for source in self._started_sources:
+            try:
+                await source.aclose()
+            except Exception:  # noqa: BLE001 - closing must go on for the others
+                log.exception("closing source %s failed", source.name)
+        self._started_sources.clear()
+        await self.traces.aclose()
+
+    async def search(
+        self,
+        query: str,
+        *,
+        explain: bool = False,
+        dry_run: bool = False,
+        session_id: str | None = None,
+    ) -> SearchOutcome:
+        trace_id = uuid.uuid4().hex
+        started_wall = time.time()
+        deadline_s = self.config.routing.request_deadline_s
+        results: list[PartResult] = []
+        error: dict[str, str] | None = None
+        status_code = 200
+        with route_log(self.config.routing.max_events, self.recorder) as chain_log:
+            try:
+                async with asyncio.timeout(deadline_s):
+                    results = await self.router.run(
+                        query, dry_run=dry_run, session_id=session_id
+                    )
+            except TimeoutError:
+                status_code = 504
+                error = {
+                    "type": "deadline_exceeded",
+                    "message": f"the request deadline of {deadline_s:g}s passed",
+                }
+            except Exception as exc:  # noqa: BLE001 - the contract's 502, never a 500
+                log.exception("request %s failed", trace_id)
+                status_code = 502
+                error = {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__}
+            else:
+                if results and all(r.status == "error" for r in results):
+                    status_code = 502
+                    error = {
+                        "type": "all_parts_failed",
+                        "message": "every part of the query failed; see the explanation",
+                    }
+            if error is not None:
+                record("error", query=query, error_type=error["type"], message=error["message"])
+            chain = chain_log.snapshot()
+            dropped = chain_log.dropped_events
+            cached = chain_log.happened("result_cache_hit")
+            fallback = chain_log.happened("fallback")
+            duration_ms = round(chain_log.elapsed_ms(), 3)
+        if error is None:
+            body: dict[str, Any] = {
+                "query": query,
+                "trace_id": trace_id,
+                "results": [r.to_dict() for r in results],
+                "cached": cached,
+                "fallback_occurred": fallback,
+                "dropped_events": dropped,
+                "explanation": chain if explain else None,
+            }
+        else:
+            body = {
+                "error": error,
+                "trace_id": trace_id,
+                "explanation": chain if explain else None,
+            }
+        outcome = SearchOutcome(status_code, body, trace_id, chain, results, dropped, duration_ms)
+        self.traces.submit(
+            TraceRecord(
+                trace_id=trace_id,
+                started_at=started_wall,
+                query=query,
+                status_code=status_code,
+                duration_ms=duration_ms,
+                chain=chain,
+                dropped_events=dropped,
+                error=error,
+                results=[r.to_dict() for r in results],
+                dry_run=dry_run,
+            )
+        )
+        return outcome

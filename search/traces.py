@@ -1,0 +1,72 @@
+"""Where finished requests go: every request's chain, explained or not.
+
+`TraceSink` is what the service writes to. The persistent store (SQLite) implements it;
+`NullTraceSink` keeps nothing (the store switched off) and `MemoryTraceSink` keeps the
+last N in memory.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class TraceRecord:
+    """One finished request, as recorded."""
+
+    trace_id: str
+    started_at: float  # unix seconds
+    query: str
+    status_code: int
+    duration_ms: float
+    chain: list[dict[str, Any]]
+    dropped_events: int = 0
+    error: dict[str, str] | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    dry_run: bool = False
+    replay_of: str | None = None
+
+
+class TraceSink(Protocol):
+    async def start(self) -> None: ...
+
+    def submit(self, trace: TraceRecord) -> None:
+        """Hand over a finished trace; must not block the event loop."""
+
+    async def aclose(self) -> None:
+        """Flush what was submitted."""
+
+
+class NullTraceSink:
+    async def start(self) -> None:
+        return None
+
+    def submit(self, trace: TraceRecord) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+class MemoryTraceSink:
+    """The last `max_traces` traces, in memory (tests and `search query`)."""
+
+    def __init__(self, max_traces: int = 1000) -> None:
+        self.max_traces = max_traces
+        self.traces: OrderedDict[str, TraceRecord] = OrderedDict()
+
+    async def start(self) -> None:
+        return None
+
+    def submit(self, trace: TraceRecord) -> None:
+        self.traces[trace.trace_id] = trace
+        while len(self.traces) > self.max_traces:
+            self.traces.popitem(last=False)
+
+    def get(self, trace_id: str) -> TraceRecord | None:
+        return self.traces.get(trace_id)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,104 @@
+"""The one interface every source implements, and the typed failures it may raise.
+
+Modelled on httpx's transport interface: a source is a small object with a name, a
+per-source timeout and one async method. Everything else (caching, timing, fallback,
+fusion, event recording) lives in `routing.dispatch`, so a source never records events
+and never needs to know about the explanation chain.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One answer from a source: at least a title and a text, and a url when it has one."""
+
+    title: str
+    text: str
+    url: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if data["url"] is None:
+            del data["url"]
+        return data
+
+
+class SourceError(Exception):
+    """A source call failed in a way the fallback chain understands.
+
+    `reason` is a stable, machine-readable code that ends up in `fallback` and
+    `source_invoked` events; the message is for humans and must never contain secrets.
+    """
+
+    reason: ClassVar[str] = "error"
+
+
+class SourceUnavailable(SourceError):
+    """The source could not be reached (connection refused, DNS, reset)."""
+
+    reason = "connection_refused"
+
+
+class SourceTimeout(SourceError):
+    """The source did not answer within its timeout."""
+
+    reason = "timeout"
+
+
+class SourceUnauthorized(SourceError):
+    """The source rejected our credentials (401/403)."""
+
+    reason = "unauthorized"
+
+
+class SourceServerError(SourceError):
+    """The source answered with a 5xx."""
+
+    reason = "server_error"
+
+
+class SourceBadResponse(SourceError):
+    """The source answered, but the body was not what its wire format promises."""
+
+    reason = "malformed_response"
+
+
+class SourceDisabled(SourceError):
+    """The source is configured but switched off (`enabled: false`)."""
+
+    reason = "disabled"
+
+
+class Source(ABC):
+    """A place that can answer a query. Subclasses implement `search`.
+
+    `search` returns an empty list when the source answered but found nothing; it raises
+    a `SourceError` for every failure it can name. Any other exception is treated as an
+    error by the dispatcher as well, but loses its typed reason.
+    """
+
+    kind: ClassVar[str] = "source"
+
+    def __init__(self, name: str, timeout_s: float = 5.0, description: str = "") -> None:
+        self.name = name
+        self.timeout_s = timeout_s
+        self.description = description
+
+    @abstractmethod
+    async def search(self, query: str) -> list[Item]:
+        """Answer `query`; [] when nothing was found."""
+
+    async def start(self) -> None:
+        """Open pooled clients or files. Called once, in the app's lifespan."""
+
+    async def aclose(self) -> None:
+        """Release what `start` opened. Called once on shutdown."""
+
+    async def info(self) -> dict[str, Any]:
+        """Facts for `/healthz` (version, book count...). Must not contain secrets."""
+        return {"type": self.kind}

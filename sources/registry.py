@@ -1,0 +1,58 @@
+"""Which `type:` in config.yaml means which source module.
+
+Each source module defines `Config` (a subclass of `SourceConfig` with its own fields)
+and `build(name, config) -> Source`. Modules are imported lazily, on first use, so a
+quick CLI command never pays for libzim or a websocket client it does not need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Protocol, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sources.base import Source
+
+
+class SourceConfig(BaseModel):
+    """Keys every `sources.<name>` entry takes, whatever its type."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    enabled: bool = True
+    timeout_s: float = Field(default=5.0, gt=0, le=300)
+    fallback: list[str] = Field(
+        default_factory=list, description="Sources to try, in order, when this one fails."
+    )
+    description: str = Field(default="", description="What this source answers (for the LLM).")
+    max_concurrency: int = Field(default=8, ge=1, le=1024)
+
+
+class SourceModule(Protocol):
+    Config: type[SourceConfig]
+
+    def build(self, name: str, config: SourceConfig) -> Source: ...
+
+
+KINDS: dict[str, str] = {
+    "zim": "sources.zim",
+    "kiwix_serve": "sources.kiwix_serve",
+    "open_meteo": "sources.open_meteo",
+    "ha_weather": "sources.ha_weather",
+    "homeassistant": "sources.homeassistant",
+    "searxng": "sources.searxng",
+}
+
+
+def register_kind(kind: str, module: str) -> None:
+    """Make `type: kind` mean `module` (used by plugins and by the test suite)."""
+    KINDS[kind] = module
+
+
+def kind_module(kind: str) -> SourceModule:
+    """The module implementing `kind`; KeyError when the type is unknown."""
+    module: ModuleType = importlib.import_module(KINDS[kind])
+    return cast(SourceModule, module)
