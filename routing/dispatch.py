@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from routing.events import record
+from routing.events import capture, record
 from routing.fusion import reciprocal_rank_fusion
 from routing.ttl_cache import TTLCache
 from sources.base import Item, Source, SourceDisabled, SourceError
@@ -143,6 +143,8 @@ class Dispatcher:
             result_count=len(outcome.items),
             **fields,
         )
+        if outcome.outcome in ("ok", "empty"):
+            capture(name, query, outcome.items)
         if outcome.outcome == "ok":
             self.result_cache.set(key, outcome.items)
         return outcome

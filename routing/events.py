@@ -38,7 +38,9 @@ class RouteLog:
     (`cached`, `fallback_occurred`) stay true even when the chain was truncated.
     """
 
-    __slots__ = ("events", "dropped_events", "max_events", "step_counts", "started", "_lock")
+    __slots__ = (
+        "events", "dropped_events", "max_events", "step_counts", "started", "captures", "_lock"
+    )
 
     def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
         self.events: list[dict[str, Any]] = []
@@ -46,6 +48,8 @@ class RouteLog:
         self.max_events = max_events
         self.step_counts: Counter[str] = Counter()
         self.started = time.perf_counter()
+        # (source, query, items) of every real source answer, for `trace.capture_results`.
+        self.captures: list[tuple[str, str, list[Any]]] = []
         self._lock = threading.Lock()
 
     def append(self, step: str, part: str, fields: dict[str, Any]) -> None:
@@ -90,6 +94,13 @@ def record(step: str, **fields: Any) -> None:
     log = _log.get()
     if log is not None:
         log.append(step, _part.get(), fields)
+
+
+def capture(source: str, query: str, items: list[Any]) -> None:
+    """Keep a source's answer with the request (stored only if capture is configured)."""
+    log = _log.get()
+    if log is not None:
+        log.captures.append((source, query, items))
 
 
 def current_log() -> RouteLog | None:

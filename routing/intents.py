@@ -69,6 +69,19 @@ class Resolver:
         self.stages = stages
         self.default_route = default_route
 
+    async def start(self) -> None:
+        """Load what stages need (models, clients) once; never at import time."""
+        for stage in self.stages:
+            start = getattr(stage, "start", None)
+            if start is not None:
+                await start()
+
+    async def aclose(self) -> None:
+        for stage in self.stages:
+            close = getattr(stage, "aclose", None)
+            if close is not None:
+                await close()
+
     def default_reason(self) -> str:
         """Why nothing decided, as far as the configuration tells."""
         for stage in self.stages:

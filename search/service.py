@@ -17,9 +17,8 @@ from typing import Any
 
 from routing.dispatch import Dispatcher
 from routing.events import RouteLog, record, route_log
-from routing.intents import IntentStage, KeywordStage, Resolver
-from routing.keyword import KeywordRules
 from routing.pipeline import PartResult, Router
+from routing.stages import build_resolver
 from routing.ttl_cache import TTLCache
 from search.config import Config
 from search.traces import NullTraceSink, TraceRecord, TraceSink
@@ -51,7 +50,9 @@ class Service:
         *,
         recorder: Callable[[int], RouteLog] = RouteLog,
         traces: TraceSink | None = None,
+        wrap_source: Callable[[Source], Source] | None = None,
     ) -> None:
+        """`wrap_source` lets replay answer from captured results instead of live calls."""
         self.config = config
         self.recorder = recorder
         self.traces: TraceSink = traces or NullTraceSink()
@@ -60,6 +61,8 @@ class Service:
             for name, entry in config.sources.items()
             if entry.enabled
         }
+        if wrap_source is not None:
+            self.sources = {name: wrap_source(src) for name, src in self.sources.items()}
         self.result_cache: TTLCache[tuple[str, str], list[Item]] = TTLCache(
             config.cache.result_max_entries, config.cache.result_ttl_s
         )
@@ -71,15 +74,13 @@ class Service:
             enabled={name: entry.enabled for name, entry in config.sources.items()},
             max_concurrency={n: e.max_concurrency for n, e in config.sources.items()},
         )
-        self.stages: list[IntentStage] = [
-            KeywordStage(KeywordRules(config.routing.keywords, config.routing.keyword_threshold))
-        ]
-        self.resolver = Resolver(self.stages, config.routing.default_source)
+        self.resolver = build_resolver(config)
         self.router = Router(self.resolver, self.dispatcher)
         self._started_sources: list[Source] = []
 
     async def start(self, *, sources: bool = True) -> None:
-        """Open sources (and later stages' models) once, in the app's lifespan."""
+        """Open sources and load the intent stages' models once, in the app's lifespan."""
+        await self.resolver.start()
         if sources:
             for source in self.sources.values():
                 await source.start()
@@ -93,6 +94,7 @@ class Service:
             except Exception:  # noqa: BLE001 - closing must go on for the others
                 log.exception("closing source %s failed", source.name)
         self._started_sources.clear()
+        await self.resolver.aclose()
         await self.traces.aclose()
 
     async def search(
@@ -102,6 +104,7 @@ class Service:
         explain: bool = False,
         dry_run: bool = False,
         session_id: str | None = None,
+        replay_of: str | None = None,
     ) -> SearchOutcome:
         trace_id = uuid.uuid4().hex
         started_wall = time.time()
@@ -168,6 +171,11 @@ class Service:
                 error=error,
                 results=[r.to_dict() for r in results],
                 dry_run=dry_run,
+                replay_of=replay_of,
+                captures=[
+                    {"source": s, "query": q, "items": [i.to_dict() for i in items]}
+                    for s, q, items in chain_log.captures
+                ],
             )
         )
         return outcome

@@ -27,6 +27,8 @@ class TraceRecord:
     results: list[dict[str, Any]] = field(default_factory=list)
     dry_run: bool = False
     replay_of: str | None = None
+    # Every real source answer: stored only when `trace.capture_results` is on.
+    captures: list[dict[str, Any]] = field(default_factory=list)
 
 
 class TraceSink(Protocol):
