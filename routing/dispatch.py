@@ -155,8 +155,7 @@ class Dispatcher:
         outcomes = await asyncio.gather(*(self._call(name, query) for name in members))
         lists = [o.items for o in outcomes if o.outcome == "ok"]
         if lists:
-            width = max(len(items) for items in lists)
-            return Answer(route, "ok", reciprocal_rank_fusion(lists)[:width])
+            return Answer(route, "ok", reciprocal_rank_fusion(lists))
         if any(o.outcome == "empty" for o in outcomes):
             return Answer(route, "empty", [])
         last = outcomes[-1]
