@@ -1,0 +1,87 @@
+"""What recording the explanation chain costs (issue: core).
+
+Prints, measured side by side in one run (interleaved rounds, medians):
+  1. the cost of one `record()` call into a live request log;
+  2. a keyword-routed, result-cache-hit POST /search through the real ASGI app with the
+     real recorder, against the same request with a no-op recorder (`NullRouteLog`).
+Target: recording adds under 2% to that request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.asgi_call import post_json  # noqa: E402
+from routing.events import NullRouteLog, RouteLog, record, route_log  # noqa: E402
+from search.app import create_app  # noqa: E402
+from search.config import parse_config  # noqa: E402
+from search.service import Service  # noqa: E402
+from tests.support import scripted  # noqa: E402
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "15"))
+PER_ROUND = int(os.environ.get("BENCH_PER_ROUND", "300"))
+
+
+def event_cost_ns(n: int = 20_000) -> tuple[float, float]:
+    """ns per record() with a real log, and with no log open (the floor)."""
+    with route_log(max_events=n + 10):
+        start = time.perf_counter_ns()
+        for i in range(n):
+            record("source_invoked", source="kiwix", query="q", elapsed_ms=1.0,
+                   outcome="ok", result_count=i)
+        live = (time.perf_counter_ns() - start) / n
+    start = time.perf_counter_ns()
+    for i in range(n):
+        record("source_invoked", source="kiwix", query="q", elapsed_ms=1.0,
+               outcome="ok", result_count=i)
+    floor = (time.perf_counter_ns() - start) / n
+    return live, floor
+
+
+def make_app(recorder: type[RouteLog]):
+    scripted.register()
+    config = parse_config({
+        "routing": {"default_source": "kiwix", "keywords": {"forecast": ["weather"]},
+                    "semantic": {"enabled": False}},
+        "sources": {"kiwix": {"type": "scripted"}, "forecast": {"type": "scripted"}},
+        "trace": {"enabled": False},
+    })
+    return create_app(config, Service(config, recorder=recorder))
+
+
+async def time_requests(app, n: int) -> float:
+    body = {"query": "what is the weather today", "explain": False}
+    start = time.perf_counter()
+    for _ in range(n):
+        status, _ = await post_json(app, "/search", body)
+        assert status == 200
+    return (time.perf_counter() - start) / n * 1e6
+
+
+async def main() -> None:
+    live, floor = event_cost_ns()
+    print(f"one recorded event: {live:.0f} ns (record() outside a request: {floor:.0f} ns)")
+    real, null = make_app(RouteLog), make_app(NullRouteLog)
+    for app in (real, null):
+        await app.state.service.start()
+        await time_requests(app, 200)  # warm the cache and the code paths
+    real_us, null_us = [], []
+    for _ in range(ROUNDS):
+        real_us.append(await time_requests(real, PER_ROUND))
+        null_us.append(await time_requests(null, PER_ROUND))
+    r, n = statistics.median(real_us), statistics.median(null_us)
+    print(f"cache-hit /search, real recorder:  {r:8.1f} us/request (median of {ROUNDS} rounds)")
+    print(f"cache-hit /search, no-op recorder: {n:8.1f} us/request")
+    overhead = (r / n - 1) * 100
+    print(f"recording overhead: {overhead:+.2f}% (target < 2%)  ratio {r / n:.4f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
