@@ -21,7 +21,7 @@ from routing.pipeline import PartResult, Router
 from routing.stages import build_resolver
 from routing.ttl_cache import TTLCache
 from search.config import Config
-from search.traces import NullTraceSink, TraceRecord, TraceSink
+from search.traces import NullTraceSink, RequestObserver, TraceRecord, TraceSink
 from sources.base import Item, Source
 from sources.registry import kind_module
 
@@ -51,11 +51,14 @@ class Service:
         recorder: Callable[[int], RouteLog] = RouteLog,
         traces: TraceSink | None = None,
         wrap_source: Callable[[Source], Source] | None = None,
+        observers: list[RequestObserver] | None = None,
     ) -> None:
-        """`wrap_source` lets replay answer from captured results instead of live calls."""
+        """`wrap_source` lets replay answer from captured results instead of live calls;
+        `observers` (metrics, telemetry) see every finished request's recorded chain."""
         self.config = config
         self.recorder = recorder
         self.traces: TraceSink = traces or NullTraceSink()
+        self.observers: list[RequestObserver] = list(observers or [])
         self.sources: dict[str, Source] = {
             name: kind_module(entry.type).build(name, entry)
             for name, entry in config.sources.items()
@@ -142,11 +145,12 @@ class Service:
             cached = chain_log.happened("result_cache_hit")
             fallback = chain_log.happened("fallback")
             duration_ms = round(chain_log.elapsed_ms(), 3)
+        result_dicts = [r.to_dict() for r in results]
         if error is None:
             body: dict[str, Any] = {
                 "query": query,
                 "trace_id": trace_id,
-                "results": [r.to_dict() for r in results],
+                "results": result_dicts,
                 "cached": cached,
                 "fallback_occurred": fallback,
                 "dropped_events": dropped,
@@ -159,23 +163,24 @@ class Service:
                 "explanation": chain if explain else None,
             }
         outcome = SearchOutcome(status_code, body, trace_id, chain, results, dropped, duration_ms)
-        self.traces.submit(
-            TraceRecord(
-                trace_id=trace_id,
-                started_at=started_wall,
-                query=query,
-                status_code=status_code,
-                duration_ms=duration_ms,
-                chain=chain,
-                dropped_events=dropped,
-                error=error,
-                results=[r.to_dict() for r in results],
-                dry_run=dry_run,
-                replay_of=replay_of,
-                captures=[
-                    {"source": s, "query": q, "items": [i.to_dict() for i in items]}
-                    for s, q, items in chain_log.captures
-                ],
-            )
+        trace = TraceRecord(
+            trace_id=trace_id,
+            started_at=started_wall,
+            query=query,
+            status_code=status_code,
+            duration_ms=duration_ms,
+            chain=chain,
+            dropped_events=dropped,
+            error=error,
+            results=result_dicts,
+            dry_run=dry_run,
+            replay_of=replay_of,
+            captures=chain_log.captures,
         )
+        self.traces.submit(trace)
+        for observer in self.observers:
+            try:
+                observer.observe(trace)
+            except Exception:  # noqa: BLE001 - a broken exporter must not fail requests
+                log.exception("observer %r failed", observer)
         return outcome

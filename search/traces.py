@@ -27,8 +27,22 @@ class TraceRecord:
     results: list[dict[str, Any]] = field(default_factory=list)
     dry_run: bool = False
     replay_of: str | None = None
-    # Every real source answer: stored only when `trace.capture_results` is on.
-    captures: list[dict[str, Any]] = field(default_factory=list)
+    # (source, query, items) of every real source answer; stored only when
+    # `trace.capture_results` is on, so it stays raw (no copying) until then.
+    captures: list[tuple[str, str, list[Any]]] = field(default_factory=list)
+
+    def captures_as_dicts(self) -> list[dict[str, Any]]:
+        return [
+            {"source": source, "query": query, "items": [item.to_dict() for item in items]}
+            for source, query, items in self.captures
+        ]
+
+
+class RequestObserver(Protocol):
+    """Metrics and telemetry exporters: they read the recorded chain, never recompute it."""
+
+    def observe(self, trace: TraceRecord) -> None:
+        """Called once per finished request, on the event loop; must be quick."""
 
 
 class TraceSink(Protocol):
