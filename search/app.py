@@ -14,12 +14,14 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from search import __version__
 from search.config import Config
+from search.middleware import BearerTokenMiddleware
 from search.openapi import openapi_document
 from search.schemas import ErrorDetail, SearchRequest, first_error
 from search.service import Service
@@ -123,7 +125,12 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, kind, f"{request.url.path}: {exc.detail}")
 
+    middleware = []
+    if config.server.api_token is not None and config.server.api_token.get_secret_value():
+        token = config.server.api_token.get_secret_value()
+        middleware.append(Middleware(BearerTokenMiddleware, token=token))
     app = Starlette(
+        middleware=middleware,
         routes=[
             Route("/search", search, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),

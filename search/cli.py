@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="config file (default: $SEARCH_CONFIG or config.yaml)")
     serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config: 8080)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
 
     query = commands.add_parser("query", help="answer one query in-process")
     query.add_argument("text", help="the query")
@@ -54,10 +56,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from search.app import create_app
 
-    config = _load(args.config)
+    config = _load(args.config)  # validate before forking workers: exit 2 on bad config
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+    if args.workers < 1:
+        raise UsageError("--workers: must be at least 1")
+    if args.workers == 1:
+        uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+        return EXIT_OK
+    if args.config:
+        os.environ["SEARCH_CONFIG"] = str(Path(args.config).resolve())
+    uvicorn.run(
+        "search.asgi:app_factory",
+        factory=True,
+        host=host,
+        port=port,
+        workers=args.workers,
+        log_level="info",
+        access_log=False,
+    )
     return EXIT_OK
 
 

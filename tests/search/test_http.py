@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from search.traces import MemoryTraceSink
 from tests.support.app import (
@@ -270,3 +271,21 @@ def test_200_concurrent_requests_over_loopback_never_see_each_others_events() ->
         assert [e["seq"] for e in chain] == list(range(len(chain)))
         assert sum(e["step"] == "worker_thread" for e in chain) == 2
         assert {e["step"] for e in chain} <= set(CONTRACT_FIELDS) | {"worker_thread"}
+
+
+async def test_an_api_token_is_required_everywhere_but_healthz() -> None:
+    config = home_config()
+    config.server.api_token = SecretStr("s3cret-token-value")
+    async with asgi_client(build_app(config)) as client:
+        anonymous = await post(client, {"query": "lights"})
+        wrong = await post(client, {"query": "lights"}, headers={"authorization": "Bearer nope"})
+        right = await post(client, {"query": "lights"},
+                           headers={"authorization": "Bearer s3cret-token-value"})
+        health = await client.get("/healthz")
+        schema = await client.get("/openapi.json")
+    assert anonymous.status_code == 401 and wrong.status_code == 401
+    assert "s3cret" not in wrong.text
+    assert anonymous.json()["error"]["type"] == "unauthorized"
+    assert right.status_code == 200
+    assert health.status_code == 200
+    assert schema.status_code == 401

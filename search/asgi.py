@@ -1,0 +1,16 @@
+"""An app factory for process managers: `uvicorn --factory search.asgi:app_factory`.
+
+Worker processes import this and read the config path from `$SEARCH_CONFIG`, which
+`search serve --workers N` sets before starting them.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+
+from search.app import create_app
+from search.config import load_config
+
+
+def app_factory() -> Starlette:
+    return create_app(load_config())

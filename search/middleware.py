@@ -1,0 +1,57 @@
+"""Plain ASGI middleware (never `BaseHTTPMiddleware`, which breaks ContextVar propagation)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+class BearerTokenMiddleware:
+    """Require `Authorization: Bearer <token>` on every route but `/healthz`.
+
+    The comparison is constant-time, and the token is never echoed or logged.
+    """
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope.get("path") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        presented = b""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                presented = value
+                break
+        if hmac.compare_digest(presented, self._expected):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = json.dumps(
+            {"error": {"type": "unauthorized", "message": "authorization: a valid bearer token "
+                       "is required"}}
+        ).encode()
+        await send({
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="search"'),
+            ],
+        })
+        await send({"type": "http.response.body", "body": body})
