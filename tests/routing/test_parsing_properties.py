@@ -1,0 +1,69 @@
+"""Properties of decomposition and conditional extraction, over generated text."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from routing.conditional import extract_conditional
+from routing.decompose import decompose
+
+WORDS = [
+    "what", "is", "the", "weather", "today", "and", "also", "then", "lights", "status", "if",
+    "it", "rains", "tomorrow", "are", "windows", "open", "turn", "off", "who", "wrote",
+    "romeo", "juliet", "salt", "pepper", "news", "when", "unless", "tell", "me", ",", ";",
+    "?", ".", "!", "and then", "and also", "kitchen", "héllo", "東京", "",
+]
+phrases = st.lists(st.sampled_from(WORDS), min_size=0, max_size=25).map(" ".join)
+any_text = st.one_of(phrases, st.text(max_size=200))
+CONJUNCTION = re.compile(r";|[,.?!]|\b(and|also|then)\b", re.IGNORECASE)
+
+
+@settings(max_examples=400, deadline=None)
+@given(any_text)
+def test_decompose_never_crashes_and_parts_are_substrings(text: str) -> None:
+    parts = decompose(text)
+    position = 0
+    for part in parts:
+        assert part, "no empty parts"
+        found = text.find(part, position)
+        assert found >= 0, f"{part!r} is not a substring of {text!r} (in order)"
+        position = found + len(part)
+
+
+@settings(max_examples=400, deadline=None)
+@given(any_text)
+def test_splitting_is_idempotent(text: str) -> None:
+    for part in decompose(text):
+        assert decompose(part) == [part]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([w for w in WORDS if w and not CONJUNCTION.search(w)]),
+                min_size=1, max_size=20).map(" ".join))
+def test_a_query_without_a_conjunction_is_never_split(text: str) -> None:
+    assert len(decompose(text)) <= 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(any_text)
+def test_conditional_extraction_never_crashes_and_returns_substrings(text: str) -> None:
+    found = extract_conditional(text)
+    if found is None:
+        return
+    assert found.condition and found.consequence
+    for piece in (found.condition, found.consequence, found.remainder):
+        assert piece in text
+
+
+def test_known_examples() -> None:
+    assert decompose("salt and pepper") == ["salt and pepper"]
+    assert decompose("who wrote Romeo and Juliet") == ["who wrote Romeo and Juliet"]
+    assert decompose("what is the weather today and also lights status") == [
+        "what is the weather today", "lights status"]
+    found = extract_conditional("if it rains tomorrow, are the windows open?")
+    assert found is not None
+    assert (found.condition, found.consequence, found.remainder) == (
+        "it rains tomorrow", "are the windows open", "")
