@@ -11,6 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from routing.breaker import CircuitBreaker
 from routing.events import capture, record
 from routing.fusion import reciprocal_rank_fusion
 from routing.ttl_cache import TTLCache
@@ -66,6 +67,7 @@ class Dispatcher:
         result_cache: TTLCache[tuple[str, str], list[Item]],
         enabled: dict[str, bool] | None = None,
         max_concurrency: dict[str, int] | None = None,
+        breakers: dict[str, CircuitBreaker] | None = None,
     ) -> None:
         self.sources = sources
         self.fusion = fusion
@@ -74,6 +76,7 @@ class Dispatcher:
         self.chains = {name: expand_chain(name, fallbacks) for name in self.enabled}
         limits = max_concurrency or {}
         self._slots = {name: asyncio.Semaphore(limits.get(name, 8)) for name in sources}
+        self.breakers = breakers or {}
 
     def routes(self) -> list[str]:
         return [*self.enabled, *self.fusion]
@@ -117,6 +120,18 @@ class Dispatcher:
             record("source_skipped", source=name, query=query, reason=error.reason)
             return _Outcome("error", [], error.reason, str(error))
         source = self.sources[name]
+        breaker = self.breakers.get(name)
+        if breaker is not None:
+            admission = breaker.admit()
+            if not admission.allowed:
+                record(
+                    "source_skipped",
+                    source=name,
+                    query=query,
+                    reason="circuit_open",
+                    time_left_s=admission.time_left_s,
+                )
+                return _Outcome("error", [], "circuit_open", f"{name}'s circuit is open")
         async with self._slots[name]:
             started = time.perf_counter()
             try:
@@ -143,6 +158,11 @@ class Dispatcher:
             result_count=len(outcome.items),
             **fields,
         )
+        if breaker is not None:
+            if outcome.outcome in ("ok", "empty"):
+                breaker.succeeded()
+            else:
+                breaker.failed()
         if outcome.outcome in ("ok", "empty"):
             capture(name, query, outcome.items)
         if outcome.outcome == "ok":

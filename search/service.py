@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from routing.breaker import CircuitBreaker
 from routing.dispatch import Dispatcher
 from routing.events import RouteLog, record, route_log
 from routing.pipeline import PartResult, Router
@@ -76,6 +77,10 @@ class Service:
             result_cache=self.result_cache,
             enabled={name: entry.enabled for name, entry in config.sources.items()},
             max_concurrency={n: e.max_concurrency for n, e in config.sources.items()},
+            breakers={
+                name: CircuitBreaker(entry.circuit_failures, entry.circuit_cooldown_s)
+                for name, entry in config.sources.items()
+            },
         )
         self.resolver = build_resolver(config)
         self.router = Router(self.resolver, self.dispatcher)

@@ -29,6 +29,10 @@ class SourceConfig(BaseModel):
     )
     description: str = Field(default="", description="What this source answers (for the LLM).")
     max_concurrency: int = Field(default=8, ge=1, le=1024)
+    circuit_failures: int = Field(
+        default=5, ge=0, description="Consecutive failures that open the circuit (0: never)."
+    )
+    circuit_cooldown_s: float = Field(default=30.0, gt=0, description="How long it stays open.")
 
 
 class SourceModule(Protocol):

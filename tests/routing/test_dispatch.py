@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from routing.dispatch import expand_chain
@@ -182,3 +184,48 @@ async def test_events_recorded_in_a_source_worker_thread_reach_the_chain() -> No
     result = await ask(service, "one; two")
     workers = [e for e in result.chain if e["step"] == "worker_thread"]
     assert sorted((e["part"], e["query"]) for e in workers) == [("0", "one"), ("1", "two")]
+
+
+async def test_the_circuit_opens_after_n_failures_then_a_probe_closes_it() -> None:
+    config = scripted_config(
+        {
+            "kiwix": {},
+            "ha": {"fail": "unavailable", "fallback": ["kiwix"], "circuit_failures": 2,
+                   "circuit_cooldown_s": 0.2},
+        },
+        keywords={"ha": ["lights"]},
+    )
+    service = Service(config)
+    ha = service.sources["ha"]
+    for n in range(2):
+        result = await ask(service, f"lights {n}")
+        assert [e["step"] for e in result.chain][1] == "source_invoked"
+    skipped = await ask(service, "lights 2")
+    event = skipped.chain[1]
+    assert event["step"] == "source_skipped" and event["reason"] == "circuit_open"
+    assert 0 < event["time_left_s"] <= 0.2
+    assert skipped.chain[2]["step"] == "fallback" and skipped.chain[2]["reason"] == "circuit_open"
+    assert ha.calls == 2
+    await asyncio.sleep(0.25)
+    ha.config = ha.config.model_copy(update={"fail": None})  # the source recovered
+    probe = await ask(service, "lights 3")
+    assert [e["step"] for e in probe.chain] == ["intent_keyword", "source_invoked"]
+    assert probe.body["results"][0]["source"] == "ha"
+    closed = await ask(service, "lights 4")
+    assert closed.chain[1]["step"] == "source_invoked" and ha.calls == 4
+
+
+def test_a_failed_probe_reopens_the_circuit() -> None:
+    from routing.breaker import CircuitBreaker
+
+    clock = [0.0]
+    breaker = CircuitBreaker(2, 10.0, now=lambda: clock[0])
+    breaker.failed()
+    assert breaker.admit().allowed
+    breaker.failed()
+    assert not breaker.admit().allowed and breaker.state == "open"
+    clock[0] = 10.0
+    first, second = breaker.admit(), breaker.admit()
+    assert first.allowed and first.probe and not second.allowed  # one probe at a time
+    breaker.failed()
+    assert breaker.state == "open" and breaker.admit().time_left_s == 10.0

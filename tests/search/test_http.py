@@ -270,7 +270,7 @@ def test_200_concurrent_requests_over_loopback_never_see_each_others_events() ->
         assert queries <= own, f"request {i} saw {queries - own}"
         assert [e["seq"] for e in chain] == list(range(len(chain)))
         assert sum(e["step"] == "worker_thread" for e in chain) == 2
-        assert {e["step"] for e in chain} <= set(CONTRACT_FIELDS) | {"worker_thread"}
+        assert {e["step"] for e in chain} <= set(CONTRACT_FIELDS) | {"worker_thread", "source_skipped"}
 
 
 async def test_an_api_token_is_required_everywhere_but_healthz() -> None:
