@@ -68,6 +68,12 @@ class SourceBadResponse(SourceError):
     reason = "malformed_response"
 
 
+class SourceRateLimited(SourceError):
+    """The source answered 429: too many requests."""
+
+    reason = "rate_limited"
+
+
 class SourceDisabled(SourceError):
     """The source is configured but switched off (`enabled: false`)."""
 

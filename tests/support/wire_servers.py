@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import uvicorn
@@ -41,7 +41,7 @@ class Fault:
     """One way a server misbehaves. Build with the class methods, not the constructor."""
 
     kind: FaultKind
-    status: int = 200
+    status_code: int = 200
     delay_s: float = 0.0
     body: Any = None
     content_type: str = "application/json"
@@ -54,7 +54,7 @@ class Fault:
     @classmethod
     def status(cls, code: int) -> Fault:
         """Answer with HTTP `code` and the body the real service sends with it."""
-        return cls("status", status=code)
+        return cls("status", status_code=code)
 
     @classmethod
     def not_json(cls) -> Fault:
@@ -72,11 +72,9 @@ class Fault:
         return cls("empty")
 
     @classmethod
-    def custom(
-        cls, status: int, body: Any, content_type: str = "application/json"
-    ) -> Fault:
+    def custom(cls, status: int, body: Any, content_type: str = "application/json") -> Fault:
         """Exactly this status and body (a dict/list is sent as JSON, str/bytes as is)."""
-        return cls("custom", status=status, body=body, content_type=content_type)
+        return cls("custom", status_code=status, body=body, content_type=content_type)
 
 
 @dataclass(frozen=True)
@@ -189,7 +187,7 @@ class WireServer:
             await self._sleep(fault.delay_s)
             return answer(request, "ok")
         if fault.kind == "status":
-            return self.error_response(fault.status)
+            return self.error_response(fault.status_code)
         if fault.kind == "not_json":
             return self.not_json_response()
         if fault.kind in ("empty", "wrong_shape"):
@@ -197,7 +195,7 @@ class WireServer:
         body = fault.body
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
-        return Response(body, status_code=fault.status, media_type=fault.content_type)
+        return Response(body, status_code=fault.status_code, media_type=fault.content_type)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake up when the server stops so shutdown never waits on a delay."""
@@ -227,7 +225,9 @@ class WireServer:
         self._server = uvicorn.Server(config)
         self._stopping.clear()
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
+            target=self._server.run,
+            kwargs={"sockets": [sock]},
+            daemon=True,
             name=f"{type(self).__name__}:{self._port}",
         )
         self._thread.start()
@@ -247,7 +247,7 @@ class WireServer:
         self._server = None
         self._thread = None
 
-    def __enter__(self) -> WireServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -283,17 +283,32 @@ DEFAULT_WEEK: tuple[DayWeather, ...] = (
     DayWeather(45, 6.0, 2.0, 0.0, None, 7.7),  # fog, probability unknown (null)
 )
 
-OPEN_METEO_DAILY = frozenset({
-    "weather_code", "temperature_2m_max", "temperature_2m_min", "precipitation_sum",
-    "precipitation_probability_max", "wind_speed_10m_max", "sunrise", "sunset",
-})
+OPEN_METEO_DAILY = frozenset(
+    {
+        "weather_code",
+        "temperature_2m_max",
+        "temperature_2m_min",
+        "precipitation_sum",
+        "precipitation_probability_max",
+        "wind_speed_10m_max",
+        "sunrise",
+        "sunset",
+    }
+)
 OPEN_METEO_HOURLY = frozenset({"temperature_2m", "precipitation_probability", "weather_code"})
 OPEN_METEO_CURRENT = frozenset({"temperature_2m", "weather_code", "wind_speed_10m"})
 _UNITS = {
-    "time": "iso8601", "weather_code": "wmo code", "temperature_2m": "°C",
-    "temperature_2m_max": "°C", "temperature_2m_min": "°C", "precipitation_sum": "mm",
-    "precipitation_probability_max": "%", "precipitation_probability": "%",
-    "wind_speed_10m_max": "km/h", "wind_speed_10m": "km/h", "sunrise": "iso8601",
+    "time": "iso8601",
+    "weather_code": "wmo code",
+    "temperature_2m": "°C",
+    "temperature_2m_max": "°C",
+    "temperature_2m_min": "°C",
+    "precipitation_sum": "mm",
+    "precipitation_probability_max": "%",
+    "precipitation_probability": "%",
+    "wind_speed_10m_max": "km/h",
+    "wind_speed_10m": "km/h",
+    "sunrise": "iso8601",
     "sunset": "iso8601",
 }
 
@@ -328,6 +343,10 @@ class OpenMeteoServer(WireServer):
     def error_response(self, status: int) -> Response:
         if status == 429:
             return _om_error(429, "Daily API request limit exceeded. Please try again tomorrow.")
+        if status == 400:
+            return _om_error(
+                400, "Parameter 'latitude' and 'longitude' must have the same number of elements"
+            )
         if status in (401, 403):
             return _om_error(status, "API key is invalid.")
         if status in (502, 503, 504):  # the reverse proxy in front of the API answers these
@@ -364,8 +383,11 @@ class OpenMeteoServer(WireServer):
         if not -180 <= lon <= 180:
             return _om_error(400, f"Longitude must be in range of -180 to 180°. Given: {lon}.")
         requested: dict[str, list[str]] = {}
-        for key, known in (("daily", OPEN_METEO_DAILY), ("hourly", OPEN_METEO_HOURLY),
-                           ("current", OPEN_METEO_CURRENT)):
+        for key, known in (
+            ("daily", OPEN_METEO_DAILY),
+            ("hourly", OPEN_METEO_HOURLY),
+            ("current", OPEN_METEO_CURRENT),
+        ):
             names = [n for n in q.get(key, "").split(",") if n]
             for name in names:
                 if name not in known:
@@ -390,21 +412,29 @@ class OpenMeteoServer(WireServer):
         now = datetime.now(zone)
         offset = int((now.utcoffset() or timedelta()).total_seconds())
         body: dict[str, Any] = {
-            "latitude": round(lat, 4), "longitude": round(lon, 4),
-            "generationtime_ms": 0.05, "utc_offset_seconds": offset,
+            "latitude": round(lat, 4),
+            "longitude": round(lon, 4),
+            "generationtime_ms": 0.05,
+            "utc_offset_seconds": offset,
             "timezone": str(zone.key) if zone.key != "UTC" else "GMT",
-            "timezone_abbreviation": now.tzname() or "GMT", "elevation": 38.0,
+            "timezone_abbreviation": now.tzname() or "GMT",
+            "elevation": 38.0,
         }
         dates = [now.date() + timedelta(days=i) for i in range(days)]
         if requested["current"]:
             today = self.weather_for(0)
             stamp = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)
-            values = {"temperature_2m": round((today.t_max + today.t_min) / 2, 1),
-                      "weather_code": today.weather_code, "wind_speed_10m": today.wind_max_kmh / 2}
+            values = {
+                "temperature_2m": round((today.t_max + today.t_min) / 2, 1),
+                "weather_code": today.weather_code,
+                "wind_speed_10m": today.wind_max_kmh / 2,
+            }
             body["current_units"] = {"time": "iso8601", "interval": "seconds"} | {
-                n: _UNITS[n] for n in requested["current"]}
+                n: _UNITS[n] for n in requested["current"]
+            }
             body["current"] = {"time": stamp.strftime("%Y-%m-%dT%H:%M"), "interval": 900} | {
-                n: values[n] for n in requested["current"]}
+                n: values[n] for n in requested["current"]
+            }
         if requested["hourly"]:
             body["hourly_units"] = {"time": "iso8601"} | {n: _UNITS[n] for n in requested["hourly"]}
             hourly: dict[str, list[Any]] = {"time": []} | {n: [] for n in requested["hourly"]}
@@ -414,19 +444,23 @@ class OpenMeteoServer(WireServer):
                     hourly["time"].append(f"{day.isoformat()}T{hour:02d}:00")
                     peak = 1.0 - abs(hour - 15) / 15  # wettest mid-afternoon
                     prob = weather.precipitation_probability
-                    values = {
-                        "temperature_2m": round(weather.t_min + (weather.t_max - weather.t_min) * peak, 1),
+                    at_hour: dict[str, float | int | None] = {
+                        "temperature_2m": round(
+                            weather.t_min + (weather.t_max - weather.t_min) * peak, 1
+                        ),
                         "precipitation_probability": None if prob is None else round(prob * peak),
                         "weather_code": weather.weather_code,
                     }
                     for n in requested["hourly"]:
-                        hourly[n].append(values[n])
+                        hourly[n].append(at_hour[n])
             body["hourly"] = hourly
         if requested["daily"]:
             body["daily_units"] = {"time": "iso8601"} | {n: _UNITS[n] for n in requested["daily"]}
             daily: dict[str, list[Any]] = {"time": [d.isoformat() for d in dates]}
             for n in requested["daily"]:
-                daily[n] = [self._daily_value(n, self.weather_for(i), d) for i, d in enumerate(dates)]
+                daily[n] = [
+                    self._daily_value(n, self.weather_for(i), d) for i, d in enumerate(dates)
+                ]
             if shape == "wrong_shape":  # one array shorter than `time`
                 for n in requested["daily"]:
                     daily[n] = daily[n][:-1]
@@ -437,11 +471,14 @@ class OpenMeteoServer(WireServer):
     @staticmethod
     def _daily_value(name: str, w: DayWeather, day: date) -> Any:
         return {
-            "weather_code": w.weather_code, "temperature_2m_max": w.t_max,
-            "temperature_2m_min": w.t_min, "precipitation_sum": w.precipitation_mm,
+            "weather_code": w.weather_code,
+            "temperature_2m_max": w.t_max,
+            "temperature_2m_min": w.t_min,
+            "precipitation_sum": w.precipitation_mm,
             "precipitation_probability_max": w.precipitation_probability,
             "wind_speed_10m_max": w.wind_max_kmh,
-            "sunrise": f"{day.isoformat()}T07:45", "sunset": f"{day.isoformat()}T16:10",
+            "sunrise": f"{day.isoformat()}T07:45",
+            "sunset": f"{day.isoformat()}T16:10",
         }[name]
 
 
@@ -456,18 +493,28 @@ _FLASK_403 = (
 )
 
 
-def searxng_result(title: str, url: str, content: str, engine: str = "duckduckgo",
-                   position: int = 1) -> dict[str, Any]:
+def searxng_result(
+    title: str, url: str, content: str, engine: str = "duckduckgo", position: int = 1
+) -> dict[str, Any]:
     """One entry of `results[]` as SearXNG's JSON output serialises a main result."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     return {
-        "url": url, "title": title, "content": content, "publishedDate": None,
-        "thumbnail": "", "engine": engine, "template": "default.html",
+        "url": url,
+        "title": title,
+        "content": content,
+        "publishedDate": None,
+        "thumbnail": "",
+        "engine": engine,
+        "template": "default.html",
         "parsed_url": [parts.scheme, parts.netloc, parts.path, "", parts.query, parts.fragment],
-        "img_src": "", "priority": "", "engines": [engine], "positions": [position],
-        "score": 1.0 / position, "category": "general",
+        "img_src": "",
+        "priority": "",
+        "engines": [engine],
+        "positions": [position],
+        "score": 1.0 / position,
+        "category": "general",
     }
 
 
@@ -509,7 +556,8 @@ class SearxngServer(WireServer):
             return HTMLResponse(
                 "<html><head><title>401 Authorization Required</title></head><body>"
                 "<center><h1>401 Authorization Required</h1></center></body></html>",
-                status_code=401, headers={"WWW-Authenticate": 'Basic realm="searxng"'},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="searxng"'},
             )
         if status == 500:
             return JSONResponse({"error": "search error"}, status_code=500)
@@ -536,15 +584,24 @@ class SearxngServer(WireServer):
         else:
             slug = "-".join(query.lower().split())[:40]
             results = [
-                searxng_result(f"{query.title()} – result {i}", f"https://example.org/{slug}/{i}",
-                               f"All about {query}, part {i}.", position=i)
+                searxng_result(
+                    f"{query.title()} – result {i}",
+                    f"https://example.org/{slug}/{i}",
+                    f"All about {query}, part {i}.",
+                    position=i,
+                )
                 for i in range(1, 4)
             ]
         if shape == "empty":
             results = []
         body: dict[str, Any] = {
-            "query": query, "number_of_results": 0, "results": results, "answers": [],
-            "corrections": [], "infoboxes": [], "suggestions": [],
+            "query": query,
+            "number_of_results": 0,
+            "results": results,
+            "answers": [],
+            "corrections": [],
+            "infoboxes": [],
+            "suggestions": [],
             "unresponsive_engines": self.unresponsive_engines,
         }
         if shape == "wrong_shape":
