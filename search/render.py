@@ -1,4 +1,4 @@
-"""Human-readable text for results and explanation chains (CLI output)."""
+"""Human-readable text for results, explanation chains, stored traces and replays (CLI)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,21 @@ from typing import Any
 _COLUMNS = ("seq", "t_ms", "part", "step", "source/decision", "outcome", "elapsed", "reason")
 
 
-def _event_row(event: dict[str, Any]) -> tuple[str, ...]:
-    target = event.get("decision") or event.get("source") or ""
+def _target(event: dict[str, Any]) -> str:
+    """The source/decision column: where this step sent the part, or which source acted."""
+    target = event.get("decision") or event.get("source") or event.get("route") or ""
     if event["step"] == "fallback":
         target = f"{event.get('from_source')} -> {event.get('to_source')}"
     elif event["step"] == "fusion":
         target = "+".join(event.get("sources", []))
+    return str(target)
+
+
+def _event_row(event: dict[str, Any]) -> tuple[str, ...]:
+    target = _target(event)
     elapsed = event.get("elapsed_ms")
     reason = event.get("reason") or event.get("error_type") or ""
-    if event["step"] == "intent_semantic" and "similarity" in event:
+    if event["step"] == "intent_semantic" and isinstance(event.get("similarity"), (int, float)):
         reason = f"similarity {event['similarity']:.3f}"
     return (
         str(event["seq"]),
@@ -32,9 +38,58 @@ def _event_row(event: dict[str, Any]) -> tuple[str, ...]:
 def chain_table(chain: list[dict[str, Any]]) -> str:
     """The chain as an aligned table in seq order."""
     rows = [_COLUMNS, *(_event_row(e) for e in sorted(chain, key=lambda e: e["seq"]))]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    return "\n".join(lines)
+    return "\n".join(_aligned(rows))
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in rows]
+
+
+def event_brief(event: dict[str, Any] | None) -> str:
+    """One event in a few words, without timings: 'source_invoked ha error connection_refused'."""
+    if event is None:
+        return "-"
+    words = [str(event["step"]), _target(event)]
+    if event.get("outcome"):
+        words.append(str(event["outcome"]))
+    if event["step"] == "source_invoked" and event.get("outcome") == "ok":
+        words.append(f"{event.get('result_count')} results")
+    reason = event.get("reason") or event.get("error_type")
+    if reason and event["step"] != "intent_keyword":
+        words.append(str(reason))
+    return " ".join(w for w in words if w)
+
+
+def side_by_side(
+    rows: list[tuple[dict[str, Any] | None, dict[str, Any] | None]],
+    marked: int | None,
+    mark: str = "",
+) -> list[str]:
+    """Old and new events of one part in two columns; `marked` row gets '<- mark'."""
+    table: list[tuple[str, ...]] = [("old", "new", "")]
+    for index, (old, new) in enumerate(rows):
+        same = old is not None and new is not None and event_brief(old) == event_brief(new)
+        flag = f"<- {mark}" if index == marked else ("" if same else "*")
+        table.append((event_brief(old), event_brief(new), flag))
+    return ["  " + line for line in _aligned(table)]
+
+
+def trace_list_table(traces: list[dict[str, Any]], with_query: bool = True) -> str:
+    """`search trace list`: one line per trace, newest first."""
+    header = ("trace_id", "time", "status", "ms", "flags", "sources")
+    rows: list[tuple[str, ...]] = [header + (("query",) if with_query else ())]
+    for t in traces:
+        flags = "".join(
+            letter for letter, on in (("F", t["fallback"]), ("C", t["cached"]), ("E", t["failed"]),
+                                      ("D", t["dry_run"]), ("R", bool(t["replay_of"])))
+            if on
+        )
+        row = (t["trace_id"], t["time"][:23], str(t["status_code"]), f"{t['duration_ms']:.1f}",
+               flags or "-", ",".join(t["sources"]) or "-")
+        query = t["query"] if len(t["query"]) <= 60 else t["query"][:57] + "..."
+        rows.append(row + ((query,) if with_query else ()))
+    return "\n".join(_aligned(rows))
 
 
 def results_text(results: list[dict[str, Any]]) -> str:

@@ -10,3 +10,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from tests.support import scripted  # noqa: E402
 
 scripted.register()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def demo_zim(tmp_path_factory: pytest.TempPathFactory):
+    """The shipped corpus built into a real ZIM, once per test session."""
+    from tests.support.zim import build_demo_zim
+
+    return build_demo_zim(tmp_path_factory.mktemp("demo-zim"))

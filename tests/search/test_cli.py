@@ -1,0 +1,125 @@
+"""The `search` command, run as a user runs it: a subprocess over a real config and ZIM."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp_path: Path, demo_zim: Path, **routing: object) -> Path:
+    config = {
+        "routing": {
+            "default_source": "kiwix",
+            "keywords": {"forecast": ["weather"], "ha": ["lights"]},
+            "semantic": {"enabled": False},
+            **routing,
+        },
+        "trace": {"enabled": False},
+        "sources": {
+            "kiwix": {"type": "zim", "paths": [str(demo_zim)]},
+            "forecast": {"type": "open_meteo", "enabled": False, "latitude": 1, "longitude": 2,
+                         "fallback": ["kiwix"]},
+            "ha": {"type": "homeassistant", "enabled": False, "url": "http://127.0.0.1:9",
+                   "token": "${TEST_HA_TOKEN:-x}"},
+        },
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "search", *args], capture_output=True, text=True, cwd=cwd,
+        env=env, timeout=120,
+    )
+
+
+def test_query_answers_from_the_real_zim_with_its_chain(tmp_path: Path, demo_zim: Path) -> None:
+    config = write_config(tmp_path, demo_zim)
+    done = run("query", "who wrote romeo and juliet", "--json", "--explain", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    (part,) = body["results"]
+    assert part["source"] == "kiwix" and part["items"][0]["title"] == "Romeo and Juliet"
+    steps = [e["step"] for e in body["explanation"]]
+    assert steps == ["intent_default", "source_invoked"]
+
+
+def test_query_prints_a_readable_table(tmp_path: Path, demo_zim: Path) -> None:
+    config = write_config(tmp_path, demo_zim)
+    done = run("query", "what is the weather today", "--explain", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "forecast -> kiwix" in done.stdout
+    assert "source_skipped" in done.stdout and "disabled" in done.stdout
+
+
+def test_a_failed_search_exits_1(tmp_path: Path, demo_zim: Path) -> None:
+    config = write_config(tmp_path, demo_zim)
+    done = run("query", "lights status", "--json", "--config", str(config))
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["error"]["type"] == "all_parts_failed"
+
+
+def test_route_prints_the_plan_without_calling_sources(tmp_path: Path, demo_zim: Path) -> None:
+    config = write_config(tmp_path, demo_zim)
+    done = run("route", "lights status and also what is the weather", "--json",
+               "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["parts"] == [
+        {"query": "lights status", "source": "ha", "stage": "intent_keyword"},
+        {"query": "what is the weather", "source": "forecast", "stage": "intent_keyword"},
+    ]
+
+
+def test_route_input_reads_lines_and_jsonl(tmp_path: Path, demo_zim: Path) -> None:
+    config = write_config(tmp_path, demo_zim)
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text('{"text": "lights status"}\n\nwho was marie curie\n'
+                       '{"text": "weather; lights", "expected": "x"}\n')
+    done = run("route", "--input", str(queries), "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["query"] for line in lines] == ["lights status", "who was marie curie",
+                                                  "weather; lights"]
+    assert [p["source"] for p in lines[2]["parts"]] == ["forecast", "ha"]
+    assert lines[1]["parts"][0]["stage"] == "intent_default"
+
+
+@pytest.mark.parametrize(
+    ("config_text", "needle"),
+    [
+        ("routing: {default_source: nowhere}\n", "routing.default_source"),
+        ("sources: {kiwix: {type: zim, paths: [a.zim], colour: red}}\n", "sources.kiwix.colour"),
+        ("sources: {kiwix: {type: nope}}\n", "sources.kiwix.type"),
+        ("server: {port: high}\n", "server.port"),
+        ("sources: {kiwix: {type: zim, paths: ['${NOT_SET_ANYWHERE}']}}\n", "NOT_SET_ANYWHERE"),
+        ("sources: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_exits_2_naming_the_key(tmp_path: Path, config_text: str, needle: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(config_text)
+    done = run("route", "hello", "--config", str(path))
+    assert done.returncode == 2
+    assert needle in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_usage_exits_2(tmp_path: Path, demo_zim: Path) -> None:
+    config = write_config(tmp_path, demo_zim)
+    assert run("route", "--config", str(config)).returncode == 2
+    assert run("frobnicate").returncode == 2
+    missing = run("route", "--input", str(tmp_path / "none.txt"), "--config", str(config))
+    assert missing.returncode == 2 and "--input" in missing.stderr
+    assert run("query", "   ", "--config", str(config)).returncode == 2
