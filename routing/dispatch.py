@@ -68,6 +68,7 @@ class Dispatcher:
         enabled: dict[str, bool] | None = None,
         max_concurrency: dict[str, int] | None = None,
         breakers: dict[str, CircuitBreaker] | None = None,
+        cache_ttl_s: dict[str, float | None] | None = None,
     ) -> None:
         self.sources = sources
         self.fusion = fusion
@@ -77,6 +78,7 @@ class Dispatcher:
         limits = max_concurrency or {}
         self._slots = {name: asyncio.Semaphore(limits.get(name, 8)) for name in sources}
         self.breakers = breakers or {}
+        self.cache_ttl_s = cache_ttl_s or {}
 
     def routes(self) -> list[str]:
         return [*self.enabled, *self.fusion]
@@ -109,17 +111,22 @@ class Dispatcher:
         return Answer(None, "error", [], {"type": last.reason, "message": last.message})
 
     async def _call(self, name: str, query: str) -> _Outcome:
-        """One source, through the result cache, timed around the call itself."""
+        """One source, through the result cache, timed around the call itself.
+
+        A call that changes state ("turn off the light") is never answered from the cache,
+        or it would silently not happen the second time.
+        """
         key = (name, normalise(query))
-        cached = self.result_cache.get(key)
+        source = self.sources.get(name)
+        cacheable = source is not None and not source.is_control(query)
+        cached = self.result_cache.get(key) if cacheable else None
         if cached is not None:
             record("result_cache_hit", source=name, query=query, result_count=len(cached))
             return _Outcome("ok", cached, "", "")
-        if not self.enabled.get(name, True) or name not in self.sources:
+        if source is None or not self.enabled.get(name, True):
             error = SourceDisabled(f"{name} is disabled in config")
             record("source_skipped", source=name, query=query, reason=error.reason)
             return _Outcome("error", [], error.reason, str(error))
-        source = self.sources[name]
         breaker = self.breakers.get(name)
         if breaker is not None:
             admission = breaker.admit()
@@ -165,8 +172,8 @@ class Dispatcher:
                 breaker.failed()
         if outcome.outcome in ("ok", "empty"):
             capture(name, query, outcome.items)
-        if outcome.outcome == "ok":
-            self.result_cache.set(key, outcome.items)
+        if outcome.outcome == "ok" and cacheable:
+            self.result_cache.set(key, outcome.items, self.cache_ttl_s.get(name))
         return outcome
 
     async def _fuse(self, route: str, query: str) -> Answer:

@@ -37,10 +37,12 @@ class TTLCache(Generic[K, V]):
         self._data.move_to_end(key)
         return value
 
-    def set(self, key: K, value: V) -> None:
-        if self.max_entries <= 0 or self.ttl_s <= 0:
+    def set(self, key: K, value: V, ttl_s: float | None = None) -> None:
+        """Store `value`; `ttl_s` overrides the cache's lifetime for this entry."""
+        ttl = self.ttl_s if ttl_s is None else ttl_s
+        if self.max_entries <= 0 or ttl <= 0:
             return
-        self._data[key] = (self._now() + self.ttl_s, value)
+        self._data[key] = (self._now() + ttl, value)
         self._data.move_to_end(key)
         while len(self._data) > self.max_entries:
             self._data.popitem(last=False)

@@ -99,6 +99,10 @@ class Source(ABC):
     async def search(self, query: str) -> list[Item]:
         """Answer `query`; [] when nothing was found."""
 
+    def is_control(self, query: str) -> bool:
+        """Whether answering `query` changes state (a service call): never cached."""
+        return False
+
     async def start(self) -> None:
         """Open pooled clients or files. Called once, in the app's lifespan."""
 

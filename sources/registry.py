@@ -33,6 +33,9 @@ class SourceConfig(BaseModel):
         default=5, ge=0, description="Consecutive failures that open the circuit (0: never)."
     )
     circuit_cooldown_s: float = Field(default=30.0, gt=0, description="How long it stays open.")
+    cache_ttl_s: float | None = Field(
+        default=None, ge=0, description="Result cache lifetime for this source (0: never cache)."
+    )
 
 
 class SourceModule(Protocol):

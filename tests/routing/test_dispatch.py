@@ -229,3 +229,22 @@ def test_a_failed_probe_reopens_the_circuit() -> None:
     assert first.allowed and first.probe and not second.allowed  # one probe at a time
     breaker.failed()
     assert breaker.state == "open" and breaker.admit().time_left_s == 10.0
+
+
+async def test_state_changing_calls_are_never_served_from_the_cache() -> None:
+    config = scripted_config({"ha": {"control_prefix": "turn"}})
+    service = Service(config)
+    for _ in range(2):
+        result = await ask(service, "turn off the kitchen light")
+        assert "result_cache_hit" not in steps(result.chain)
+    status = [await ask(service, "kitchen light status") for _ in range(2)]
+    assert "result_cache_hit" in steps(status[1].chain)
+    assert service.sources["ha"].calls == 3
+
+
+async def test_a_source_can_opt_out_of_the_result_cache() -> None:
+    service = Service(scripted_config({"ha": {"cache_ttl_s": 0}}))
+    for _ in range(2):
+        result = await ask(service, "kitchen light status")
+        assert "result_cache_hit" not in steps(result.chain)
+    assert service.sources["ha"].calls == 2

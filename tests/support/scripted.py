@@ -23,6 +23,7 @@ class Config(SourceConfig):
     delay_s: float = 0.0
     fail: Literal["error", "unavailable", "empty", "crash", "hang"] | None = None
     record_in_thread: bool = False
+    control_prefix: str | None = None  # queries starting with it "change state"
 
 
 class ScriptedSource(Source):
@@ -54,6 +55,10 @@ class ScriptedSource(Source):
             Item(f"{self.name} #{i} for {query}", f"text {i} about {query}", f"http://{self.name}/{i}")
             for i in range(self.config.items)
         ]
+
+    def is_control(self, query: str) -> bool:
+        prefix = self.config.control_prefix
+        return bool(prefix) and query.lower().startswith(prefix)
 
     def _blocking_work(self, query: str) -> None:
         time.sleep(0.001)
