@@ -38,15 +38,17 @@ import hmac
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -139,7 +141,7 @@ def make_access_token(refresh_token_id: str, jwt_key: str, lifetime_s: int) -> s
     return f"{header}.{payload}.{_b64url(signature)}"
 
 
-def _store(key: str, version: int, data: dict[str, object]) -> str:
+def _store(key: str, version: int, data: Mapping[str, object]) -> str:
     return json.dumps({"version": version, "minor_version": 1, "key": key, "data": data})
 
 
@@ -173,7 +175,7 @@ def seed_auth(config_dir: Path) -> str:
                 "client_name": "search-router tests",
                 "client_icon": None,
                 "token_type": "long_lived_access_token",
-                "created_at": datetime.now(timezone.utc).isoformat(),
+                "created_at": datetime.now(UTC).isoformat(),
                 "access_token_expiration": float(lifetime_s),
                 "token": secrets.token_hex(64),
                 "jwt_key": jwt_key,
@@ -243,11 +245,16 @@ def _hass_env() -> dict[str, str]:
 
 
 def start_process(hass: Path, config_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed in stop_process
+    command = [str(hass), "-c", str(config_dir), "--skip-pip", "--log-file",
+               str(config_dir / "home-assistant.log")]
+    # util-linux `setpriv --pdeathsig` (it execs HA, so the PID stays HA's): if the test
+    # process is killed before teardown, the kernel sends HA SIGTERM instead of orphaning it.
+    if setpriv := shutil.which("setpriv"):
+        command = [setpriv, "--pdeathsig", "TERM", *command]
+    log = open(log_path, "ab")  # noqa: SIM115 - the child keeps its own copy
     try:
         return subprocess.Popen(
-            [str(hass), "-c", str(config_dir), "--skip-pip", "--log-file",
-             str(config_dir / "home-assistant.log")],
+            command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -305,11 +312,13 @@ def wait_until_running(
     )
 
 
-async def _ws_commands(url: str, token: str, commands: list[dict[str, object]]) -> list[dict]:
+async def ws_commands(
+    url: str, token: str, commands: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Send websocket commands in order (each may use `$prev.<key>` from the last result)."""
     from websockets.asyncio.client import connect
 
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     ws_url = url.replace("http://", "ws://", 1) + "/api/websocket"
     async with connect(ws_url, proxy=None, open_timeout=10, close_timeout=5) as ws:
         await asyncio.wait_for(ws.recv(), 10)  # auth_required
@@ -336,7 +345,7 @@ async def _ws_commands(url: str, token: str, commands: list[dict[str, object]]) 
 def assign_living_room(url: str, token: str) -> None:
     """Create the "Living Room" area and put the outside temperature sensor in it."""
     asyncio.run(
-        _ws_commands(
+        ws_commands(
             url,
             token,
             [
@@ -362,11 +371,12 @@ class _Shared:
     users = 0
 
 
-def _acquire(base_dir: Path) -> HomeAssistant:
+def _acquire(make_dir: Callable[[], Path]) -> HomeAssistant:
     if _Shared.instance is not None:
         _Shared.users += 1
         return _Shared.instance
     hass = ensure_venv()
+    base_dir = make_dir()
     config_dir = base_dir / "config"
     log_path = base_dir / "hass.out"
     port = free_port()
@@ -399,7 +409,7 @@ def home_assistant(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HomeAss
     """A real HA with the demo integration, for the whole session; skips only if the
     HA venv cannot be built here."""
     try:
-        instance = _acquire(tmp_path_factory.mktemp("homeassistant"))
+        instance = _acquire(lambda: tmp_path_factory.mktemp("homeassistant"))
     except HomeAssistantUnavailable as exc:
         pytest.skip(f"real Home Assistant unavailable: {exc}")
     try:

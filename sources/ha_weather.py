@@ -1,0 +1,364 @@
+"""Forecasts from a Home Assistant weather entity: the second forecast provider.
+
+HA (since 2023.9) gives forecasts only through the `weather.get_forecasts` service, and
+its REST API returns service responses (`?return_response`) only from 2024.8 on, so the
+forecast is read over the websocket API, which has had `return_response` since 2023.7:
+`auth_required` → `auth` → `auth_ok`, then one `call_service` with `return_response: true`.
+Each search opens its own short websocket (HA's socket is stateful and dies with a
+restart; one handshake on a LAN is cheaper than reconnect logic). The entity's units and
+name come from `GET /api/states/<entity_id>` once, over a pooled httpx client.
+
+The query picks the days: "today", "tomorrow", "day after tomorrow", weekday names,
+"(this|next) weekend", "this week"; naming none gives every day up to `max_days`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+from pydantic import Field, SecretStr, field_validator
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidStatus,
+    InvalidURI,
+)
+
+from sources import http
+from sources.base import (
+    Item,
+    Source,
+    SourceBadResponse,
+    SourceError,
+    SourceServerError,
+    SourceTimeout,
+    SourceUnauthorized,
+    SourceUnavailable,
+)
+from sources.registry import SourceConfig
+
+CALL_ID = 1
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+CONDITIONS = {
+    "clear-night": "clear night", "cloudy": "cloudy", "exceptional": "exceptional weather",
+    "fog": "fog", "hail": "hail", "lightning": "thunderstorms",
+    "lightning-rainy": "thunderstorms with rain", "partlycloudy": "partly cloudy",
+    "pouring": "pouring rain", "rainy": "rainy", "snowy": "snowy",
+    "snowy-rainy": "sleet", "sunny": "sunny", "windy": "windy",
+    "windy-variant": "windy and cloudy",
+}
+
+
+class Config(SourceConfig):
+    """`sources.<name>` keys for `type: ha_weather`."""
+
+    type: Literal["ha_weather"]
+    url: str = Field(description="Base URL, e.g. http://homeassistant.local:8123")
+    token: SecretStr = Field(description="Long-lived access token, from ${HA_TOKEN}.")
+    entity_id: str = Field(pattern=r"^weather\.[a-z0-9_]+$")
+    max_days: int = Field(default=7, ge=1, le=16)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class Day:
+    date: date
+    condition: str | None
+    high: float | None
+    low: float | None
+    precipitation: float | None
+    probability: float | None
+
+
+# ---------------------------------------------------------------------------------------
+# The answer, validated
+# ---------------------------------------------------------------------------------------
+
+
+def _number(entry: dict[str, Any], key: str) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SourceBadResponse(f"forecast field {key!r} is not a number")
+    return float(value)
+
+
+def parse_days(result: Any, entity_id: str) -> tuple[list[Day], date]:
+    """The daily forecast in `result["response"][entity_id]["forecast"]`, and "today"
+    in the forecast's own timezone."""
+    response = result.get("response") if isinstance(result, dict) else None
+    if not isinstance(response, dict):
+        raise SourceBadResponse("get_forecasts returned no service response")
+    if entity_id not in response:
+        raise SourceError(f"Home Assistant returned no forecast for {entity_id}")
+    forecast = response[entity_id].get("forecast") if isinstance(
+        response[entity_id], dict) else None
+    if not isinstance(forecast, list):
+        raise SourceBadResponse(f"the forecast for {entity_id} is not a list")
+    days: list[Day] = []
+    tz = None
+    for entry in forecast:
+        if not isinstance(entry, dict) or not isinstance(entry.get("datetime"), str):
+            raise SourceBadResponse("a forecast entry has no datetime")
+        try:
+            moment = datetime.fromisoformat(entry["datetime"])
+        except ValueError:
+            raise SourceBadResponse("a forecast entry has a malformed datetime") from None
+        tz = tz or moment.tzinfo
+        condition = entry.get("condition")
+        days.append(Day(
+            date=moment.date(),
+            condition=condition if isinstance(condition, str) else None,
+            high=_number(entry, "temperature"),
+            low=_number(entry, "templow"),
+            precipitation=_number(entry, "precipitation"),
+            probability=_number(entry, "precipitation_probability"),
+        ))
+    today = datetime.now(tz).date() if tz else date.today()
+    return days, today
+
+
+# ---------------------------------------------------------------------------------------
+# Which days, and how to say them
+# ---------------------------------------------------------------------------------------
+
+
+def _next(start: date, weekday: int) -> date:
+    return start + timedelta(days=(weekday - start.weekday()) % 7)
+
+
+def pick_days(query: str, today: date) -> set[date] | None:
+    """The dates the query names; None when it names none (then: every day)."""
+    text = query.lower()
+    wanted: set[date] = set()
+    if "day after tomorrow" in text:
+        wanted.add(today + timedelta(days=2))
+        text = text.replace("day after tomorrow", " ")
+    if re.search(r"\btomorrow\b", text):
+        wanted.add(today + timedelta(days=1))
+    if re.search(r"\b(today|tonight|this (morning|afternoon|evening))\b", text):
+        wanted.add(today)
+    if re.search(r"\bweekend\b", text):
+        # This weekend: the coming Saturday and Sunday, or what is left of the current
+        # one; "next weekend" said during a weekend means the one after.
+        saturday = today - timedelta(days=1) if today.weekday() == 6 else _next(today, 5)
+        if "next weekend" in text and today.weekday() >= 5:
+            saturday += timedelta(days=7)
+        wanted |= {d for d in (saturday, saturday + timedelta(days=1)) if d >= today}
+    for index, name in enumerate(WEEKDAYS):
+        if re.search(rf"\b{name}\b", text):
+            wanted.add(_next(today, index))
+    if re.search(r"\bthis week\b", text):
+        sunday = _next(today, 6)
+        wanted |= {today + timedelta(days=i) for i in range((sunday - today).days + 1)}
+    return wanted or None
+
+
+def _temp(value: float, unit: str) -> str:
+    return f"{round(value)} {unit}"
+
+
+def summarise(day: Day, today: date, units: dict[str, str]) -> str:
+    """ "Tuesday: sunny, high 22 °C, low 14 °C, precipitation 0 mm (10% chance)". """
+    if day.date == today:
+        label = f"Today ({day.date.strftime('%A')})"
+    elif day.date == today + timedelta(days=1):
+        label = f"Tomorrow ({day.date.strftime('%A')})"
+    else:
+        label = day.date.strftime("%A")
+    parts = [CONDITIONS.get(day.condition or "", day.condition or "conditions unknown")]
+    t_unit = units.get("temperature", "°")
+    if day.high is not None:
+        parts.append(f"high {_temp(day.high, t_unit)}")
+    if day.low is not None:
+        parts.append(f"low {_temp(day.low, t_unit)}")
+    if day.precipitation is not None:
+        amount = f"{day.precipitation:g} {units.get('precipitation', 'mm')}"
+        chance = f" ({day.probability:g}% chance)" if day.probability is not None else ""
+        parts.append(f"precipitation {amount}{chance}")
+    elif day.probability is not None:
+        parts.append(f"{day.probability:g}% chance of precipitation")
+    return f"{label}: {', '.join(parts)}"
+
+
+# ---------------------------------------------------------------------------------------
+# The source
+# ---------------------------------------------------------------------------------------
+
+
+class HAWeatherSource(Source):
+    """The daily forecast of one HA weather entity, over the websocket API."""
+
+    kind = "ha_weather"
+
+    def __init__(self, name: str, config: Config) -> None:
+        super().__init__(name, config.timeout_s, config.description)
+        self.url = config.url
+        self.entity_id = config.entity_id
+        self.max_days = config.max_days
+        self._token = config.token
+        self._what = f"Home Assistant weather ({name})"
+        scheme = "wss://" if self.url.startswith("https://") else "ws://"
+        self._ws_url = scheme + self.url.split("://", 1)[1] + "/api/websocket"
+        self._client: httpx.AsyncClient | None = None
+        self._meta: tuple[str, dict[str, str]] | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = http.make_client(
+                self.url, self.timeout_s,
+                {"Authorization": f"Bearer {self._token.get_secret_value()}"},
+            )
+        return self._client
+
+    async def start(self) -> None:
+        self._http()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def info(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {"type": self.kind, "entity_id": self.entity_id}
+        try:
+            config = await http.get_json(self._http(), "/api/config", what=self._what)
+        except SourceError as exc:
+            facts["error"] = exc.reason
+            return facts
+        if isinstance(config, dict):
+            facts["version"] = config.get("version")
+        return facts
+
+    # -- the websocket exchange --
+
+    async def _receive(self, ws: ClientConnection) -> dict[str, Any]:
+        raw = await ws.recv()
+        try:
+            message = json.loads(raw)
+        except (TypeError, ValueError):
+            raise SourceBadResponse(
+                f"{self._what} sent a websocket message that is not JSON"
+            ) from None
+        if not isinstance(message, dict):
+            raise SourceBadResponse(f"{self._what} sent a websocket message that is not an object")
+        return message
+
+    async def _exchange(self) -> Any:
+        async with connect(
+            self._ws_url, proxy=None, open_timeout=None, close_timeout=1,
+            ping_interval=None, max_size=MAX_MESSAGE_BYTES, compression=None,
+        ) as ws:
+            hello = await self._receive(ws)
+            if hello.get("type") != "auth_required":
+                raise SourceBadResponse(f"{self._what} did not ask for auth on its websocket")
+            await ws.send(json.dumps(
+                {"type": "auth", "access_token": self._token.get_secret_value()}
+            ))
+            verdict = await self._receive(ws)
+            if verdict.get("type") == "auth_invalid":
+                raise SourceUnauthorized(f"{self._what} websocket refused our token (auth_invalid)")
+            if verdict.get("type") != "auth_ok":
+                raise SourceBadResponse(f"{self._what} answered auth with {verdict.get('type')!r}")
+            await ws.send(json.dumps({
+                "id": CALL_ID,
+                "type": "call_service",
+                "domain": "weather",
+                "service": "get_forecasts",
+                "service_data": {"type": "daily"},
+                "target": {"entity_id": self.entity_id},
+                "return_response": True,
+            }))
+            while True:
+                message = await self._receive(ws)
+                if message.get("id") == CALL_ID and message.get("type") == "result":
+                    break
+        if not message.get("success"):
+            raw_error = message.get("error")
+            error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
+            code, text = str(error.get("code", "unknown")), str(error.get("message", ""))[:200]
+            if "did not match any entities" in text:
+                raise SourceError(f"{self._what}: no entity {self.entity_id} in Home Assistant")
+            if code == "unauthorized":
+                raise SourceUnauthorized(f"{self._what}: get_forecasts not allowed ({code})")
+            if code in ("home_assistant_error", "unknown_error"):
+                raise SourceServerError(f"{self._what}: get_forecasts failed ({code}: {text})")
+            raise SourceError(f"{self._what}: get_forecasts failed ({code}: {text})")
+        return message.get("result")
+
+    async def _forecast_result(self) -> Any:
+        """One websocket round trip, with every failure mapped to a typed SourceError."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._exchange()
+        except TimeoutError as exc:
+            raise SourceTimeout(f"{self._what} did not answer in time") from exc
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            if status in (401, 403):
+                raise SourceUnauthorized(
+                    f"{self._what} refused the websocket (HTTP {status})"
+                ) from exc
+            if status >= 500:
+                raise SourceServerError(f"{self._what} websocket failed (HTTP {status})") from exc
+            raise SourceError(f"{self._what} websocket rejected (HTTP {status})") from exc
+        except InvalidURI as exc:
+            raise SourceError(f"{self._what}: bad websocket URL") from exc
+        except (InvalidHandshake, ConnectionClosed, OSError) as exc:
+            raise SourceUnavailable(
+                f"{self._what} websocket is unreachable ({type(exc).__name__})"
+            ) from exc
+
+    async def _entity_meta(self) -> tuple[str, dict[str, str]]:
+        """(friendly name, units) of the weather entity; fetched once."""
+        if self._meta is None:
+            state = await http.get_json(
+                self._http(), f"/api/states/{quote(self.entity_id)}", what=self._what
+            )
+            attrs = state.get("attributes") if isinstance(state, dict) else None
+            if not isinstance(attrs, dict):
+                raise SourceBadResponse(f"{self._what}: the entity state has no attributes")
+            units = {
+                key: attrs[f"{key}_unit"] for key in ("temperature", "precipitation")
+                if isinstance(attrs.get(f"{key}_unit"), str)
+            }
+            name = attrs.get("friendly_name")
+            self._meta = (name if isinstance(name, str) else self.entity_id, units)
+        return self._meta
+
+    async def search(self, query: str) -> list[Item]:
+        result = await self._forecast_result()
+        days, today = parse_days(result, self.entity_id)
+        name, units = await self._entity_meta()
+        wanted = pick_days(query, today)
+        if wanted is None:
+            chosen = [d for d in days if d.date >= today][: self.max_days]
+        else:
+            chosen = [d for d in days if d.date in wanted]
+        url = f"{self.url}/history?entity_id={quote(self.entity_id)}"
+        return [
+            Item(title=f"{name}: {d.date.strftime('%A')} {d.date.isoformat()}",
+                 text=summarise(d, today, units), url=url)
+            for d in chosen
+        ]
+
+
+def build(name: str, config: SourceConfig) -> Source:
+    assert isinstance(config, Config)
+    return HAWeatherSource(name, config)

@@ -1,0 +1,518 @@
+"""Home Assistant over its REST API: device status questions, and opt-in device control.
+
+Status ("lights status", "is the garage door open", "temperature in the living room",
+"which lights are on in the kitchen") is answered from one `GET /api/states`, matched
+locally: the query's words are sorted into domain words ("lights" → `light`), device-class
+words ("temperature" → sensors with `device_class: temperature`), state words ("on",
+"open") and name words, which are fuzzy-matched (rapidfuzz) against each entity's
+friendly name and area. Areas are not in `/api/states`; they come from one rendered
+template (`POST /api/template`, read-only, admin tokens only) cached for a few minutes,
+and are simply absent when that is refused.
+
+Control ("turn on the kitchen light", "close the garage door") changes the world, so it
+runs only with `allow_control: true`, is never retried (a service call is not idempotent)
+and resolves to exactly one device unless the query says "all". `is_control(query)` lets
+the dispatcher know before calling that a query would change state.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+from pydantic import Field, SecretStr, field_validator
+from rapidfuzz import fuzz
+
+from sources import http
+from sources.base import Item, Source, SourceBadResponse, SourceError
+from sources.registry import SourceConfig
+
+AREA_CACHE_S = 300.0
+WORD_MATCH = 80  # rapidfuzz ratio at which a query word counts as naming an entity word
+
+# Renders [[entity_id, area name], ...] for every entity that has an area.
+AREA_TEMPLATE = (
+    "{% set ns = namespace(out=[]) %}{% for s in states %}"
+    "{% set a = area_name(s.entity_id) %}{% if a %}"
+    "{% set ns.out = ns.out + [[s.entity_id, a]] %}{% endif %}{% endfor %}"
+    "{{ ns.out | tojson }}"
+)
+
+
+class Config(SourceConfig):
+    """`sources.<name>` keys for `type: homeassistant`."""
+
+    type: Literal["homeassistant"]
+    url: str = Field(description="Base URL, e.g. http://homeassistant.local:8123")
+    token: SecretStr = Field(description="Long-lived access token, from ${HA_TOKEN}.")
+    allow_control: bool = Field(
+        default=False, description="Allow service calls that change device state."
+    )
+    max_results: int = Field(default=10, ge=1, le=200)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+
+# ---------------------------------------------------------------------------------------
+# Reading the query
+# ---------------------------------------------------------------------------------------
+
+# Words that name a kind of device; removed from the name words.
+DOMAIN_WORDS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(["light", "lights", "lamp", "lamps", "bulb", "bulbs", "lighting"],
+                    frozenset({"light"})),
+    **dict.fromkeys(["switch", "switches", "plug", "plugs", "outlet", "outlets", "socket",
+                     "sockets"], frozenset({"switch"})),
+    **dict.fromkeys(["cover", "covers", "blind", "blinds", "shade", "shades", "shutter",
+                     "shutters", "curtain", "curtains"], frozenset({"cover"})),
+    **dict.fromkeys(["lock", "locks"], frozenset({"lock"})),
+    **dict.fromkeys(["thermostat", "thermostats", "heating", "heater", "hvac",
+                     "climate", "ac", "aircon"], frozenset({"climate"})),
+    **dict.fromkeys(["fan", "fans"], frozenset({"fan"})),
+    **dict.fromkeys(["sensor", "sensors"], frozenset({"sensor", "binary_sensor"})),
+    **dict.fromkeys(["vacuum", "vacuums", "robot", "hoover"], frozenset({"vacuum"})),
+    **dict.fromkeys(["tv", "speaker", "speakers", "player", "media"],
+                    frozenset({"media_player"})),
+    **dict.fromkeys(["camera", "cameras"], frozenset({"camera"})),
+    **dict.fromkeys(["alarm"], frozenset({"alarm_control_panel"})),
+    **dict.fromkeys(["humidifier", "dehumidifier"], frozenset({"humidifier"})),
+}
+# Nouns that hint at a domain and are also part of device names ("Garage Door").
+NOUN_WORDS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(["door", "doors"], frozenset({"cover", "lock", "binary_sensor"})),
+    **dict.fromkeys(["garage", "gate", "gates"], frozenset({"cover", "binary_sensor"})),
+    **dict.fromkeys(["window", "windows"], frozenset({"cover", "binary_sensor"})),
+}
+# Words that name a measured quantity: (domains, device_class).
+MEASURE_WORDS: dict[str, tuple[frozenset[str], str]] = {
+    **dict.fromkeys(["temperature", "temp", "temperatures", "warm", "hot", "cold"],
+                    (frozenset({"sensor", "climate"}), "temperature")),
+    **dict.fromkeys(["humidity", "humid"], (frozenset({"sensor"}), "humidity")),
+    **dict.fromkeys(["power", "consumption", "watts"], (frozenset({"sensor"}), "power")),
+    **dict.fromkeys(["energy"], (frozenset({"sensor"}), "energy")),
+    **dict.fromkeys(["battery"], (frozenset({"sensor"}), "battery")),
+    **dict.fromkeys(["motion", "movement"], (frozenset({"binary_sensor"}), "motion")),
+    **dict.fromkeys(["co2"], (frozenset({"sensor"}), "carbon_dioxide")),
+}
+STATE_WORDS: dict[str, str] = {
+    "on": "on", "off": "off", "open": "open", "opened": "open", "closed": "closed",
+    "shut": "closed", "locked": "locked", "unlocked": "unlocked", "playing": "playing",
+}
+LISTING_WORDS = frozenset({"which", "what", "any", "list", "show", "all", "every"})
+STOPWORDS = frozenset({
+    "a", "an", "the", "is", "are", "was", "were", "be", "been", "do", "does", "did", "of",
+    "in", "at", "on", "to", "for", "from", "by", "with", "and", "or", "my", "our", "your",
+    "me", "us", "i", "we", "you", "it", "its", "this", "that", "these", "those", "there",
+    "here", "status", "state", "states", "what", "whats", "which", "who", "how", "much",
+    "many", "current", "currently", "right", "now", "please", "tell", "show", "list", "give",
+    "check", "any", "all", "every", "still", "left", "level", "reading", "value", "anything",
+    "something", "can", "could", "would", "will", "hey", "ok", "okay", "home", "house",
+})
+ALL_WORDS = frozenset({"all", "every", "everything"})
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+_ENTITY_ID = re.compile(r"\b([a-z_]+\.[a-z0-9_]+)\b")
+_POLITE = r"^(?:(?:please|hey|ok|okay|can you|could you|would you|will you)[\s,]+)*"
+_ON_OFF_FIRST = re.compile(_POLITE + r"(?:turn|switch|put)\s+(on|off)\s+(.+)$")
+_ON_OFF_LAST = re.compile(_POLITE + r"(?:turn|switch|put)\s+(.+?)\s+(on|off)[.!]?$")
+_VERB = re.compile(_POLITE + r"(open|close|shut|lock|unlock|toggle)\s+(.+)$")
+
+# (action, domain) → service; an action on a domain not listed is not supported.
+_ON_OFF_DOMAINS = ("light", "switch", "fan", "input_boolean", "media_player", "climate",
+                   "humidifier", "siren", "automation", "script")
+SERVICES: dict[tuple[str, str], str] = {
+    **{("on", d): "turn_on" for d in _ON_OFF_DOMAINS},
+    **{("off", d): "turn_off" for d in _ON_OFF_DOMAINS},
+    **{("toggle", d): "toggle" for d in (*_ON_OFF_DOMAINS, "cover")},
+    ("open", "cover"): "open_cover",
+    ("close", "cover"): "close_cover",
+    ("lock", "lock"): "lock",
+    ("unlock", "lock"): "unlock",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a query asks, read from its words."""
+
+    domains: frozenset[str]  # empty: any domain
+    device_class: str | None
+    state: str | None  # filter: only entities in this state ("which lights are on")
+    names: tuple[str, ...]  # words to fuzzy-match against names and areas
+    entity_id: str | None = None
+    action: str | None = None  # control: on/off/toggle/open/close/lock/unlock
+    all: bool = False
+
+
+def _words(text: str) -> list[str]:
+    return _TOKEN.findall(text.lower().replace("'s", ""))
+
+
+def parse_control(query: str) -> tuple[str, str] | None:
+    """(action, target text) when the query asks to change a device, else None."""
+    text = query.strip().lower()
+    if "?" in text or re.search(r"\b(status|state)\b", text):
+        return None
+    if m := _ON_OFF_FIRST.match(text):
+        return m.group(1), m.group(2)
+    if m := _ON_OFF_LAST.match(text):
+        return m.group(2), m.group(1)
+    if m := _VERB.match(text):
+        action = {"shut": "close"}.get(m.group(1), m.group(1))
+        return action, m.group(2)
+    return None
+
+
+def parse_request(query: str) -> Request:
+    """Sort the query's words into domains, measures, states and names."""
+    control = parse_control(query)
+    text = control[1] if control else query
+    words = _words(text)
+    domains: set[str] = set()
+    device_class = None
+    state = None
+    names: list[str] = []
+    listing = bool(LISTING_WORDS.intersection(words))
+    for word in words:
+        if word in DOMAIN_WORDS:
+            domains |= DOMAIN_WORDS[word]
+        elif word in MEASURE_WORDS:
+            measure_domains, device_class = MEASURE_WORDS[word]
+            domains |= measure_domains
+        elif word in NOUN_WORDS:
+            domains |= NOUN_WORDS[word]
+            names.append(word)
+        elif word in STATE_WORDS:
+            state = STATE_WORDS[word]
+            if word in ("locked", "unlocked"):
+                domains.add("lock")
+        elif word not in STOPWORDS:
+            names.append(word)
+    entity = _ENTITY_ID.search(text.lower())
+    return Request(
+        domains=frozenset(domains),
+        device_class=device_class,
+        state=state if listing and not control else None,
+        names=tuple(names),
+        entity_id=entity.group(1) if entity else None,
+        action=control[0] if control else None,
+        all=bool(ALL_WORDS.intersection(words)),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Matching entities
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Match:
+    state: dict[str, Any]
+    area: str | None
+    matched_words: int = 0
+    score: float = 0.0
+    name: str = field(default="")
+
+    @property
+    def entity_id(self) -> str:
+        return str(self.state["entity_id"])
+
+    @property
+    def domain(self) -> str:
+        return self.entity_id.split(".", 1)[0]
+
+
+def _name_of(state: dict[str, Any]) -> str:
+    name = state.get("attributes", {}).get("friendly_name")
+    if isinstance(name, str) and name.strip():
+        return name
+    return str(state["entity_id"]).split(".", 1)[1].replace("_", " ")
+
+
+def _fits_kind(state: dict[str, Any], request: Request, domain: str) -> bool:
+    if request.domains and domain not in request.domains:
+        return False
+    if request.device_class and domain in ("sensor", "binary_sensor", "number"):
+        return bool(state.get("attributes", {}).get("device_class") == request.device_class)
+    if request.device_class == "temperature" and domain == "climate":
+        return "current_temperature" in state.get("attributes", {})
+    return True
+
+
+def match_entities(
+    states: list[dict[str, Any]], areas: dict[str, str], request: Request
+) -> list[Match]:
+    """Entities the request names, best first; [] when nothing fits.
+
+    With name words, only the entities matching the most of them are kept (so "garage
+    door" keeps Garage Door, not every door); without, every entity of the asked kind.
+    """
+    if request.entity_id:
+        exact = [s for s in states if s["entity_id"] == request.entity_id]
+        if exact:
+            return [Match(exact[0], areas.get(request.entity_id), name=_name_of(exact[0]))]
+    if not request.domains and not request.names:
+        return []
+    matches: list[Match] = []
+    for state in states:
+        domain = state["entity_id"].split(".", 1)[0]
+        if not _fits_kind(state, request, domain):
+            continue
+        if request.state and str(state.get("state")) != request.state:
+            continue
+        name = _name_of(state)
+        area = areas.get(state["entity_id"])
+        match = Match(state, area, name=name)
+        if request.names:
+            candidate = _words(f"{name} {area or ''}")
+            if not candidate:
+                continue
+            best = [max(fuzz.ratio(word, c) for c in candidate) for word in request.names]
+            hits = [b for b in best if b >= WORD_MATCH]
+            if not hits:
+                continue
+            match.matched_words = len(hits)
+            match.score = sum(hits) / len(request.names)
+        matches.append(match)
+    if request.names and matches:
+        top = max(m.matched_words for m in matches)
+        matches = [m for m in matches if m.matched_words == top]
+    matches.sort(key=lambda m: (-m.matched_words, -m.score, m.name.lower()))
+    return matches
+
+
+# ---------------------------------------------------------------------------------------
+# Saying it
+# ---------------------------------------------------------------------------------------
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def describe(state: dict[str, Any], area: str | None, temp_unit: str) -> str:
+    """One readable sentence: "Kitchen Lights is on (brightness 180)"."""
+    attrs = state.get("attributes", {}) or {}
+    name = _name_of(state)
+    domain = state["entity_id"].split(".", 1)[0]
+    value = str(state.get("state"))
+    unit = attrs.get("unit_of_measurement")
+    details: list[str] = []
+    if value in ("unavailable", "unknown"):
+        sentence = f"{name} is {value}"
+    elif unit:
+        sentence = f"{name} is {value} {unit}"
+    else:
+        sentence = f"{name} is {value.replace('_', ' ')}"
+    if domain == "light" and value == "on" and attrs.get("brightness") is not None:
+        details.append(f"brightness {_num(attrs['brightness'])}")
+    if domain == "cover" and attrs.get("current_position") is not None:
+        details.append(f"position {_num(attrs['current_position'])}%")
+    if domain == "climate":
+        if attrs.get("current_temperature") is not None:
+            details.append(f"current temperature {_num(attrs['current_temperature'])} {temp_unit}")
+        if attrs.get("temperature") is not None:
+            details.append(f"target {_num(attrs['temperature'])} {temp_unit}")
+    if domain == "media_player" and attrs.get("media_title"):
+        details.append(f"playing {attrs['media_title']}")
+    if area:
+        details.append(f"area {area}")
+    return sentence + (f" ({', '.join(details)})" if details else "")
+
+
+# ---------------------------------------------------------------------------------------
+# The source
+# ---------------------------------------------------------------------------------------
+
+
+class HomeAssistantSource(Source):
+    """Answers device-status questions from a Home Assistant; controls devices if allowed."""
+
+    kind = "homeassistant"
+
+    def __init__(self, name: str, config: Config) -> None:
+        super().__init__(name, config.timeout_s, config.description)
+        self.url = config.url
+        self.allow_control = config.allow_control
+        self.max_results = config.max_results
+        self._token = config.token
+        self._what = f"Home Assistant ({name})"
+        self._client: httpx.AsyncClient | None = None
+        self._areas: dict[str, str] = {}
+        self._areas_at = float("-inf")
+        self._temp_unit: str | None = None
+
+    # -- plumbing --
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = http.make_client(
+                self.url,
+                self.timeout_s,
+                {"Authorization": f"Bearer {self._token.get_secret_value()}"},
+            )
+        return self._client
+
+    async def start(self) -> None:
+        self._http()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _states(self) -> list[dict[str, Any]]:
+        body = await http.get_json(self._http(), "/api/states", what=self._what)
+        if not isinstance(body, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("entity_id"), str) and "state" in s
+            for s in body
+        ):
+            raise SourceBadResponse(f"{self._what}: /api/states is not a list of states")
+        for state in body:
+            if not isinstance(state.get("attributes"), dict):
+                state["attributes"] = {}
+        return body
+
+    async def _config(self) -> dict[str, Any]:
+        body = await http.get_json(self._http(), "/api/config", what=self._what)
+        if not isinstance(body, dict):
+            raise SourceBadResponse(f"{self._what}: /api/config is not an object")
+        return body
+
+    async def _area_map(self) -> dict[str, str]:
+        """entity_id → area name, cached; empty when the template API is refused."""
+        if time.monotonic() - self._areas_at < AREA_CACHE_S:
+            return self._areas
+        try:
+            response = await http.request(
+                self._http(), "POST", "/api/template", what=self._what,
+                json={"template": AREA_TEMPLATE},
+            )
+            pairs = json.loads(response.text)
+            self._areas = {str(e): str(a) for e, a in pairs}
+        except (SourceError, ValueError, TypeError):
+            self._areas = {}  # areas are an extra: status answers work without them
+        self._areas_at = time.monotonic()
+        return self._areas
+
+    async def _temperature_unit(self) -> str:
+        if self._temp_unit is None:
+            units = (await self._config()).get("unit_system")
+            unit = units.get("temperature") if isinstance(units, dict) else None
+            self._temp_unit = unit if isinstance(unit, str) else "°"
+        return self._temp_unit
+
+    def _history_url(self, entity_id: str) -> str:
+        return f"{self.url}/history?entity_id={quote(entity_id)}"
+
+    # -- the interface --
+
+    def is_control(self, query: str) -> bool:
+        """Whether answering `query` would call a state-changing service."""
+        return parse_control(query) is not None
+
+    async def info(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {"type": self.kind, "allow_control": self.allow_control}
+        try:
+            config = await self._config()
+        except SourceError as exc:
+            facts["error"] = exc.reason
+            return facts
+        facts["version"] = config.get("version")
+        facts["state"] = config.get("state")
+        return facts
+
+    async def search(self, query: str) -> list[Item]:
+        request = parse_request(query)
+        states = await self._states()
+        areas = await self._area_map()
+        if request.action:
+            return await self._control(query, request, states, areas)
+        matches = match_entities(states, areas, request)
+        if not matches:
+            return []
+        needs_unit = any(m.domain == "climate" for m in matches[: self.max_results])
+        unit = await self._temperature_unit() if needs_unit else "°"
+        return [
+            Item(title=m.name, text=describe(m.state, m.area, unit),
+                 url=self._history_url(m.entity_id))
+            for m in matches[: self.max_results]
+        ]
+
+    async def _control(
+        self, query: str, request: Request, states: list[dict[str, Any]],
+        areas: dict[str, str],
+    ) -> list[Item]:
+        action = request.action or ""
+        able = frozenset(d for (a, d) in SERVICES if a == action)
+        domains = (request.domains & able) if request.domains else able
+        if not domains:
+            return []
+        targeted = Request(domains=domains, device_class=None, state=None,
+                           names=request.names, entity_id=request.entity_id)
+        matches = match_entities(states, areas, targeted)
+        if not matches:
+            return []
+        if not request.all and not request.entity_id:
+            if not request.names:
+                return [self._ambiguous(query, matches)]
+            best = [m for m in matches if m.score == matches[0].score]
+            if len(best) > 1:
+                return [self._ambiguous(query, best)]
+            matches = best
+        matches = matches[: self.max_results]
+        plan = "; ".join(
+            f"{m.domain}.{SERVICES[(action, m.domain)]} on {m.name} ({m.entity_id})"
+            for m in matches
+        )
+        if not self.allow_control:
+            return [Item(
+                title="Device control is disabled",
+                text=(f"This would call {plan}, but source '{self.name}' does not allow "
+                      "control (set allow_control: true to enable it). Nothing was changed."),
+            )]
+        return [await self._call(action, m) for m in matches]
+
+    def _ambiguous(self, query: str, matches: list[Match]) -> Item:
+        listed = ", ".join(f"{m.name} ({m.entity_id})" for m in matches[: self.max_results])
+        return Item(
+            title="Which device?",
+            text=(f"'{query}' could mean several devices: {listed}. Name one, or say 'all'. "
+                  "Nothing was changed."),
+        )
+
+    async def _call(self, action: str, match: Match) -> Item:
+        service = SERVICES[(action, match.domain)]
+        response = await http.request(
+            self._http(), "POST", f"/api/services/{match.domain}/{service}",
+            what=self._what, retries=0, json={"entity_id": match.entity_id},
+        )
+        changed = http.parse_json(response, self._what)
+        new_state = None
+        if isinstance(changed, list):
+            for state in changed:
+                if isinstance(state, dict) and state.get("entity_id") == match.entity_id:
+                    new_state = state.get("state")
+        outcome = f"now {new_state}" if new_state is not None else "state not reported yet"
+        return Item(
+            title=match.name,
+            text=f"Called {match.domain}.{service} on {match.name}: {outcome}.",
+            url=self._history_url(match.entity_id),
+        )
+
+
+def build(name: str, config: SourceConfig) -> Source:
+    assert isinstance(config, Config)
+    return HomeAssistantSource(name, config)

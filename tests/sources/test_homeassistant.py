@@ -1,0 +1,383 @@
+"""The `homeassistant` source against a real Home Assistant 2024.3.3 running its demo.
+
+HA is started once per session by `tests/support/homeassistant.py` (the `home_assistant`
+fixture); every expectation is checked against the states HA itself reports, read back
+over its REST API independently of the source. Only the 5xx and malformed-body cases use
+a loopback stub (`HaRestStub`), because a real HA cannot be made to send those: it speaks
+HA's `/api/states` wire format (a JSON list of state objects).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sources import homeassistant as ha
+from sources.base import (
+    Item,
+    SourceBadResponse,
+    SourceServerError,
+    SourceTimeout,
+    SourceUnauthorized,
+    SourceUnavailable,
+)
+from sources.homeassistant import HomeAssistantSource, parse_control, parse_request
+from tests.support import homeassistant as ha_harness
+from tests.support.homeassistant import HA_VERSION, HomeAssistant
+from tests.support.wire_servers import Fault, WireServer, closed_port_url
+
+# The session-wide real HA (one per test session, shared with the other HA test modules).
+home_assistant = ha_harness.home_assistant
+
+DEMO_LIGHTS = {
+    "light.bed_light": "Bed Light",
+    "light.ceiling_lights": "Ceiling Lights",
+    "light.kitchen_lights": "Kitchen Lights",
+    "light.office_rgbw_lights": "Office RGBW Lights",
+    "light.living_room_rgbww_lights": "Living Room RGBWW Lights",
+    "light.entrance_color_white_lights": "Entrance Color + White Lights",
+}
+
+
+def make_source(url: str, token: str, **extra: Any) -> HomeAssistantSource:
+    config = ha.Config.model_validate(
+        {"type": "homeassistant", "url": url, "token": token, **extra}
+    )
+    source = ha.build("ha", config)
+    assert isinstance(source, HomeAssistantSource)
+    return source
+
+
+@pytest.fixture
+async def source(home_assistant: HomeAssistant) -> AsyncIterator[HomeAssistantSource]:
+    src = make_source(home_assistant.url, home_assistant.token, timeout_s=10)
+    await src.start()
+    yield src
+    await src.aclose()
+
+
+@pytest.fixture
+async def controller(home_assistant: HomeAssistant) -> AsyncIterator[HomeAssistantSource]:
+    src = make_source(home_assistant.url, home_assistant.token, timeout_s=10, allow_control=True)
+    await src.start()
+    yield src
+    await src.aclose()
+
+
+def read_states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
+    """HA's own view, read without the source under test."""
+    response = httpx.get(
+        f"{hass.url}/api/states", headers={"Authorization": f"Bearer {hass.token}"},
+        timeout=10, trust_env=False,
+    )
+    response.raise_for_status()
+    return {s["entity_id"]: s for s in response.json()}
+
+
+def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str) -> None:
+    httpx.post(
+        f"{hass.url}/api/services/{domain}/{service}", json={"entity_id": entity_id},
+        headers={"Authorization": f"Bearer {hass.token}"}, timeout=10, trust_env=False,
+    ).raise_for_status()
+
+
+def assert_no_secret(items: list[Item], token: str) -> None:
+    for item in items:
+        assert token not in f"{item.title} {item.text} {item.url}"
+
+
+# --- reading the query (pure) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("turn on the kitchen light", ("on", "the kitchen light")),
+        ("please switch the bed light off", ("off", "the bed light")),
+        ("close the garage door", ("close", "the garage door")),
+        ("shut the blinds", ("close", "the blinds")),
+        ("unlock the front door", ("unlock", "the front door")),
+        ("is the garage door open", None),
+        ("which lights are on in the kitchen", None),
+        ("lock status", None),
+        ("turn on the light?", None),
+    ],
+)
+def test_parse_control_separates_commands_from_questions(
+    query: str, expected: tuple[str, str] | None
+) -> None:
+    assert parse_control(query) == expected
+
+
+def test_parse_request_sorts_words_into_kinds_names_and_states() -> None:
+    req = parse_request("which lights are on in the kitchen")
+    assert req.domains == {"light"} and req.state == "on" and req.names == ("kitchen",)
+    req = parse_request("temperature in the living room")
+    assert req.device_class == "temperature" and req.names == ("living", "room")
+    # A yes/no question about one device does not filter by the state it asks about.
+    assert parse_request("is the garage door open").state is None
+
+
+# --- status questions against the real demo ---------------------------------------------
+
+
+@pytest.mark.slow
+async def test_lights_status_lists_every_demo_light_with_its_real_state(
+    source: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    items = await source.search("lights status")
+    states = read_states(home_assistant)
+    assert {i.title for i in items} == set(DEMO_LIGHTS.values())
+    for entity_id, name in DEMO_LIGHTS.items():
+        item = next(i for i in items if i.title == name)
+        assert item.text.startswith(f"{name} is {states[entity_id]['state']}")
+        assert item.url == f"{home_assistant.url}/history?entity_id={entity_id}"
+        brightness = states[entity_id]["attributes"].get("brightness")
+        if states[entity_id]["state"] == "on" and brightness is not None:
+            assert f"brightness {brightness}" in item.text
+    assert_no_secret(items, home_assistant.token)
+
+
+@pytest.mark.slow
+async def test_garage_door_question_finds_only_the_garage_cover(
+    source: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    items = await source.search("is the garage door open")
+    real = read_states(home_assistant)["cover.garage_door"]["state"]
+    assert [i.title for i in items] == ["Garage Door"]
+    assert items[0].text == f"Garage Door is {real}"
+    assert items[0].url is not None and items[0].url.endswith("entity_id=cover.garage_door")
+
+
+@pytest.mark.slow
+async def test_temperature_in_the_living_room_uses_the_area_from_the_registry(
+    source: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    # The harness put sensor.outside_temperature in the "Living Room" area; its name
+    # does not say "living room", so only the area can have matched it.
+    items = await source.search("temperature in the living room")
+    sensor = read_states(home_assistant)["sensor.outside_temperature"]
+    unit = sensor["attributes"]["unit_of_measurement"]
+    assert [i.title for i in items] == ["Outside Temperature"]
+    assert items[0].text == f"Outside Temperature is {sensor['state']} {unit} (area Living Room)"
+
+
+@pytest.mark.slow
+async def test_which_lights_are_on_in_the_kitchen_filters_by_state_and_name(
+    source: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    states = read_states(home_assistant)
+    on = await source.search("which lights are on")
+    assert {i.title for i in on} == {
+        name for eid, name in DEMO_LIGHTS.items() if states[eid]["state"] == "on"
+    }
+    off = await source.search("which lights are off")
+    assert {i.title for i in off} == {
+        name for eid, name in DEMO_LIGHTS.items() if states[eid]["state"] == "off"
+    }
+    kitchen = await source.search("which lights are on in the kitchen")
+    expected = ["Kitchen Lights"] if states["light.kitchen_lights"]["state"] == "on" else []
+    assert [i.title for i in kitchen] == expected
+
+
+@pytest.mark.slow
+async def test_fuzzy_names_and_exact_entity_ids_match(source: HomeAssistantSource) -> None:
+    assert [i.title for i in await source.search("kitchn lights")] == ["Kitchen Lights"]
+    assert [i.title for i in await source.search("light.bed_light")] == ["Bed Light"]
+    locks = await source.search("which doors are unlocked")
+    assert {i.title for i in locks} == {"Kitchen Door", "Poorly Installed Door"}
+
+
+@pytest.mark.slow
+async def test_nothing_matched_is_an_empty_list(source: HomeAssistantSource) -> None:
+    assert await source.search("temperature in the bathroom") == []
+    assert await source.search("zebra crossing") == []
+
+
+@pytest.mark.slow
+async def test_max_results_caps_the_items(home_assistant: HomeAssistant) -> None:
+    src = make_source(home_assistant.url, home_assistant.token, max_results=2)
+    try:
+        assert len(await src.search("lights status")) == 2
+    finally:
+        await src.aclose()
+
+
+@pytest.mark.slow
+async def test_info_reads_the_version_from_api_config(
+    source: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    facts = await source.info()
+    assert facts["version"] == HA_VERSION
+    assert facts["type"] == "homeassistant" and facts["allow_control"] is False
+    assert home_assistant.token not in repr(facts)
+
+
+# --- control ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_control_is_refused_by_default_and_changes_nothing(
+    source: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    call_service(home_assistant, "light", "turn_on", "light.kitchen_lights")
+    before = read_states(home_assistant)["light.kitchen_lights"]
+    query = "turn off the kitchen light"
+    assert source.is_control(query)
+    items = await source.search(query)
+    assert [i.title for i in items] == ["Device control is disabled"]
+    assert "light.turn_off on Kitchen Lights (light.kitchen_lights)" in items[0].text
+    after = read_states(home_assistant)["light.kitchen_lights"]
+    assert after["state"] == "on"
+    assert after["last_updated"] == before["last_updated"]  # no service touched it
+
+
+@pytest.mark.slow
+async def test_control_allowed_flips_a_demo_light_and_back(
+    controller: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    call_service(home_assistant, "light", "turn_off", "light.bed_light")
+    try:
+        items = await controller.search("turn on the bed light")
+        assert [i.title for i in items] == ["Bed Light"]
+        assert items[0].text == "Called light.turn_on on Bed Light: now on."
+        assert read_states(home_assistant)["light.bed_light"]["state"] == "on"
+        items = await controller.search("switch the bed light off")
+        assert items[0].text == "Called light.turn_off on Bed Light: now off."
+        assert read_states(home_assistant)["light.bed_light"]["state"] == "off"
+    finally:
+        call_service(home_assistant, "light", "turn_off", "light.bed_light")
+
+
+@pytest.mark.slow
+async def test_control_closes_the_garage_door_cover(
+    controller: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    call_service(home_assistant, "cover", "open_cover", "cover.garage_door")
+    try:
+        items = await controller.search("close the garage door")
+        assert [i.title for i in items] == ["Garage Door"]
+        assert items[0].text.startswith("Called cover.close_cover on Garage Door")
+        # The demo cover moves over a few seconds; it is closing or closed, never open.
+        assert read_states(home_assistant)["cover.garage_door"]["state"] in ("closing", "closed")
+    finally:
+        call_service(home_assistant, "cover", "close_cover", "cover.garage_door")
+
+
+@pytest.mark.slow
+async def test_ambiguous_control_calls_nothing(
+    controller: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    watched = ("fan.living_room_fan", "light.living_room_rgbww_lights", "media_player.living_room")
+    before = {e: read_states(home_assistant)[e]["last_updated"] for e in watched}
+    items = await controller.search("turn off the living room")
+    assert [i.title for i in items] == ["Which device?"]
+    assert all(e in items[0].text for e in watched)
+    after = read_states(home_assistant)
+    assert {e: after[e]["last_updated"] for e in watched} == before
+
+
+# --- failures ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_wrong_token_is_unauthorized_and_never_echoed(
+    home_assistant: HomeAssistant,
+) -> None:
+    wrong = "not-a-valid-token-" + "x" * 20
+    src = make_source(home_assistant.url, wrong)
+    try:
+        with pytest.raises(SourceUnauthorized) as caught:
+            await src.search("lights status")
+        assert wrong not in str(caught.value)
+        facts = await src.info()
+        assert facts["error"] == "unauthorized" and "version" not in facts
+    finally:
+        await src.aclose()
+
+
+async def test_refused_port_is_unavailable() -> None:
+    src = make_source(closed_port_url(), "token")
+    try:
+        with pytest.raises(SourceUnavailable):
+            await src.search("lights status")
+    finally:
+        await src.aclose()
+
+
+@pytest.fixture
+def silent_port() -> Iterator[str]:
+    """A port that accepts TCP connections but never answers (a hung server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def test_a_server_that_never_answers_times_out(silent_port: str) -> None:
+    src = make_source(silent_port, "token", timeout_s=0.5)
+    try:
+        with pytest.raises(SourceTimeout):
+            await src.search("lights status")
+    finally:
+        await src.aclose()
+
+
+class HaRestStub(WireServer):
+    """HA's `/api/states` wire format (a JSON list of states), for injected faults only."""
+
+    STATES: ClassVar[list[dict[str, Any]]] = [
+        {"entity_id": "light.porch", "state": "on",
+         "attributes": {"friendly_name": "Porch Light"}},
+    ]
+
+    def routes(self) -> list[Route]:
+        return [Route("/api/states", self._states), Route("/api/template", self._template,
+                                                         methods=["POST"])]
+
+    async def _states(self, request: Request) -> Response:
+        def answer(_: Request, shape: str) -> Response:
+            if shape == "wrong_shape":
+                return JSONResponse({"message": "not a list"})
+            return JSONResponse([] if shape == "empty" else self.STATES)
+        return await self.serve(request, answer)
+
+    async def _template(self, request: Request) -> Response:
+        return Response("[]", media_type="text/plain")
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        (Fault.status(500), SourceServerError),
+        (Fault.not_json(), SourceBadResponse),
+        (Fault.wrong_shape(), SourceBadResponse),
+    ],
+)
+async def test_server_errors_and_malformed_bodies_are_typed(fault: Fault, error: type) -> None:
+    with HaRestStub() as stub:
+        stub.set_fault(fault)
+        src = make_source(stub.url, "token")
+        try:
+            with pytest.raises(error):
+                await src.search("porch light")
+        finally:
+            await src.aclose()
+        assert stub.requests[0].headers["authorization"] == "Bearer token"
+
+
+async def test_stub_sanity_the_same_query_answers_without_a_fault() -> None:
+    with HaRestStub() as stub:
+        src = make_source(stub.url, "token")
+        try:
+            items = await src.search("porch light")
+        finally:
+            await src.aclose()
+    assert [i.text for i in items] == ["Porch Light is on"]
