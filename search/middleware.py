@@ -13,7 +13,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-OPEN_PATHS = frozenset({"/healthz"})
+# /healthz for probes; the viewer's static files hold no data (their fetches need the token).
+OPEN_PATHS = frozenset({"/healthz", "/ui", "/ui/", "/ui/app.js", "/ui/style.css"})
 
 
 class BearerTokenMiddleware:

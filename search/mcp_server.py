@@ -1,0 +1,367 @@
+"""The MCP server: `search` and `get_trace` as Model Context Protocol tools.
+
+Built on the official `mcp` SDK's low-level `Server` (the high-level `MCPServer` calls
+`logging.basicConfig` on construction, which would change logging for the whole app).
+Both tools go through the same `Service` as `POST /search` and read the same trace
+store as `GET /traces/{id}`: nothing here routes or rebuilds a chain.
+
+Transports:
+- streamable HTTP at `/mcp` inside the app (`http_endpoint`): stateless, JSON responses,
+  so any worker of `search serve --workers N` can answer any request;
+- stdio via `search mcp` (`run_stdio`): the protocol owns a private duplicate of the
+  real stdout, and file descriptor 1 points at stderr for the life of the process, so
+  nothing a C library (libzim) or a child process prints can reach the protocol stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import anyio
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    CallToolRequestParams,
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+    ToolAnnotations,
+)
+from mcp_types.jsonrpc import INVALID_PARAMS
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from routing.events import run_in_thread
+from search import __version__
+from search.config import Config
+from search.narrative import narrative
+from search.service import Service
+
+log = logging.getLogger("search.mcp")
+
+SERVER_NAME = "search-router"
+INSTRUCTIONS = (
+    "Answers questions from the household's own sources (offline encyclopedia, weather "
+    "forecast, smart home, web search). One query may hold several questions; each part "
+    "is routed to the right source. Pass explain=true to see why each source was chosen, "
+    "and get_trace(trace_id) to read a past request's recorded chain."
+)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class SearchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    query: str = Field(description="The question; may hold several parts ('weather and news').")
+    explain: bool = Field(
+        default=False, description="Also return the explanation chain (every routing step)."
+    )
+
+
+class TraceArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    trace_id: str = Field(
+        min_length=1, max_length=128, description="The trace_id a search returned."
+    )
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return schema
+
+
+def _sources_line(config: Config) -> str:
+    described = [
+        f"{name} ({entry.description})" if getattr(entry, "description", None) else name
+        for name, entry in config.sources.items()
+        if entry.enabled
+    ]
+    return "Sources: " + "; ".join(described) + "." if described else ""
+
+
+def tool_list(config: Config) -> list[Tool]:
+    search_description = (
+        "Search the household's sources and answer with results per part of the query, "
+        "the same body as POST /search: query, trace_id, results, cached, "
+        "fallback_occurred, explanation. " + _sources_line(config)
+    ).strip()
+    return [
+        Tool(
+            name="search",
+            description=search_description,
+            input_schema=_schema(SearchArgs),
+            annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True),
+        ),
+        Tool(
+            name="get_trace",
+            description=(
+                "A stored request by trace_id: its recorded chain of routing events, part "
+                "results (without source content) and a narrative diagnosis, as GET /traces/{id}."
+            ),
+            input_schema=_schema(TraceArgs),
+            annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        ),
+    ]
+
+
+def tool_result(body: dict[str, Any], is_error: bool = False) -> CallToolResult:
+    """The body as structured content, and as JSON text for clients that read only text."""
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=body, is_error=is_error
+    )
+
+
+def _error(type_: str, message: str, field: str | None = None) -> CallToolResult:
+    detail: dict[str, Any] = {"type": type_, "message": message}
+    if field is not None:
+        detail["field"] = field
+    return tool_result({"error": detail}, is_error=True)
+
+
+def _parse(model: type[BaseModel], arguments: dict[str, Any] | None) -> BaseModel | CallToolResult:
+    try:
+        return model.model_validate(arguments or {})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "arguments"
+        message = "unknown argument" if err["type"] == "extra_forbidden" else err["msg"]
+        return _error("invalid_arguments", f"{field}: {message}", field)
+
+
+async def run_search(service: Service, arguments: dict[str, Any] | None) -> CallToolResult:
+    """`search`: the same checks and the same Service call as POST /search."""
+    args = _parse(SearchArgs, arguments)
+    if isinstance(args, CallToolResult):
+        return args
+    assert isinstance(args, SearchArgs)
+    limit = service.config.server.max_query_chars
+    if not args.query.strip():
+        return _error("invalid_request", "query: must not be empty", "query")
+    if len(args.query) > limit:
+        return _error(
+            "invalid_request", f"query: longer than the maximum of {limit} characters", "query"
+        )
+    outcome = await service.search(args.query, explain=args.explain)
+    return tool_result(outcome.body, is_error=outcome.status_code != 200)
+
+
+async def find_trace(service: Service, trace_id: str) -> dict[str, Any] | None:
+    """A stored trace as `GET /traces/{id}` shows it, from whichever store the service has."""
+    store: Any = service.traces
+    if hasattr(store, "get_trace"):
+        trace = await run_in_thread(store.get_trace, trace_id)
+        if trace is None and hasattr(store, "flush"):
+            await store.flush()  # written a few ms after its response
+            trace = await run_in_thread(store.get_trace, trace_id)
+        if trace is not None:
+            trace["narrative"] = narrative(
+                trace["chain"],
+                with_text=not trace.get("redacted", False),
+                dropped_events=trace.get("dropped_events", 0),
+            )
+        return trace
+    if hasattr(store, "get"):  # MemoryTraceSink (tests, embedders)
+        record = store.get(trace_id)
+        if record is None:
+            return None
+        return {
+            "trace_id": record.trace_id,
+            "started_at": record.started_at,
+            "query": record.query,
+            "status_code": record.status_code,
+            "duration_ms": record.duration_ms,
+            "dropped_events": record.dropped_events,
+            "error": record.error,
+            "chain": record.chain,
+            "results": record.results,
+            "narrative": narrative(record.chain, dropped_events=record.dropped_events),
+        }
+    return None
+
+
+async def run_get_trace(service: Service, arguments: dict[str, Any] | None) -> CallToolResult:
+    args = _parse(TraceArgs, arguments)
+    if isinstance(args, CallToolResult):
+        return args
+    assert isinstance(args, TraceArgs)
+    store = service.traces
+    if not (hasattr(store, "get_trace") or hasattr(store, "get")):
+        return _error("not_found", "the trace store is switched off (trace.enabled: false)")
+    try:
+        trace = await find_trace(service, args.trace_id)
+    except Exception as exc:  # noqa: BLE001 - an unreadable store is the tool's error
+        log.warning("get_trace failed: %s", type(exc).__name__)
+        return _error("trace_store_error", f"the trace store could not be read: {exc}")
+    if trace is None:
+        return _error("not_found", f"trace {args.trace_id}: no such trace", "trace_id")
+    return tool_result(trace)
+
+
+def build_mcp_server(service: Service) -> Server[Any]:
+    """The MCP server over `service` (its lifespan is the app's or `run_stdio`'s)."""
+    tools = tool_list(service.config)
+    schemas = {tool.name: tool.input_schema for tool in tools}
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        return ListToolsResult(tools=tools)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: CallToolRequestParams
+    ) -> CallToolResult:
+        if params.name == "search":
+            return await run_search(service, params.arguments)
+        if params.name == "get_trace":
+            return await run_get_trace(service, params.arguments)
+        raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}")
+
+    return Server(
+        SERVER_NAME,
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        get_tool_input_schema=schemas.get,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+# --- streamable HTTP -----------------------------------------------------------------
+
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def _is_loopback(host: str) -> bool:
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def _host_name(value: str) -> str:
+    """'localhost:8080' -> 'localhost', '[::1]:80' -> '[::1]'."""
+    if value.startswith("["):
+        return value.split("]", 1)[0] + "]"
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class LoopbackGuard:
+    """DNS-rebinding protection that follows the socket, not the config.
+
+    A request that reached the server over loopback must name a loopback host (and
+    origin, when it sends one): a web page whose domain resolves to 127.0.0.1 can't
+    drive the tools from a browser. Requests over the network are left to the bearer
+    token (`server.api_token`), whatever `--host` the server was started with.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()) -> None:
+        """`allowed_hosts`: names a reverse proxy on this machine forwards (`mcp.allowed_hosts`)."""
+        self.app = app
+        self.allowed = frozenset(h.lower() for h in allowed_hosts)
+
+    def _allowed(self, host: str) -> bool:
+        return _is_loopback(host) or host.lower() in self.allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server") or ("", 0)
+        if scope["type"] == "http" and _is_loopback(str(server[0])):
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            host = _host_name(headers.get("host", ""))
+            origin = headers.get("origin")
+            origin_host = _host_name(origin.split("://", 1)[-1]) if origin else None
+            foreign_origin = origin_host is not None and not self._allowed(origin_host)
+            if not self._allowed(host) or foreign_origin:
+                message = "host: a loopback connection must name a loopback host and origin"
+                body = json.dumps({"error": {"type": "forbidden", "message": message}}).encode()
+                await send({"type": "http.response.start", "status": 403, "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_endpoint(
+    server: Server[Any], max_body_bytes: int = 1024 * 1024, allowed_hosts: Iterable[str] = ()
+) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
+    """The ASGI endpoint for `/mcp`, and the session manager's lifespan to enter once."""
+    server.streamable_http_app(
+        streamable_http_path="/mcp",
+        stateless_http=True,
+        json_response=True,
+        max_request_body_size=max_body_bytes,
+        # LoopbackGuard does this job, from the socket the request came in on.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    manager = server.session_manager
+    return LoopbackGuard(StreamableHTTPASGIApp(manager), allowed_hosts), manager.run
+
+
+# --- stdio -----------------------------------------------------------------------------
+
+
+def divert_std_fds() -> tuple[int, int]:
+    """Keep private duplicates of stdin/stdout for the protocol; point fd 0 at /dev/null
+    and fd 1 (and `sys.stdout`) at stderr, for this process and every child it starts."""
+    sys.stdout.flush()
+    wire_in = os.dup(0)  # non-inheritable (PEP 446): children never see the wire
+    wire_out = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return wire_in, wire_out
+
+
+async def serve_stdio(config: Config, wire_in: int, wire_out: int) -> None:
+    """Start the service (sources, models), then speak MCP on the wire until stdin closes."""
+    from search.telemetry import telemetry_observers
+
+    observers = telemetry_observers(config)
+    service = Service(config, observers=list(observers))
+    await service.start()
+    try:
+        server = build_mcp_server(service)
+        reader = io.TextIOWrapper(os.fdopen(wire_in, "rb"), encoding="utf-8", errors="replace")
+        writer = io.TextIOWrapper(os.fdopen(wire_out, "wb"), encoding="utf-8", newline="\n")
+        async with stdio_server(stdin=anyio.wrap_file(reader), stdout=anyio.wrap_file(writer)) as (
+            read_stream,
+            write_stream,
+        ):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        await service.aclose()
+        for observer in observers:
+            await run_in_thread(observer.shutdown)
+
+
+def run_stdio(config: Config) -> int:
+    """`search mcp`: the stdio transport. Logs go to stderr; stdout is the protocol's."""
+    wire_in, wire_out = divert_std_fds()
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve_stdio(config, wire_in, wire_out))
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,140 @@
+"""Prometheus metrics, counted from each finished request's recorded chain.
+
+`MetricsObserver` is a `RequestObserver`: it reads the events the request recorded and
+never looks at routing itself, so `/metrics` can't disagree with `/traces` or an
+explanation. Each app gets its own `CollectorRegistry` (not prometheus-client's global
+one), so tests and embedders can build many apps in one process.
+
+What a truncated chain means here: events past `routing.max_events` were never stored,
+so they can't be counted; `search_dropped_events_total` says how many were lost.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from search.traces import TraceRecord
+
+__all__ = ["INTENT_STEPS", "MetricsObserver", "metrics_route"]
+
+# The intent steps of the contract; a stage added later is counted under its own step name
+# as long as it starts with "intent_".
+INTENT_STEPS = (
+    "intent_keyword", "intent_cached", "intent_session", "intent_semantic", "intent_llm",
+    "intent_default",
+)
+# Source calls take milliseconds (ZIM lookups) to seconds (LLM-backed or remote sources).
+LATENCY_BUCKETS_S = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class MetricsObserver:
+    """Counts what each request's chain says happened."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "search_requests", "Finished /search requests (any surface), by HTTP status.",
+            ["status"], registry=r,
+        )
+        self.request_seconds = Histogram(
+            "search_request_duration_seconds", "Duration of a request, from its route log.",
+            buckets=REQUEST_BUCKETS_S, registry=r,
+        )
+        self.source_calls = Counter(
+            "search_source_calls", "Real source calls (source_invoked), by source and outcome.",
+            ["source", "outcome"], registry=r,
+        )
+        self.source_seconds = Histogram(
+            "search_source_call_duration_seconds",
+            "Elapsed time of source calls, timed around the call (source_invoked.elapsed_ms).",
+            ["source", "outcome"], buckets=LATENCY_BUCKETS_S, registry=r,
+        )
+        self.source_skips = Counter(
+            "search_source_skips", "Sources skipped without a call (source_skipped), by reason.",
+            ["source", "reason"], registry=r,
+        )
+        self.fallbacks = Counter(
+            "search_fallbacks", "Fallback chain moves, by from and to source.",
+            ["from_source", "to_source"], registry=r,
+        )
+        self.cache_hits = Counter(
+            "search_cache_hits",
+            "Cache hits by kind: 'result' (result_cache_hit), 'decision' (intent_cached).",
+            ["kind"], registry=r,
+        )
+        self.intent_decisions = Counter(
+            "search_intent_decisions", "Routing decisions by the intent stage that made them.",
+            ["stage"], registry=r,
+        )
+        self.errors = Counter(
+            "search_errors", "error events (a part or the request failed), by error type.",
+            ["error_type"], registry=r,
+        )
+        self.dropped_events = Counter(
+            "search_dropped_events",
+            "Events not stored because a request's chain hit routing.max_events.",
+            registry=r,
+        )
+        # Pre-create the label-less series and the known kinds so a scrape shows zeros
+        # (rate() over a series that appears late misses its first increments).
+        for kind in ("result", "decision"):
+            self.cache_hits.labels(kind=kind)
+        for stage in INTENT_STEPS:
+            self.intent_decisions.labels(stage=stage)
+
+    def observe(self, trace: TraceRecord) -> None:
+        self.requests.labels(status=str(trace.status_code)).inc()
+        self.request_seconds.observe(max(trace.duration_ms, 0.0) / 1000.0)
+        if trace.dropped_events:
+            self.dropped_events.inc(trace.dropped_events)
+        for event in trace.chain:
+            step = event.get("step")
+            if step == "source_invoked":
+                source, outcome = str(event.get("source")), str(event.get("outcome"))
+                self.source_calls.labels(source=source, outcome=outcome).inc()
+                elapsed = event.get("elapsed_ms")
+                if isinstance(elapsed, (int, float)):
+                    self.source_seconds.labels(source=source, outcome=outcome).observe(
+                        max(float(elapsed), 0.0) / 1000.0
+                    )
+            elif step == "fallback":
+                self.fallbacks.labels(
+                    from_source=str(event.get("from_source")), to_source=str(event.get("to_source"))
+                ).inc()
+            elif step == "result_cache_hit":
+                self.cache_hits.labels(kind="result").inc()
+            elif step == "source_skipped":
+                self.source_skips.labels(
+                    source=str(event.get("source")), reason=str(event.get("reason"))
+                ).inc()
+            elif step == "error":
+                self.errors.labels(error_type=str(event.get("error_type"))).inc()
+            elif isinstance(step, str) and step.startswith("intent_"):
+                self.intent_decisions.labels(stage=step).inc()
+                if step == "intent_cached":
+                    self.cache_hits.labels(kind="decision").inc()
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of everything counted so far."""
+        return generate_latest(self.registry)
+
+
+def metrics_route(observer: MetricsObserver) -> Route:
+    """`GET /metrics`: Prometheus text format 0.0.4 (OpenMetrics if the scraper asks for
+    it in `Accept`), from this app's registry."""
+
+    async def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        if content_type.startswith("text/plain"):
+            content_type = CONTENT_TYPE_PLAIN_0_0_4
+        return Response(encoder(observer.registry), headers={"Content-Type": content_type})
+
+    return Route("/metrics", metrics, methods=["GET"])

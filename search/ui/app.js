@@ -1,0 +1,460 @@
+// The trace viewer: plain DOM, no build step, nothing loaded from elsewhere.
+// It draws only what the recorded events say (GET /traces, GET /traces/{id}, POST /search
+// with explain); nothing here knows how routing works.
+"use strict";
+
+(function () {
+  const ROW = 22;            // px per row in a lane
+  const SOURCE_STEP = "source_invoked";
+
+  // --- small helpers ---------------------------------------------------------------
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("data-") || key === "href" || key === "title" || key === "role" ||
+               key === "type" || key === "colspan") node.setAttribute(key, String(value));
+      else node[key] = value;
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function svg(tag, attrs) {
+    const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+    return node;
+  }
+
+  function fmtMs(value) {
+    if (typeof value !== "number") return "";
+    return value < 10 ? value.toFixed(2) : value < 100 ? value.toFixed(1) : value.toFixed(0);
+  }
+
+  function fmtValue(value) {
+    if (typeof value === "string") return value;
+    if (typeof value === "number") return Number.isInteger(value) ? String(value) : String(+value.toFixed(3));
+    return JSON.stringify(value);
+  }
+
+  function partKey(path) {
+    return path === "" ? [] : path.split(".").map((p) => parseInt(p, 10) || 0);
+  }
+
+  function comparePaths(a, b) {
+    const ka = partKey(a), kb = partKey(b);
+    for (let i = 0; i < Math.min(ka.length, kb.length); i++) {
+      if (ka[i] !== kb[i]) return ka[i] - kb[i];
+    }
+    return ka.length - kb.length;
+  }
+
+  function parentPath(path) {
+    const i = path.lastIndexOf(".");
+    return i < 0 ? "" : path.slice(0, i);
+  }
+
+  function markerKind(step) {
+    if (step === "result_cache_hit" || step === "intent_cached") return "cache";
+    if (step.startsWith("intent_")) return "decision";
+    if (step === "error") return "error";
+    if (step === "source_skipped") return "skip";
+    return "event";
+  }
+
+  async function api(path, options) {
+    let response;
+    try {
+      response = await fetch(path, Object.assign({ headers: { "Accept": "application/json" } }, options));
+    } catch (err) {
+      throw new Error("the server could not be reached");
+    }
+    let body = null;
+    try { body = await response.json(); } catch (err) { body = null; }
+    return { status: response.status, body: body };
+  }
+
+  function errorText(result) {
+    const error = result.body && result.body.error;
+    return error ? `${error.type}: ${error.message}` : `HTTP ${result.status}`;
+  }
+
+  // --- tooltip ---------------------------------------------------------------------
+
+  const tooltip = document.getElementById("tooltip");
+
+  function showTooltip(event, fields) {
+    tooltip.replaceChildren();
+    const table = el("table");
+    for (const [key, value] of Object.entries(fields)) {
+      table.append(el("tr", {}, el("th", { text: key }), el("td", { text: fmtValue(value) })));
+    }
+    tooltip.append(table);
+    tooltip.hidden = false;
+    moveTooltip(event);
+  }
+
+  function moveTooltip(event) {
+    const pad = 14;
+    const width = tooltip.offsetWidth, height = tooltip.offsetHeight;
+    let x = event.clientX + pad, y = event.clientY + pad;
+    if (x + width > window.innerWidth) x = Math.max(0, event.clientX - width - pad);
+    if (y + height > window.innerHeight) y = Math.max(0, event.clientY - height - pad);
+    tooltip.style.left = x + "px";
+    tooltip.style.top = y + "px";
+  }
+
+  function hoverable(node, fields) {
+    node.addEventListener("mouseenter", (e) => showTooltip(e, fields));
+    node.addEventListener("mousemove", moveTooltip);
+    node.addEventListener("mouseleave", () => { tooltip.hidden = true; });
+    return node;
+  }
+
+  // --- the waterfall ---------------------------------------------------------------
+
+  function buildLanes(chain) {
+    const lanes = new Map();
+    const lane = (path) => {
+      if (!lanes.has(path)) lanes.set(path, { path: path, events: [], calls: [], query: null });
+      return lanes.get(path);
+    };
+    lane("");
+    for (const event of chain) {
+      let path = String(event.part || "");
+      const own = lane(path);
+      own.events.push(event);
+      if (event.step === SOURCE_STEP) own.calls.push(event);
+      if (own.query === null && path !== "" && typeof event.query === "string") own.query = event.query;
+      while (path !== "") { path = parentPath(path); lane(path); }
+    }
+    return [...lanes.values()].sort((a, b) => comparePaths(a.path, b.path));
+  }
+
+  function renderWaterfall(chain, durationMs) {
+    const lastT = chain.reduce((m, e) => Math.max(m, typeof e.t_ms === "number" ? e.t_ms : 0), 0);
+    const total = Math.max(durationMs || 0, lastT) || 1;
+    const pct = (ms) => Math.min(100, Math.max(0, (ms / total) * 100));
+    const root = el("div", { class: "waterfall", "data-total-ms": total.toFixed(3) });
+
+    const axis = el("div", { class: "axis" }, el("div", { class: "lane-label" }));
+    const ticks = el("div", { class: "ticks" });
+    for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+      const tick = el("span", { class: "tick", text: fmtMs(total * f) + " ms" });
+      tick.style.left = f * 100 + "%";
+      ticks.append(tick);
+    }
+    axis.append(ticks);
+    root.append(axis);
+
+    for (const lane of buildLanes(chain)) {
+      const label = lane.path === "" ? "request" : `part ${lane.path}`;
+      const laneNode = el("div", { class: "lane", "data-part": lane.path },
+        el("div", { class: "lane-label", title: lane.query || "" },
+          el("strong", { text: label }), lane.query ? el("span", { class: "q", text: lane.query }) : null));
+      const track = el("div", { class: "track" });
+      const rows = 1 + lane.calls.length;
+      track.style.height = rows * ROW + "px";
+
+      // Row 0: decisions, cache hits and every other event, as markers at their time.
+      for (const event of lane.events) {
+        if (event.step === SOURCE_STEP || event.step === "fallback") continue;
+        const kind = markerKind(event.step);
+        const marker = el("div", {
+          class: `marker kind-${kind}`, "data-step": event.step, "data-seq": event.seq,
+          "data-kind": kind, "data-source": event.source || event.decision || null,
+        });
+        marker.style.left = pct(event.t_ms) + "%";
+        marker.style.top = (ROW - 12) / 2 + "px";
+        track.append(hoverable(marker, event));
+      }
+
+      // One row per source call, its bar from (t_ms - elapsed_ms) to t_ms.
+      const bars = [];
+      lane.calls.forEach((event, i) => {
+        const start = Math.max(0, event.t_ms - (event.elapsed_ms || 0));
+        const bar = el("div", {
+          class: `bar outcome-${event.outcome}`, "data-step": SOURCE_STEP, "data-seq": event.seq,
+          "data-source": event.source, "data-outcome": event.outcome,
+          "data-elapsed-ms": event.elapsed_ms, "data-start-ms": start.toFixed(3),
+        }, el("span", { class: "bar-label", text: `${event.source} ${fmtMs(event.elapsed_ms)} ms` }));
+        bar.style.left = pct(start) + "%";
+        bar.style.width = (pct(event.t_ms) - pct(start)) + "%";
+        // The label goes inside a wide bar, left of a bar that ends near the right edge.
+        if (pct(event.t_ms) - pct(start) > 12) bar.classList.add("label-inside");
+        else if (pct(event.t_ms) > 85) bar.classList.add("label-left");
+        bar.style.top = (i + 1) * ROW + 3 + "px";
+        track.append(hoverable(bar, event));
+        bars.push({ event: event, row: i + 1, start: start });
+      });
+
+      // Fallbacks: an arrow from where the failed source ended down to the next one's bar.
+      const fallbacks = lane.events.filter((e) => e.step === "fallback");
+      if (fallbacks.length) {
+        const layer = svg("svg", { class: "arrows", width: "100%", height: rows * ROW });
+        for (const event of fallbacks) {
+          const from = bars.filter((b) => b.event.source === event.from_source && b.event.seq < event.seq).pop();
+          const to = bars.find((b) => b.event.source === event.to_source && b.event.seq > event.seq);
+          // No bar for the next source: it answered from the cache or was skipped (a marker).
+          const mark = to ? null : lane.events.find((e) => e.source === event.to_source &&
+            e.seq > event.seq && (e.step === "result_cache_hit" || e.step === "source_skipped"));
+          const x1 = from ? pct(from.event.t_ms) : pct(event.t_ms);
+          const x2 = to ? pct(to.start) : pct(mark ? mark.t_ms : event.t_ms);
+          const y1 = from ? from.row * ROW + ROW / 2 : ROW / 2;
+          const y2 = to ? to.row * ROW + 3 : mark ? ROW - 4 : (from ? from.row + 1 : 1) * ROW;
+          const group = svg("g", {
+            class: "fallback-arrow", "data-step": "fallback", "data-seq": event.seq,
+            "data-from": event.from_source, "data-to": event.to_source, "data-reason": event.reason,
+          });
+          group.append(svg("line", { class: "hit", x1: x1 + "%", y1: y1, x2: x2 + "%", y2: y2 }));
+          group.append(svg("line", {
+            class: "shaft", x1: x1 + "%", y1: y1, x2: x2 + "%", y2: y2, "marker-end": "url(#fallback-head)",
+          }));
+          layer.append(hoverable(group, event));
+        }
+        track.append(layer);
+      }
+      laneNode.append(track);
+      root.append(laneNode);
+    }
+
+    const legend = el("p", { class: "legend" },
+      el("span", { class: "swatch outcome-ok" }), "ok ",
+      el("span", { class: "swatch outcome-empty" }), "empty ",
+      el("span", { class: "swatch outcome-error" }), "error ",
+      el("span", { class: "swatch outcome-timeout" }), "timeout ",
+      el("span", { class: "marker-swatch kind-decision" }), "decision ",
+      el("span", { class: "marker-swatch kind-cache" }), "cache hit ",
+      el("span", { class: "marker-swatch kind-error" }), "error ",
+      el("span", { class: "marker-swatch kind-event" }), "other event ",
+      "↓ fallback · hover for the event's fields");
+    root.append(legend);
+    return root;
+  }
+
+  function renderEvents(chain) {
+    const table = el("table", { class: "grid events" });
+    table.append(el("thead", {}, el("tr", {},
+      el("th", { text: "seq" }), el("th", { text: "t ms" }), el("th", { text: "part" }),
+      el("th", { text: "step" }), el("th", { text: "fields" }))));
+    const body = el("tbody");
+    for (const event of chain) {
+      const fields = el("td", { class: "fields" });
+      for (const [key, value] of Object.entries(event)) {
+        if (["step", "seq", "t_ms", "part"].includes(key)) continue;
+        fields.append(el("span", { class: "field" }, el("b", { text: key + "=" }), fmtValue(value)));
+      }
+      body.append(el("tr", { "data-step": event.step, "data-seq": event.seq },
+        el("td", { text: event.seq }), el("td", { class: "num", text: fmtMs(event.t_ms) }),
+        el("td", { text: event.part === "" ? "—" : event.part }),
+        el("td", { class: `step kind-${markerKind(event.step)}`, text: event.step }), fields));
+    }
+    table.append(body);
+    return table;
+  }
+
+  function renderResults(results) {
+    const list = el("ul", { class: "results" });
+    const add = (result, prefix) => {
+      const count = Array.isArray(result.items) ? result.items.length : result.item_count;
+      const item = el("li", { class: `result status-${result.status}`, "data-source": result.source },
+        el("span", { class: "q", text: prefix + result.query }), " → ",
+        el("strong", { text: result.source || "no source" }),
+        ` ${result.status}` + (count !== undefined ? ` · ${count} item${count === 1 ? "" : "s"}` : ""),
+        result.error ? el("span", { class: "err", text: ` (${result.error.type}: ${result.error.message})` }) : null);
+      if (Array.isArray(result.items) && result.items.length) {
+        const items = el("ol", { class: "items" });
+        for (const it of result.items.slice(0, 5)) {
+          items.append(el("li", {}, el("b", { text: it.title || "" }), " ", el("span", { text: (it.text || "").slice(0, 200) })));
+        }
+        item.append(items);
+      }
+      list.append(item);
+    };
+    for (const result of results || []) {
+      if (result.condition) add(result.condition, "if ");
+      add(result, "");
+    }
+    return list;
+  }
+
+  function renderChain(container, chain, durationMs, narrative) {
+    container.append(el("h2", { text: "Waterfall" }), renderWaterfall(chain, durationMs));
+    if (narrative && narrative.length) {
+      const list = el("ol", { class: "narrative" });
+      for (const line of narrative) list.append(el("li", { text: line }));
+      container.append(el("h2", { text: "Diagnosis" }), list);
+    }
+    container.append(el("h2", { text: `Events (${chain.length})` }), renderEvents(chain));
+  }
+
+  // --- views -----------------------------------------------------------------------
+
+  const views = ["traces", "trace", "search"];
+  let nextCursor = null;
+  let listQuery = "";
+
+  function show(name) {
+    for (const v of views) document.getElementById(`view-${v}`).hidden = v !== name;
+    for (const a of document.querySelectorAll("[data-nav]")) {
+      a.classList.toggle("active", a.dataset.nav === name || (name === "trace" && a.dataset.nav === "traces"));
+    }
+  }
+
+  function filtersFromForm() {
+    const params = new URLSearchParams();
+    for (const [key, value] of new FormData(document.getElementById("filters"))) {
+      if (String(value).trim() !== "") params.set(key, String(value).trim());
+    }
+    return params;
+  }
+
+  function formFromFilters(params) {
+    const form = document.getElementById("filters");
+    for (const input of form.elements) {
+      if (!input.name) continue;
+      if (input.type === "checkbox") input.checked = params.get(input.name) === "true";
+      else input.value = params.get(input.name) || "";
+    }
+  }
+
+  function traceRow(t) {
+    const flags = [];
+    if (t.failed) flags.push("failed");
+    if (t.fallback) flags.push("fallback");
+    if (t.cached) flags.push("cached");
+    if (t.dry_run) flags.push("dry run");
+    if (t.replay_of) flags.push("replay");
+    const link = el("a", { href: `#/trace/${encodeURIComponent(t.trace_id)}`, text: t.query });
+    const row = el("tr", { class: t.failed ? "failed" : "", "data-trace-id": t.trace_id },
+      el("td", { class: "time", text: new Date(t.started_at * 1000).toLocaleString() }),
+      el("td", { class: "query" }, link),
+      el("td", { text: t.status_code }), el("td", { class: "num", text: fmtMs(t.duration_ms) }),
+      el("td", { text: (t.sources || []).join(", ") }), el("td", { class: "flags", text: flags.join(" · ") }));
+    row.addEventListener("click", (e) => {
+      if (e.target.tagName !== "A") location.hash = `#/trace/${encodeURIComponent(t.trace_id)}`;
+    });
+    return row;
+  }
+
+  async function loadList(params, append) {
+    const status = document.getElementById("list-status");
+    const body = document.querySelector("#trace-list tbody");
+    const query = new URLSearchParams(params);
+    query.set("limit", "50");
+    if (append && nextCursor) query.set("cursor", nextCursor);
+    status.textContent = "loading…";
+    const result = await api(`traces?${query}`);
+    if (result.status !== 200) {
+      status.textContent = errorText(result);
+      status.classList.add("error");
+      if (!append) body.replaceChildren();
+      document.getElementById("more").hidden = true;
+      return;
+    }
+    status.classList.remove("error");
+    const page = result.body;
+    if (!append) body.replaceChildren();
+    for (const t of page.traces) body.append(traceRow(t));
+    nextCursor = page.next_cursor;
+    document.getElementById("more").hidden = !nextCursor;
+    const shown = body.children.length;
+    status.textContent = page.total === 0 ? "no traces match" : `${shown} of ${page.total} traces`;
+  }
+
+  async function loadTrace(traceId) {
+    const head = document.getElementById("trace-head");
+    const body = document.getElementById("trace-body");
+    head.replaceChildren(el("p", { class: "status", text: "loading…" }));
+    body.replaceChildren();
+    const result = await api(`traces/${encodeURIComponent(traceId)}`);
+    if (result.status !== 200) {
+      head.replaceChildren(el("p", { class: "status error", text: errorText(result) }));
+      return;
+    }
+    const t = result.body;
+    const flags = [t.failed && "failed", t.fallback && "fallback", t.cached && "cached",
+                   t.dry_run && "dry run", t.redacted && "redacted"].filter(Boolean);
+    head.replaceChildren(
+      el("h2", { class: "query", text: t.query }),
+      el("p", { class: "meta" },
+        `${new Date(t.started_at * 1000).toLocaleString()} · status ${t.status_code} · ${fmtMs(t.duration_ms)} ms`,
+        flags.length ? ` · ${flags.join(" · ")}` : "",
+        t.dropped_events ? ` · ${t.dropped_events} events dropped` : "",
+        " · ", el("code", { text: t.trace_id })),
+      t.error ? el("p", { class: "status error", text: `${t.error.type}: ${t.error.message}` }) : "",
+      renderResults(t.results));
+    renderChain(body, t.chain, t.duration_ms, t.narrative);
+  }
+
+  async function runSearch(event) {
+    event.preventDefault();
+    const status = document.getElementById("search-status");
+    const out = document.getElementById("search-result");
+    const query = document.getElementById("query").value;
+    const dryRun = document.getElementById("dry-run").checked;
+    status.textContent = "searching…";
+    status.classList.remove("error");
+    out.replaceChildren();
+    const started = performance.now();
+    const result = await api("search", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Accept": "application/json" },
+      body: JSON.stringify({ query: query, explain: true, dry_run: dryRun }),
+    });
+    const took = performance.now() - started;
+    const body = result.body || {};
+    if (result.status !== 200) {
+      status.textContent = errorText(result);
+      status.classList.add("error");
+    } else {
+      const flags = [body.fallback_occurred && "fallback", body.cached && "cached"].filter(Boolean);
+      status.textContent = `${body.results.length} part${body.results.length === 1 ? "" : "s"} in ${fmtMs(took)} ms` +
+        (flags.length ? ` · ${flags.join(" · ")}` : "");
+    }
+    if (body.trace_id) {
+      out.append(el("p", {}, el("a", { href: `#/trace/${body.trace_id}`, class: "trace-link", text: "open the stored trace" }),
+        " ", el("code", { text: body.trace_id })));
+    }
+    if (body.results) out.append(renderResults(body.results));
+    if (Array.isArray(body.explanation)) renderChain(out, body.explanation, null, null);
+  }
+
+  function route() {
+    const hash = location.hash || "#/traces";
+    const [path, query] = hash.slice(1).split("?");
+    if (path.startsWith("/trace/")) {
+      show("trace");
+      loadTrace(decodeURIComponent(path.slice("/trace/".length)));
+    } else if (path === "/search") {
+      show("search");
+      document.getElementById("query").focus();
+    } else {
+      show("traces");
+      const params = new URLSearchParams(query || "");
+      formFromFilters(params);
+      listQuery = params.toString();
+      loadList(params, false);
+    }
+  }
+
+  document.getElementById("filters").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const params = filtersFromForm();
+    const target = "#/traces" + (params.toString() ? "?" + params : "");
+    if (location.hash === target) route(); else location.hash = target;
+  });
+  document.getElementById("filters-reset").addEventListener("click", () => {
+    setTimeout(() => { location.hash = "#/traces"; }, 0);
+  });
+  document.getElementById("more").addEventListener("click", () => loadList(new URLSearchParams(listQuery), true));
+  document.getElementById("search-form").addEventListener("submit", runSearch);
+  window.addEventListener("hashchange", route);
+  route();
+})();

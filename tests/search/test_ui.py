@@ -1,0 +1,280 @@
+"""The trace viewer at /ui, in a real headless Chromium (Debian's), driven by Playwright.
+
+The app runs under uvicorn on loopback with a real SQLite trace store; scripted sources
+make the fallbacks and timings deterministic (ha sleeps 50 ms and fails, web answers
+after 100 ms). The browser is Debian's `/usr/bin/chromium`: Playwright never downloads
+one. A screenshot of the trace page is saved under `test-artifacts/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from search.app import create_app
+from search.config import parse_config
+from tests.support.app import uvicorn_server
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+BROWSER_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="Debian's chromium is not installed (apt-get install -y chromium chromium-driver)",
+)
+
+
+def ui_config(tmp: Path):
+    return parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": {"ha": ["lights"], "web": ["news"], "forecast": ["rains"]},
+                "semantic": {"enabled": False},
+            },
+            "trace": {"path": str(tmp / "traces.db")},
+            "sources": {
+                "kiwix": {"type": "scripted"},
+                "ha": {"type": "scripted", "fail": "unavailable", "delay_s": 0.05,
+                       "fallback": ["web"], "circuit_failures": 0},
+                "web": {"type": "scripted", "delay_s": 0.1, "items": 3},
+                "forecast": {"type": "scripted"},
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The served app, with four stored traces of known shape."""
+    tmp = tmp_path_factory.mktemp("ui")
+    with uvicorn_server(create_app(ui_config(tmp))) as base:
+        ids: dict[str, str] = {}
+        with httpx.Client(base_url=base, timeout=30) as http:
+            for key, query in [
+                ("fallback", "are the lights on"),
+                ("cached", "are the lights on"),  # ha fails again; web from the cache
+                ("plain", "tell me about tides"),
+                ("parts", "what's the news; if it rains tomorrow, are the lights on?"),
+            ]:
+                response = http.post("/search", json={"query": query})
+                assert response.status_code == 200
+                ids[key] = response.json()["trace_id"]
+        yield {"base": base, "ids": ids}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright  # a test dependency; the browser is Debian's
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=BROWSER_ARGS, headless=True
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture()
+def page(browser: Any, site: dict[str, Any]) -> Iterator[Any]:
+    """A fresh page that records every request and every script error."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.requests = []  # type: ignore[attr-defined]
+    page.problems = []  # type: ignore[attr-defined]
+    page.on("request", lambda r: page.requests.append(r.url))
+    page.on("pageerror", lambda e: page.problems.append(str(e)))
+    # A 4xx the page shows on purpose (a bad filter) is logged as "Failed to load resource".
+    page.on("console", lambda m: m.type == "error"
+            and not m.text.startswith("Failed to load resource") and page.problems.append(m.text))
+    yield page
+    # Nothing from outside: every request went to the app itself; no script failed.
+    assert page.requests and all(u.startswith(site["base"] + "/") for u in page.requests)
+    assert page.problems == []
+    context.close()
+
+
+def box(locator: Any) -> dict[str, float]:
+    found = locator.bounding_box()
+    assert found is not None
+    return found
+
+
+def test_the_list_shows_recent_traces_and_filters_them(page: Any, site: dict[str, Any]) -> None:
+    ids = site["ids"]
+    page.goto(site["base"] + "/ui")
+    rows = page.locator("#trace-list tbody tr")
+    rows.nth(3).wait_for()
+    assert rows.count() == 4
+    # Newest first.
+    assert rows.first.get_attribute("data-trace-id") == ids["parts"]
+    assert "4 of 4 traces" in page.inner_text("#list-status")
+
+    page.check("#filters input[name=fallback]")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#list-status")).to_contain_text("of 3")
+    shown = {rows.nth(i).get_attribute("data-trace-id") for i in range(rows.count())}
+    assert shown == {ids["fallback"], ids["cached"], ids["parts"]}
+    assert "fallback=true" in page.url
+
+    page.uncheck("#filters input[name=fallback]")
+    page.fill("#filters input[name=step]", "result_cache_hit")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#list-status")).to_contain_text("of 2")
+    shown = {rows.nth(i).get_attribute("data-trace-id") for i in range(rows.count())}
+    assert shown == {ids["cached"], ids["parts"]}  # web answered both from the cache
+
+    page.fill("#filters input[name=step]", "")
+    page.fill("#filters input[name=q]", "tides")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#list-status")).to_contain_text("of 1")
+    assert rows.first.get_attribute("data-trace-id") == ids["plain"]
+
+    page.fill("#filters input[name=q]", "")
+    page.fill("#filters input[name=since]", "last tuesday")
+    page.click("#filters button[type=submit]")
+    page.wait_for_selector("#list-status.error")
+    assert "since" in page.inner_text("#list-status")
+
+    page.fill("#filters input[name=since]", "")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#list-status")).to_contain_text("of 4")
+    rows.filter(has_text="tell me about tides").click()
+    page.wait_for_selector("#view-trace .waterfall")
+    assert page.url.endswith(f"#/trace/{ids['plain']}")
+
+
+def test_a_fallback_trace_draws_bars_arrows_and_markers(page: Any, site: dict[str, Any]) -> None:
+    trace_id = site["ids"]["fallback"]
+    stored = httpx.get(f"{site['base']}/traces/{trace_id}").json()
+    page.goto(f"{site['base']}/ui#/trace/{trace_id}")
+    page.wait_for_selector(".waterfall .lane[data-part='0']")
+
+    ha = page.locator(".lane[data-part='0'] .bar[data-source=ha]")
+    web = page.locator(".lane[data-part='0'] .bar[data-source=web]")
+    assert ha.get_attribute("data-outcome") == "error"
+    assert web.get_attribute("data-outcome") == "ok"
+    ha_ms = float(ha.get_attribute("data-elapsed-ms"))
+    web_ms = float(web.get_attribute("data-elapsed-ms"))
+    assert ha_ms >= 50 and web_ms >= 100
+    # Bars are sized by elapsed time and placed in time order.
+    ha_box, web_box = box(ha), box(web)
+    assert web_box["width"] / ha_box["width"] == pytest.approx(web_ms / ha_ms, rel=0.1)
+    assert web_box["x"] >= ha_box["x"] + ha_box["width"] - 2
+    assert web_box["y"] > ha_box["y"]  # one row per call
+
+    arrow = page.locator(".fallback-arrow[data-from=ha][data-to=web]")
+    assert arrow.count() == 1
+    assert arrow.get_attribute("data-reason") == "connection_refused"  # SourceUnavailable
+    shaft = box(arrow.locator("line.shaft"))
+    # From where ha ended down to where web started.
+    assert shaft["x"] + shaft["width"] / 2 == pytest.approx(ha_box["x"] + ha_box["width"], abs=3)
+    assert shaft["y"] == pytest.approx(ha_box["y"] + ha_box["height"] / 2, abs=4)
+    assert shaft["y"] + shaft["height"] == pytest.approx(web_box["y"], abs=4)
+
+    decision = page.locator(".marker[data-kind=decision][data-step=intent_keyword]")
+    assert decision.count() == 1 and decision.get_attribute("data-source") == "ha"
+
+    # Hovering shows the event's fields.
+    web.hover()
+    tooltip = page.locator("#tooltip")
+    tooltip.wait_for(state="visible")
+    assert "elapsed_ms" in tooltip.inner_text() and "web" in tooltip.inner_text()
+    arrow.locator("line.hit").hover(force=True)
+    expect(page.locator("#tooltip")).to_contain_text("to_source")
+
+    narrative = page.locator(".narrative li")
+    assert narrative.count() == len(stored["narrative"])
+    assert narrative.first.inner_text() == stored["narrative"][0]
+    table = page.locator("table.events tbody tr")
+    assert table.count() == len(stored["chain"])
+    assert [table.nth(i).get_attribute("data-step") for i in range(table.count())] == [
+        e["step"] for e in stored["chain"]
+    ]
+
+    page.mouse.move(0, 0)
+    tooltip.wait_for(state="hidden")
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "ui-trace-fallback.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+
+def test_cache_hits_and_nested_parts_get_their_own_marks(page: Any, site: dict[str, Any]) -> None:
+    page.goto(f"{site['base']}/ui#/trace/{site['ids']['cached']}")
+    page.wait_for_selector(".waterfall")
+    lane = page.locator(".lane[data-part='0']")
+    assert lane.locator(".marker[data-kind=cache][data-step=result_cache_hit]").count() == 1
+    assert lane.locator(".bar[data-source=web]").count() == 0  # web answered from the cache
+    arrow = lane.locator(".fallback-arrow[data-from=ha][data-to=web]")
+    assert arrow.count() == 1
+    # It points up at the cache-hit marker, from the end of ha's bar.
+    shaft, hit = box(arrow.locator("line.shaft")), box(lane.locator(".marker[data-kind=cache]"))
+    assert shaft["y"] + shaft["height"] / 2 > hit["y"] + hit["height"]
+    assert shaft["y"] <= hit["y"] + hit["height"] + 2
+
+    page.goto(f"{site['base']}/ui#/trace/{site['ids']['parts']}")
+    page.wait_for_selector(".lane[data-part='1.1']")
+    lanes = page.locator(".waterfall .lane")
+    paths = [lanes.nth(i).get_attribute("data-part") for i in range(lanes.count())]
+    assert paths == ["", "0", "1", "1.0", "1.1"]
+    assert page.locator(".lane[data-part='1.0'] .bar[data-source=forecast]").count() == 1
+    assert page.locator(".lane[data-part='0'] .bar[data-source=web]").count() == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "ui-trace-parts.png"), full_page=True)
+
+
+def test_the_live_form_runs_a_query_and_shows_its_chain(page: Any, site: dict[str, Any]) -> None:
+    page.goto(site["base"] + "/ui#/search")
+    page.fill("#query", "are the lights on in the hallway")
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector("#search-result .waterfall")
+    assert "fallback" in page.inner_text("#search-status")
+    result = page.locator("#search-result")
+    assert result.locator(".bar[data-source=ha][data-outcome=error]").count() == 1
+    assert result.locator(".fallback-arrow[data-from=ha][data-to=web]").count() == 1
+    assert result.locator(".results li[data-source=web]").count() == 1
+    events = result.locator("table.events tbody tr")
+    assert events.count() >= 4
+
+    page.fill("#query", "   ")
+    page.click("#search-form button[type=submit]")
+    expect(page.locator("#search-status")).to_contain_text("must not be empty")
+    assert page.locator("#search-status.error").count() == 1
+    page.fill("#query", "x" * 1001)
+    page.click("#search-form button[type=submit]")
+    expect(page.locator("#search-status")).to_contain_text("maximum of 1000")
+
+    page.fill("#query", "tell me about eels")
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector("#search-result .trace-link")
+    trace_id = page.locator("#search-result code").first.inner_text()
+    page.click("#search-result .trace-link")
+    page.wait_for_selector("#view-trace .waterfall")
+    assert page.locator("#trace-head code").inner_text() == trace_id
+    assert page.locator("#view-trace .bar[data-source=kiwix]").count() == 1
+
+
+def test_the_page_is_served_self_contained(site: dict[str, Any]) -> None:
+    with httpx.Client(base_url=site["base"], timeout=10) as http:
+        page = http.get("/ui")
+        script = http.get("/ui/app.js")
+        slash = http.get("/ui/", follow_redirects=False)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'self'" in csp
+    assert "http" not in page.text.replace('href="#', "")  # no absolute URL anywhere
+    assert "innerHTML" not in script.text  # data is only ever set as text
+    assert slash.status_code == 308 and slash.headers["location"].endswith("/ui")
