@@ -1,4 +1,4 @@
-"""The Starlette app: `/search`, `/healthz`, `/openapi.json`.
+"""The Starlette app: `/search`, `/healthz`, `/openapi.json`, `/traces`, `/metrics`, `/ui`, `/mcp`.
 
 Only plain ASGI middleware is used: Starlette's `BaseHTTPMiddleware` runs the endpoint
 in another task and breaks ContextVar propagation, which would cut the route log.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,12 +19,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from routing.events import run_in_thread
 from search import __version__
 from search.config import Config
+from search.mcp_server import build_mcp_server, http_endpoint
+from search.metrics import MetricsObserver, metrics_route
 from search.middleware import BearerTokenMiddleware
 from search.openapi import openapi_document
 from search.schemas import ErrorDetail, SearchRequest, first_error
 from search.service import Service
+from search.telemetry import telemetry_observers
+from search.trace_routes import trace_routes
+from search.ui_routes import ui_routes
 
 
 class BodyTooLarge(Exception):
@@ -51,11 +57,19 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JSONResponse:
     """A valid request, or the 4xx response that names what is wrong."""
     try:
         data: Any = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # also: nested too deep, an integer too long
         return error_response(400, "invalid_json", "body: not valid JSON", "body")
     if not isinstance(data, dict):
         return error_response(422, "invalid_request", "body: must be a JSON object", "body")
@@ -66,6 +80,10 @@ def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JS
         return error_response(422, detail.type, detail.message, detail.field)
     if not request.query.strip():
         return error_response(422, "invalid_request", "query: must not be empty", "query")
+    if not _encodable(request.query):  # "\ud800" is valid JSON but no UTF-8 can carry it
+        return error_response(
+            422, "invalid_request", "query: not valid Unicode (a lone surrogate)", "query"
+        )
     if len(request.query) > max_query_chars:
         return error_response(
             422,
@@ -77,15 +95,38 @@ def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JS
 
 
 def create_app(config: Config, service: Service | None = None) -> Starlette:
-    service = service or Service(config)
+    owned_observers: list[Any] = []
+    if service is None:
+        owned_observers = [MetricsObserver(), *telemetry_observers(config)]
+        service = Service(config, observers=owned_observers)
+    # /metrics counts through a MetricsObserver of the service; one is added if it has none.
+    metrics = next((o for o in service.observers if isinstance(o, MetricsObserver)), None)
+    if metrics is None:
+        metrics = MetricsObserver()
+        service.observers.append(metrics)
+    mcp_routes: list[Route] = []
+    mcp_lifespan = None
+    if config.mcp.enabled:
+        mcp_server = build_mcp_server(service)
+        mcp_app, mcp_lifespan = http_endpoint(
+            mcp_server, config.server.max_body_bytes, config.mcp.allowed_hosts
+        )
+        mcp_routes.append(Route("/mcp", mcp_app))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await service.start()
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                if mcp_lifespan is not None:
+                    await stack.enter_async_context(mcp_lifespan())
+                yield
         finally:
             await service.aclose()
+            for observer in owned_observers:
+                shutdown = getattr(observer, "shutdown", None)
+                if shutdown is not None:
+                    await run_in_thread(shutdown)  # flush what the exporter still holds
 
     async def search(request: Request) -> Response:
         try:
@@ -135,6 +176,10 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
             Route("/search", search, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
+            *trace_routes(),
+            metrics_route(metrics),
+            *ui_routes(),
+            *mcp_routes,
         ],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},

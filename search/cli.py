@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, load_config
+from search.trace_cli import add_commands as add_trace_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -44,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("--input", help="file: one query per line, or JSONL with a 'text' field")
     route.add_argument("--json", action="store_true", help="print JSON")
     route.add_argument("--config")
+    COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
+
+    mcp = commands.add_parser("mcp", help="serve the MCP tools over stdio (for MCP clients)")
+    mcp.add_argument("--config")
     return parser
 
 
@@ -172,7 +177,13 @@ def cmd_route(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-COMMANDS = {"serve": cmd_serve, "query": cmd_query, "route": cmd_route}
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from search.mcp_server import run_stdio
+
+    return run_stdio(_load(args.config))  # config errors exit 2 before stdout is touched
+
+
+COMMANDS = {"serve": cmd_serve, "query": cmd_query, "route": cmd_route, "mcp": cmd_mcp}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,12 +5,61 @@ from __future__ import annotations
 from typing import Any
 
 from search.schemas import openapi_components
+from search.trace_routes import trace_components, trace_paths
 
 
 def _json(ref: str, description: str) -> dict[str, Any]:
     return {
         "description": description,
         "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+    }
+
+
+def _surface_paths() -> dict[str, Any]:
+    """/metrics, /ui and /mcp: read-only views of the recorded events, and the MCP tools."""
+    return {
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics, counted from the recorded events",
+                "operationId": "metrics",
+                "responses": {"200": {
+                    "description": "Prometheus text format 0.0.4 (OpenMetrics on request).",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }},
+            }
+        },
+        "/ui": {
+            "get": {
+                "summary": "The trace viewer (HTML; assets under /ui/)",
+                "operationId": "ui",
+                "responses": {"200": {
+                    "description": "The page.",
+                    "content": {"text/html": {"schema": {"type": "string"}}},
+                }},
+            }
+        },
+        "/mcp": {
+            "post": {
+                "summary": "Model Context Protocol, streamable HTTP (stateless, JSON responses)",
+                "description": "Tools `search(query, explain=false)` and `get_trace(trace_id)`. "
+                "Speak it with an MCP client; see the README. Absent when mcp.enabled is false.",
+                "operationId": "mcp",
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"type": "object", "description": "A JSON-RPC 2.0 message."}}}},
+                "responses": {
+                    "200": {"description": "The JSON-RPC response.",
+                            "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "202": {"description": "A notification was accepted."},
+                    "400": {"description": "Not a JSON-RPC message (a JSON-RPC error object), "
+                            "or not a JSON body (plain text).",
+                            "content": {"application/json": {"schema": {"type": "object"}},
+                                        "text/plain": {"schema": {"type": "string"}}}},
+                    "403": {"description": "A loopback connection named a non-loopback host."},
+                    "406": {"description": "`Accept` lacks application/json.",
+                            "content": {"application/json": {"schema": {"type": "object"}}}},
+                },
+            }
+        },
     }
 
 
@@ -60,6 +109,8 @@ def openapi_document(version: str) -> dict[str, Any]:
                     "responses": {"200": {"description": "The OpenAPI document."}},
                 }
             },
+            **trace_paths(),
+            **_surface_paths(),
         },
-        "components": {"schemas": openapi_components()},
+        "components": {"schemas": {**openapi_components(), **trace_components()}},
     }

@@ -22,7 +22,9 @@ from routing.pipeline import PartResult, Router
 from routing.stages import build_resolver
 from routing.ttl_cache import TTLCache
 from search.config import Config
-from search.traces import NullTraceSink, RequestObserver, TraceRecord, TraceSink
+from search.telemetry import current_trace_id
+from search.trace_store import open_trace_sink
+from search.traces import RequestObserver, TraceRecord, TraceSink
 from sources.base import Item, Source
 from sources.registry import kind_module
 
@@ -58,7 +60,7 @@ class Service:
         `observers` (metrics, telemetry) see every finished request's recorded chain."""
         self.config = config
         self.recorder = recorder
-        self.traces: TraceSink = traces or NullTraceSink()
+        self.traces: TraceSink = traces or open_trace_sink(config.trace)
         self.observers: list[RequestObserver] = list(observers or [])
         self.sources: dict[str, Source] = {
             name: kind_module(entry.type).build(name, entry)
@@ -81,6 +83,7 @@ class Service:
                 name: CircuitBreaker(entry.circuit_failures, entry.circuit_cooldown_s)
                 for name, entry in config.sources.items()
             },
+            cache_ttl_s={name: entry.cache_ttl_s for name, entry in config.sources.items()},
         )
         self.resolver = build_resolver(config)
         self.router = Router(self.resolver, self.dispatcher)
@@ -105,6 +108,42 @@ class Service:
         await self.resolver.aclose()
         await self.traces.aclose()
 
+    async def _route(
+        self, query: str, dry_run: bool, session_id: str | None
+    ) -> tuple[int, dict[str, str] | None, list[PartResult]]:
+        """Run the router under the request deadline; (status, error, results).
+
+        Must run inside the request's route log: the `error` event that ends a failed
+        request is recorded here, last.
+        """
+        deadline_s = self.config.routing.request_deadline_s
+        results: list[PartResult] = []
+        error: dict[str, str] | None = None
+        status_code = 200
+        try:
+            async with asyncio.timeout(deadline_s):
+                results = await self.router.run(query, dry_run=dry_run, session_id=session_id)
+        except TimeoutError:
+            status_code = 504
+            error = {
+                "type": "deadline_exceeded",
+                "message": f"the request deadline of {deadline_s:g}s passed",
+            }
+        except Exception as exc:  # noqa: BLE001 - the contract's 502, never a 500
+            log.exception("request failed")
+            status_code = 502
+            error = {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__}
+        else:
+            if results and all(r.status == "error" for r in results):
+                status_code = 502
+                error = {
+                    "type": "all_parts_failed",
+                    "message": "every part of the query failed; see the explanation",
+                }
+        if error is not None:
+            record("error", query=query, error_type=error["type"], message=error["message"])
+        return status_code, error, results
+
     async def search(
         self,
         query: str,
@@ -116,40 +155,17 @@ class Service:
     ) -> SearchOutcome:
         trace_id = uuid.uuid4().hex
         started_wall = time.time()
-        deadline_s = self.config.routing.request_deadline_s
-        results: list[PartResult] = []
-        error: dict[str, str] | None = None
-        status_code = 200
-        with route_log(self.config.routing.max_events, self.recorder) as chain_log:
-            try:
-                async with asyncio.timeout(deadline_s):
-                    results = await self.router.run(
-                        query, dry_run=dry_run, session_id=session_id
-                    )
-            except TimeoutError:
-                status_code = 504
-                error = {
-                    "type": "deadline_exceeded",
-                    "message": f"the request deadline of {deadline_s:g}s passed",
-                }
-            except Exception as exc:  # noqa: BLE001 - the contract's 502, never a 500
-                log.exception("request %s failed", trace_id)
-                status_code = 502
-                error = {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__}
-            else:
-                if results and all(r.status == "error" for r in results):
-                    status_code = 502
-                    error = {
-                        "type": "all_parts_failed",
-                        "message": "every part of the query failed; see the explanation",
-                    }
-            if error is not None:
-                record("error", query=query, error_type=error["type"], message=error["message"])
-            chain = chain_log.snapshot()
-            dropped = chain_log.dropped_events
-            cached = chain_log.happened("result_cache_hit")
-            fallback = chain_log.happened("fallback")
-            duration_ms = round(chain_log.elapsed_ms(), 3)
+        trace_token = current_trace_id.set(trace_id)  # log records carry it (telemetry)
+        try:
+            with route_log(self.config.routing.max_events, self.recorder) as chain_log:
+                status_code, error, results = await self._route(query, dry_run, session_id)
+                chain = chain_log.snapshot()
+                dropped = chain_log.dropped_events
+                cached = chain_log.happened("result_cache_hit")
+                fallback = chain_log.happened("fallback")
+                duration_ms = round(chain_log.elapsed_ms(), 3)
+        finally:
+            current_trace_id.reset(trace_token)
         result_dicts = [r.to_dict() for r in results]
         if error is None:
             body: dict[str, Any] = {

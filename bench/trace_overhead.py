@@ -1,0 +1,200 @@
+"""What persisting traces costs (issue 5), measured side by side in one run.
+
+1. A keyword-routed, result-cache-hit POST /search through the real ASGI app, with the
+   SQLite trace store on (metadata only, the default) and switched off
+   (`trace.enabled: false`). Rounds are interleaved (on/off, then off/on) so drift hits
+   both alike; after each "on" round the store is flushed, untimed, so its writer never
+   runs during an "off" round. Reported: the median per-request latency of each and
+   their ratio; the median over rounds of each round's on/off ratio (the verdict: robust
+   to load drifting during the run on a shared machine); and, per round including the
+   flush, the wall time and the process CPU time (the writer thread's whole cost, which
+   is off the request path but competes for cores). Target: under 5% on the request.
+2. Store throughput: traces written per second (submit a burst of real chains, then wait
+   for them to be committed), for the default, `redact: true` and `capture_results: true`.
+
+Sources are the scripted kind of the test suite, so the numbers are the router's and the
+store's own cost, not a backend's. BENCH_ROUNDS / BENCH_PER_ROUND / BENCH_BURST tune it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.asgi_call import post_json  # noqa: E402
+from search.app import create_app  # noqa: E402
+from search.config import parse_config  # noqa: E402
+from search.service import Service  # noqa: E402
+from search.trace_store import SQLiteTraceStore  # noqa: E402
+from search.traces import TraceRecord  # noqa: E402
+from tests.support import scripted  # noqa: E402
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
+PER_ROUND = int(os.environ.get("BENCH_PER_ROUND", "300"))
+BURST = int(os.environ.get("BENCH_BURST", "20000"))
+QUERY = {"query": "latest news", "explain": False}
+
+
+def make_app(trace: dict[str, Any]) -> Any:
+    scripted.register()
+    config = parse_config({
+        "routing": {"default_source": "kiwix", "keywords": {"web": ["news"], "ha": ["lights"]},
+                    "semantic": {"enabled": False}},
+        "sources": {"kiwix": {"type": "scripted"}, "web": {"type": "scripted", "items": 3},
+                    "ha": {"type": "scripted", "fail": "unavailable", "fallback": ["web"]}},
+        "trace": trace,
+    })
+    return create_app(config, Service(config))
+
+
+async def timed_round(app: Any, n: int) -> list[float]:
+    """Per-request latency in microseconds."""
+    out = []
+    for _ in range(n):
+        start = time.perf_counter_ns()
+        status, body = await post_json(app, "/search", QUERY)
+        out.append((time.perf_counter_ns() - start) / 1000)
+        assert status == 200 and b'"cached":true' in body, body[:200]
+    return out
+
+
+async def request_overhead(tmp: Path) -> dict[str, Any]:
+    on = make_app({"path": str(tmp / "overhead.db")})
+    off = make_app({"enabled": False})
+    store = on.state.service.traces
+    assert isinstance(store, SQLiteTraceStore)
+    for app in (on, off):
+        await app.state.service.start()
+        await post_json(app, "/search", QUERY)  # fills the result cache
+        await timed_round(app, 300)  # warm the caches and code paths
+    await store.flush()
+    lat: dict[str, list[float]] = {"on": [], "off": []}
+    paired: list[float] = []  # per round: median(on) / median(off), robust to slow drift
+    per_round: dict[str, list[float]] = {"on": [], "off": []}
+    cpu_round: dict[str, list[float]] = {"on": [], "off": []}
+    for r in range(ROUNDS):
+        order = ("on", "off") if r % 2 == 0 else ("off", "on")
+        medians: dict[str, float] = {}
+        for name in order:
+            app = on if name == "on" else off
+            start, cpu = time.perf_counter(), time.process_time()
+            latencies = await timed_round(app, PER_ROUND)
+            lat[name].extend(latencies)
+            medians[name] = statistics.median(latencies)
+            if name == "on":
+                await store.flush()  # the writer's work for this round, counted here
+            per_round[name].append((time.perf_counter() - start) / PER_ROUND * 1e6)
+            cpu_round[name].append((time.process_time() - cpu) / PER_ROUND * 1e6)
+        paired.append(medians["on"] / medians["off"])
+    written = store.written
+    for app in (on, off):
+        await app.state.service.aclose()
+    med = {k: statistics.median(v) for k, v in lat.items()}
+    mean = {k: statistics.fmean(v) for k, v in lat.items()}
+    p95 = {k: statistics.quantiles(v, n=20)[-1] for k, v in lat.items()}
+    rnd = {k: statistics.median(v) for k, v in per_round.items()}
+    cpu = {k: statistics.median(v) for k, v in cpu_round.items()}
+    return {
+        "requests_per_variant": ROUNDS * PER_ROUND,
+        "median_us": med,
+        "ratio": med["on"] / med["off"],
+        "paired_ratio": statistics.median(paired),
+        "mean_us": mean,
+        "p95_us": p95,
+        "round_us_incl_flush": rnd,
+        "round_ratio": rnd["on"] / rnd["off"],
+        "cpu_us_incl_flush": cpu,
+        "cpu_ratio": cpu["on"] / cpu["off"],
+        "traces_written": written,
+    }
+
+
+async def sample_chain() -> TraceRecord:
+    """A real recorded request (two parts, a fallback) to write over and over."""
+    captured: list[TraceRecord] = []
+
+    class Keep:
+        async def start(self) -> None: ...
+        def submit(self, trace: TraceRecord) -> None:
+            captured.append(trace)
+        async def aclose(self) -> None: ...
+
+    app = make_app({"enabled": False})
+    service = Service(app.state.config, traces=Keep())
+    await service.start()
+    await service.search("lights status and also latest news")
+    await service.aclose()
+    return captured[0]
+
+
+async def throughput(tmp: Path, sample: TraceRecord, **trace: Any) -> float:
+    from search.config import TraceConfig
+
+    name = "_".join(trace) or "default"
+    store = SQLiteTraceStore(TraceConfig(path=str(tmp / f"tp_{name}.db"), max_traces=BURST,
+                                         **trace))
+    await store.start()
+    start = time.perf_counter()
+    for n in range(BURST):
+        while store.stats()["pending"] >= store.max_pending // 2:
+            await asyncio.sleep(0.001)  # a sustained load, not a drop test
+        store.submit(TraceRecord(
+            trace_id=f"{n:032x}", started_at=time.time(), query=sample.query,
+            status_code=200, duration_ms=sample.duration_ms, chain=sample.chain,
+            results=sample.results, captures=sample.captures,
+        ))
+    await store.flush()
+    elapsed = time.perf_counter() - start
+    assert store.written == BURST, store.stats()
+    await store.aclose()
+    return BURST / elapsed
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="trace-bench-") as name:
+        tmp = Path(name)
+        result = await request_overhead(tmp)
+        med, rnd = result["median_us"], result["round_us_incl_flush"]
+        print(f"cache-hit /search, store off: {med['off']:8.1f} us/request "
+              f"(median of {result['requests_per_variant']} requests)")
+        print(f"cache-hit /search, store on:  {med['on']:8.1f} us/request")
+        print(f"  ratio on/off: {result['ratio']:.4f} "
+              f"({(result['ratio'] - 1) * 100:+.2f}%; target < +5%)")
+        print(f"  median of per-round paired ratios: {result['paired_ratio']:.4f} "
+              f"({(result['paired_ratio'] - 1) * 100:+.2f}%)")
+        mean, p95 = result["mean_us"], result["p95_us"]
+        print(f"  mean: off {mean['off']:.1f} us, on {mean['on']:.1f} us "
+              f"({(mean['on'] / mean['off'] - 1) * 100:+.2f}%); p95: off {p95['off']:.1f} us, "
+              f"on {p95['on']:.1f} us ({(p95['on'] / p95['off'] - 1) * 100:+.2f}%)")
+        print(f"  per round incl. the writer's flush: off {rnd['off']:.1f} us, on {rnd['on']:.1f} "
+              f"us, ratio {result['round_ratio']:.4f} ({(result['round_ratio'] - 1) * 100:+.2f}%)")
+        cpu = result["cpu_us_incl_flush"]
+        print(f"  process CPU per request incl. the writer: off {cpu['off']:.1f} us, on "
+              f"{cpu['on']:.1f} us ({(result['cpu_ratio'] - 1) * 100:+.2f}%)")
+        sample = await sample_chain()
+        rates = {
+            "default": await throughput(tmp, sample),
+            "redact": await throughput(tmp, sample, redact=True),
+            "capture_results": await throughput(tmp, sample, capture_results=True),
+        }
+        for label, rate in rates.items():
+            print(f"store throughput ({label}): {rate:,.0f} traces/s "
+                  f"({len(sample.chain)}-event chains, burst of {BURST})")
+        verdict = result["paired_ratio"] < 1.05
+        print("PASS" if verdict else "FAIL", "- persisting adds under 5% to a cache-hit request"
+              if verdict else "- persisting adds 5% or more")
+        print(json.dumps({"bench": "trace_overhead", **result, "throughput_per_s": rates,
+                          "pass": verdict}))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

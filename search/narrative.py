@@ -1,0 +1,215 @@
+"""A diagnosis in words, read off the recorded events and nothing else.
+
+Each sentence is the translation of one event, in seq order, grouped by part. Nothing
+here knows how routing works: if the chain does not say it, the narrative does not
+either, so the story can never disagree with what happened.
+
+`decision_only` gives the same trace with every query text removed (a whitelist of
+structural fields), safe to paste into a bug report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+# How a failure reason reads after the source's name.
+_FAILURES = {
+    "connection_refused": "refused the connection",
+    "timeout": "timed out",
+    "unauthorized": "rejected the credentials",
+    "server_error": "answered with a server error",
+    "malformed_response": "sent a malformed response",
+    "rate_limited": "rate-limited the request",
+    "disabled": "is disabled",
+    "circuit_open": "was skipped (circuit open)",
+}
+_STAGES = {
+    "intent_keyword": "by keyword",
+    "intent_cached": "by the routing-decision cache",
+    "intent_llm": "by the LLM",
+}
+# Fields kept by `decision_only`: structure, sources, timings and reasons.
+_STRUCTURAL = frozenset(
+    {
+        "step", "seq", "t_ms", "part", "decision", "source", "sources", "from_source",
+        "to_source", "outcome", "result_count", "elapsed_ms", "reason", "error_type",
+        "similarity", "discourse_escalated", "route", "stage", "method", "status",
+        "status_code", "item_count", "type",
+    }
+)
+
+
+def part_key(path: str) -> tuple[int, ...]:
+    """'1.10' after '1.2': part paths in numeric order; the request ('') first."""
+    return tuple(int(p) if p.isdigit() else 0 for p in path.split(".")) if path else ()
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return ""
+    return f"{value:.1f} ms" if value < 1 else f"{value:.0f} ms"
+
+
+def _count(n: Any, word: str = "result") -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _quote(text: Any) -> str:
+    return f"'{text}'"
+
+
+def sentence(event: dict[str, Any], with_text: bool = True) -> str:
+    """One event as a clause of the diagnosis."""
+    step = event.get("step", "")
+    source = event.get("source")
+    decision = event.get("decision")
+    if step == "decomposed":
+        parts = event.get("parts") or []
+        count = event.get("part_count", len(parts))
+        text = f"the query was split into {count} parts"
+        if with_text and parts:
+            text += ": " + ", ".join(_quote(p) for p in parts)
+        return text
+    if step == "conditional_detected":
+        if with_text:
+            return (f"a condition was found: if {_quote(event.get('condition'))} "
+                    f"then {_quote(event.get('consequence'))}")
+        return "a condition was found"
+    if isinstance(step, str) and step.startswith("intent_") and decision is None:
+        return _no_decision(event, with_text)
+    if step == "intent_session":
+        text = f"went to {decision} as a follow-up"
+        if with_text and event.get("previous_query"):
+            text += f" of {_quote(event['previous_query'])}"
+        return text
+    if step == "llm_error":
+        return f"the LLM failed ({event.get('reason') or 'error'})"
+    if step in _STAGES:
+        text = f"went to {decision} {_STAGES[step]}"
+        if event.get("discourse_escalated"):
+            text += " (escalated from the conversation)"
+        return text
+    if step == "intent_semantic":
+        similarity = event.get("similarity")
+        how = "similarity"
+        if isinstance(similarity, (int, float)):
+            how += f" {similarity:.2f}"
+        like = _quote(event.get("matched_query")) if with_text else "an earlier query"
+        return f"went to {decision} by {how} to {like}"
+    if step == "intent_default":
+        return f"went to {decision} by default ({event.get('reason') or 'no stage decided'})"
+    if step == "planned":
+        return f"planned for {event.get('route')} (dry run, {event.get('stage')})"
+    if step == "result_cache_hit":
+        count = event.get("result_count")
+        what = f"answered {_count(count)}" if isinstance(count, int) else "answered"
+        return f"{source} {what} from the result cache"
+    if step == "source_invoked":
+        outcome = event.get("outcome")
+        elapsed = _ms(event.get("elapsed_ms"))
+        if outcome == "ok":
+            return f"{source} answered {_count(event.get('result_count'))} in {elapsed}"
+        if outcome == "empty":
+            return f"{source} found nothing in {elapsed}"
+        if outcome == "timeout":
+            return f"{source} timed out after {elapsed}"
+        reason = str(event.get("reason") or "error")
+        failure = _FAILURES.get(reason, f"failed ({reason})")
+        return f"{source} {failure} after {elapsed}"
+    if step == "source_skipped":
+        reason = str(event.get("reason") or "skipped")
+        return f"{source} " + _FAILURES.get(reason, f"was skipped ({reason})")
+    if step == "fallback":
+        return f"fallback to {event.get('to_source')} declared"
+    if step == "fusion":
+        return "fused " + " + ".join(str(s) for s in event.get("sources") or [])
+    if step == "error":
+        text = f"failed: {event.get('error_type')}"
+        if with_text and event.get("message"):
+            text += f" ({event['message']})"
+        return text
+    target = decision or source or event.get("route")
+    return f"{step} {target}" if target else str(step)
+
+
+def _no_decision(event: dict[str, Any], with_text: bool) -> str:
+    """A stage that looked but did not decide (unserved, below threshold, no source)."""
+    stage = {"intent_keyword": "the keyword rules", "intent_semantic": "the semantic stage",
+             "intent_llm": "the LLM"}.get(str(event.get("step")), str(event.get("step")))
+    outcome = event.get("outcome")
+    if outcome in ("unserved", "no_source"):
+        return f"{stage} found no source that serves it"
+    similarity = event.get("similarity")
+    text = f"{stage} did not decide ({outcome or 'no match'}"
+    if isinstance(similarity, (int, float)):
+        text += f", best similarity {similarity:.2f}"
+        if with_text and event.get("matched_query"):
+            text += f" to {_quote(event['matched_query'])}"
+    return text + ")"
+
+
+def narrative(
+    chain: Iterable[dict[str, Any]], *, with_text: bool = True, dropped_events: int = 0
+) -> list[str]:
+    """One line per part (the request first), each clause from one event in seq order."""
+    by_part: dict[str, list[dict[str, Any]]] = {}
+    for event in sorted(chain, key=lambda e: e.get("seq", 0)):
+        by_part.setdefault(str(event.get("part", "")), []).append(event)
+    lines: list[str] = []
+    for path in sorted(by_part, key=part_key):
+        events = by_part[path]
+        clauses = [sentence(e, with_text) for e in events]
+        if path == "":
+            label = "the request"
+        else:
+            label = f"part {path}"
+            text = next((e["query"] for e in events if isinstance(e.get("query"), str)), None)
+            if with_text and text is not None:
+                label += f" {_quote(text)}"
+        separator = ": " if path == "" else " "
+        lines.append(label + separator + "; ".join(clauses))
+    if dropped_events:
+        lines.append(f"{_count(dropped_events, 'later event')} not recorded (routing.max_events)")
+    return lines
+
+
+def _structural(event: dict[str, Any]) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    for key, value in event.items():
+        if key in _STRUCTURAL:
+            kept[key] = value
+        elif key == "parts" and isinstance(value, list):
+            kept["part_count"] = len(value)
+        elif isinstance(value, (bool, int, float)) or value is None:
+            kept[key] = value
+    return kept
+
+
+def decision_only(trace: dict[str, Any]) -> dict[str, Any]:
+    """The stored trace without any query text: structure, sources, timings, reasons."""
+
+    def result(entry: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in entry.items() if k in ("source", "status", "route", "item_count")}
+        if isinstance(entry.get("error"), dict):
+            kept["error"] = {"type": entry["error"].get("type")}
+        if isinstance(entry.get("condition"), dict):
+            kept["condition"] = result(entry["condition"])
+        return kept
+
+    error = trace.get("error")
+    return {
+        "trace_id": trace.get("trace_id"),
+        "time": trace.get("time"),
+        "status_code": trace.get("status_code"),
+        "duration_ms": trace.get("duration_ms"),
+        "failed": trace.get("failed"),
+        "fallback": trace.get("fallback"),
+        "cached": trace.get("cached"),
+        "dry_run": trace.get("dry_run"),
+        "replay_of": trace.get("replay_of"),
+        "dropped_events": trace.get("dropped_events", 0),
+        "error": {"type": error.get("type")} if isinstance(error, dict) else None,
+        "chain": [_structural(e) for e in trace.get("chain", [])],
+        "results": [result(r) for r in trace.get("results", [])],
+    }

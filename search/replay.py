@@ -1,0 +1,367 @@
+"""Replay: run a recorded request again under the current (or given) config, and compare.
+
+Sources answer from the trace's captured results where present (keyed by source and
+query) and are called live otherwise; every answer is noted as one or the other. The
+new run goes through the ordinary `Service`, so it records its own chain and is stored
+as its own trace with `replay_of` set. The comparison aligns old and new chains by part
+and step and names the first divergence in each part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from routing.dispatch import normalise
+from search.config import Config
+from search.narrative import part_key
+from search.service import Service
+from search.traces import TraceSink
+from sources.base import Item, Source, SourceError
+
+# Divergences that mean routing changed (the sweep fails on these).
+ROUTING_KINDS = frozenset(
+    {"decision", "fallback_gone", "fallback_new", "fallback_changed", "parts", "route", "part_gone",
+     "part_new"}
+)
+
+
+class ReplayError(Exception):
+    """The trace cannot be replayed (unknown id, stored redacted)."""
+
+
+# --- answering from captures ---------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Answered:
+    source: str
+    query: str
+    how: str  # "capture" | "live"
+
+
+class CaptureBook:
+    """The captured answers of one trace, handed out in recorded order per (source, query)."""
+
+    def __init__(self, captures: Iterable[dict[str, Any]] | None = None) -> None:
+        self._answers: dict[tuple[str, str], deque[dict[str, Any]]] = {}
+        self.cached: list[dict[str, Any]] = []
+        for entry in captures or []:
+            if entry.get("from_cache"):
+                self.cached.append(entry)
+            else:
+                key = (str(entry.get("source")), str(entry.get("query")))
+                self._answers.setdefault(key, deque()).append(entry)
+        self.log: list[Answered] = []
+
+    def take(self, source: str, query: str) -> dict[str, Any] | None:
+        """The next recorded answer; the last one again once they run out; None if none."""
+        answers = self._answers.get((source, query))
+        if not answers:
+            return None
+        return answers.popleft() if len(answers) > 1 else answers[0]
+
+
+def _replayed_error(error: dict[str, Any]) -> SourceError:
+    """A SourceError whose reason and message are the recorded ones."""
+    reason = str(error.get("reason") or "error")
+    kind = type("ReplayedSourceError", (SourceError,), {"reason": reason})
+    return kind(str(error.get("message") or reason))
+
+
+class ReplaySource(Source):
+    """Wraps a real source: answers from the book when it can, else calls it (started lazily)."""
+
+    def __init__(self, inner: Source, holder: BookHolder) -> None:
+        super().__init__(inner.name, inner.timeout_s, inner.description)
+        self.inner = inner
+        self.kind = inner.kind  # type: ignore[misc]
+        self.holder = holder
+        self._started = False
+        self._start_lock = asyncio.Lock()
+
+    async def search(self, query: str) -> list[Item]:
+        book = self.holder.book
+        entry = book.take(self.name, query)
+        if entry is None:
+            book.log.append(Answered(self.name, query, "live"))
+            await self._ensure_started()
+            return await self.inner.search(query)
+        book.log.append(Answered(self.name, query, "capture"))
+        if "error" in entry:
+            raise _replayed_error(entry["error"])
+        return [Item(i["title"], i["text"], i.get("url")) for i in entry.get("items", [])]
+
+    async def _ensure_started(self) -> None:
+        async with self._start_lock:
+            if not self._started:
+                await self.inner.start()
+                self._started = True
+
+    async def start(self) -> None:
+        """Nothing: a replay answered entirely from captures never touches the real source."""
+
+    async def aclose(self) -> None:
+        if self._started:
+            await self.inner.aclose()
+            self._started = False
+
+    async def info(self) -> dict[str, Any]:
+        return await self.inner.info()
+
+
+@dataclass(slots=True)
+class BookHolder:
+    """The book the wrapped sources read from; swapped per replayed trace."""
+
+    book: CaptureBook = field(default_factory=CaptureBook)
+
+
+# --- comparing chains ----------------------------------------------------------------
+
+
+def is_attempt(event: dict[str, Any]) -> bool:
+    """A stage that looked and passed (no decision), or an LLM failure: not a decision.
+
+    Which stages get to look depends on caches and on what is configured, so attempts
+    are shown side by side but never count as a divergence.
+    """
+    step = str(event.get("step"))
+    return step == "llm_error" or (step.startswith("intent_") and event.get("decision") is None)
+
+
+def signature(event: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for two events to mean the same thing (no timings, no stage name).
+
+    A decision reached by another stage (cache vs keyword) is the same decision, and an
+    answer from the result cache is the same answer as a live ok.
+    """
+    step = event.get("step")
+    if is_attempt(event):
+        return ("attempt", step, event.get("outcome"))
+    if step == "decomposed":
+        return ("decomposed", tuple(event.get("parts") or ()))
+    if step == "conditional_detected":
+        return ("conditional", event.get("condition"), event.get("consequence"),
+                event.get("remainder"))
+    if isinstance(step, str) and step.startswith("intent_"):
+        return ("intent", event.get("query"), event.get("decision"))
+    if step == "result_cache_hit":
+        return ("answer", event.get("source"), "ok", "")
+    if step == "source_invoked":
+        outcome = event.get("outcome")
+        reason = event.get("reason", "") if outcome in ("error", "timeout") else ""
+        return ("answer", event.get("source"), outcome, reason)
+    if step == "source_skipped":
+        return ("answer", event.get("source"), "skipped", event.get("reason"))
+    if step == "fallback":
+        return ("fallback", event.get("from_source"), event.get("to_source"))
+    if step == "fusion":
+        return ("fusion", tuple(event.get("sources") or ()))
+    if step == "planned":
+        return ("planned", event.get("route"))
+    if step == "error":
+        return ("error", event.get("error_type"))
+    ignored = {"seq", "t_ms", "part", "elapsed_ms", "message", "similarity"}
+    return (step, tuple(sorted((k, repr(v)) for k, v in event.items() if k not in ignored)))
+
+
+@dataclass(slots=True)
+class Divergence:
+    part: str
+    kind: str
+    description: str
+    row: int  # index into the part's aligned rows
+
+    @property
+    def routing(self) -> bool:
+        return self.kind in ROUTING_KINDS
+
+
+@dataclass(slots=True)
+class PartComparison:
+    part: str
+    query: str | None
+    rows: list[tuple[dict[str, Any] | None, dict[str, Any] | None]]
+    divergence: Divergence | None
+
+
+def _by_part(chain: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for event in sorted(chain, key=lambda e: e.get("seq", 0)):
+        parts.setdefault(str(event.get("part", "")), []).append(event)
+    return parts
+
+
+def _align(
+    old: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    """Pairs of events, matched by the kind of step (intent with intent, answer with answer)."""
+    old_kinds = [signature(e)[0] for e in old]
+    new_kinds = [signature(e)[0] for e in new]
+    rows: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = []
+    matcher = difflib.SequenceMatcher(a=old_kinds, b=new_kinds, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            rows.extend(zip(old[i1:i2], new[j1:j2]))
+            continue
+        width = max(i2 - i1, j2 - j1)
+        for k in range(width):
+            left = old[i1 + k] if i1 + k < i2 else None
+            right = new[j1 + k] if j1 + k < j2 else None
+            if tag == "replace" and left is not None and right is not None:
+                rows.append((left, None))
+                rows.append((None, right))
+            else:
+                rows.append((left, right))
+    return rows
+
+
+def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[str, str]:
+    """(kind, words) for the first pair of events that differ."""
+    if old is not None and new is not None:
+        kind = signature(old)[0]
+        if kind == "intent":
+            if old.get("query") != new.get("query"):
+                return "parts", f"part text changed: {old.get('query')!r} -> {new.get('query')!r}"
+            return "decision", f"decision changed: {old.get('decision')} -> {new.get('decision')}"
+        if kind == "answer":
+            if old.get("source") != new.get("source"):
+                return "route", f"answered by {new.get('source')} instead of {old.get('source')}"
+            was = signature(old)[2:]
+            now = signature(new)[2:]
+            return "outcome", (f"{old.get('source')} outcome changed: "
+                               f"{'/'.join(str(x) for x in was if x)} -> "
+                               f"{'/'.join(str(x) for x in now if x)}")
+        if kind == "fallback":
+            return "fallback_changed", (
+                f"fallback changed: {old.get('from_source')} -> {old.get('to_source')} became "
+                f"{new.get('from_source')} -> {new.get('to_source')}")
+        if kind in ("decomposed", "conditional"):
+            return "parts", f"{old.get('step')} changed"
+        if kind == "planned":
+            return "decision", f"plan changed: {old.get('route')} -> {new.get('route')}"
+        if kind == "fusion":
+            return "route", "fusion members changed"
+        return "other", f"{old.get('step')} changed"
+    if old is not None:
+        step = old.get("step")
+        if step == "fallback":
+            return "fallback_gone", (f"fallback no longer fires ({old.get('from_source')} -> "
+                                     f"{old.get('to_source')})")
+        if step in ("decomposed", "conditional_detected"):
+            return "parts", f"no longer {step}"
+        if signature(old)[0] == "intent":
+            return "decision", f"no longer decided ({old.get('decision')})"
+        return "other", f"{step} no longer happens"
+    assert new is not None
+    step = new.get("step")
+    if step == "fallback":
+        return "fallback_new", (f"fallback now fires ({new.get('from_source')} -> "
+                                f"{new.get('to_source')})")
+    if step in ("decomposed", "conditional_detected"):
+        return "parts", f"now {step}"
+    if signature(new)[0] == "intent":
+        return "decision", f"now decided ({new.get('decision')})"
+    return "other", f"{step} now happens"
+
+
+def compare(
+    old_chain: list[dict[str, Any]], new_chain: list[dict[str, Any]]
+) -> list[PartComparison]:
+    """Per part (in part order): aligned rows and the first divergence, if any."""
+    old_parts, new_parts = _by_part(old_chain), _by_part(new_chain)
+    comparisons: list[PartComparison] = []
+    for path in sorted(set(old_parts) | set(new_parts), key=part_key):
+        old, new = old_parts.get(path, []), new_parts.get(path, [])
+        rows = _align(old, new)
+        query = next((e["query"] for e in old + new if isinstance(e.get("query"), str)), None)
+        divergence = None
+        if not old or not new:
+            kind = "part_gone" if not new else "part_new"
+            words = "part no longer exists" if not new else "new part"
+            divergence = Divergence(path, kind, words, 0)
+        else:
+            for index, (left, right) in enumerate(rows):
+                if any(e is not None and is_attempt(e) for e in (left, right)):
+                    continue
+                if left is None or right is None or signature(left) != signature(right):
+                    kind, words = _describe(left, right)
+                    divergence = Divergence(path, kind, words, index)
+                    break
+        comparisons.append(PartComparison(path, query, rows, divergence))
+    return comparisons
+
+
+# --- running -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReplayOutcome:
+    original: dict[str, Any]
+    new_trace_id: str
+    new_status: int
+    new_chain: list[dict[str, Any]]
+    answered: list[Answered]
+    parts: list[PartComparison]
+
+    @property
+    def divergences(self) -> list[Divergence]:
+        return [p.divergence for p in self.parts if p.divergence is not None]
+
+    @property
+    def routing_changed(self) -> bool:
+        return any(d.routing for d in self.divergences)
+
+    @property
+    def live_calls(self) -> int:
+        return sum(1 for a in self.answered if a.how == "live")
+
+
+class Replayer:
+    """One Service for any number of replays; caches are emptied between them."""
+
+    def __init__(self, config: Config, traces: TraceSink) -> None:
+        self.holder = BookHolder()
+        self.service = Service(
+            config, traces=traces, wrap_source=lambda src: ReplaySource(src, self.holder)
+        )
+
+    async def __aenter__(self) -> Self:
+        await self.service.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.service.aclose()
+
+    async def replay(self, original: dict[str, Any]) -> ReplayOutcome:
+        if original.get("redacted"):
+            raise ReplayError(
+                f"trace {original.get('trace_id')} was stored redacted; "
+                "its query cannot be replayed"
+            )
+        book = CaptureBook(original.get("captures"))
+        self.holder.book = book
+        self.service.result_cache.clear()
+        for entry in book.cached:  # answers the original got from the result cache
+            items = [Item(i["title"], i["text"], i.get("url")) for i in entry.get("items", [])]
+            self.service.result_cache.set(
+                (str(entry["source"]), normalise(str(entry["query"]))), items
+            )
+        outcome = await self.service.search(
+            original["query"],
+            dry_run=bool(original.get("dry_run")),
+            replay_of=original["trace_id"],
+        )
+        return ReplayOutcome(
+            original=original,
+            new_trace_id=outcome.trace_id,
+            new_status=outcome.status_code,
+            new_chain=outcome.chain,
+            answered=list(book.log),
+            parts=compare(original.get("chain", []), outcome.chain),
+        )

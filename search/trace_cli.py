@@ -1,0 +1,387 @@
+"""`search trace list|show` and `search replay`: reading and replaying the trace store.
+
+Exit status: 0 on success; 1 when a replay changed a routing decision (one trace or any
+in `--all`); 2 on bad usage, a bad filter, an unknown trace id, or a trace that cannot
+be replayed (stored redacted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from search.config import Config, ConfigError, TraceConfig, load_config
+from search.narrative import decision_only, narrative
+from search.trace_store import FilterError, SQLiteTraceStore, TraceFilter, parse_filters
+
+EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
+Handler = Callable[[argparse.Namespace], int]
+
+
+class TraceUsageError(Exception):
+    """Bad arguments or an unknown id: exit 2."""
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="config file (default: $SEARCH_CONFIG or config.yaml)")
+    parser.add_argument("--store", help="trace database (default: the config's trace.path)")
+
+
+def _filter_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", help="unix seconds, ISO 8601, or an age such as 2h or 7d")
+    parser.add_argument("--until", help="same forms as --since")
+
+
+def add_commands(commands: Any) -> dict[str, Handler]:
+    """Register `trace` and `replay` on the `search` subparsers; returns their handlers."""
+    trace = commands.add_parser("trace", help="read stored traces")
+    actions = trace.add_subparsers(dest="trace_command", required=True)
+
+    listing = actions.add_parser("list", help="list stored traces, newest first")
+    listing.add_argument("--step", help="has an event with this step (e.g. fallback)")
+    listing.add_argument("--source", help="involves this source")
+    listing.add_argument(
+        "--outcome", help="a source call ended so: ok|empty|error|timeout|cached|skipped"
+    )
+    listing.add_argument("--failed", action="store_true", help="only failed requests or parts")
+    listing.add_argument(
+        "--fallback", action="store_true", help="only requests where a fallback fired"
+    )
+    listing.add_argument("-q", "--text", help="query text contains")
+    _filter_options(listing)
+    listing.add_argument("--limit", default="50", help="page size (1-1000, default 50)")
+    listing.add_argument("--offset", help="skip this many")
+    listing.add_argument("--cursor", help="the next_cursor of the previous page")
+    listing.add_argument("--json", action="store_true", help="print the page as JSON")
+    _store_options(listing)
+
+    show = actions.add_parser("show", help="one trace: its chain and a diagnosis")
+    show.add_argument("id", help="trace id (or a unique prefix of 6+ characters)")
+    show.add_argument("--json", action="store_true", help="print the stored trace as JSON")
+    show.add_argument(
+        "--decision-only", action="store_true",
+        help="structure and reasons only, no query text (safe for a bug report)",
+    )
+    _store_options(show)
+
+    replay = commands.add_parser("replay", help="re-run recorded requests under a config")
+    replay.add_argument("id", nargs="?", help="trace id (or a unique prefix)")
+    replay.add_argument("--all", action="store_true", help="regression sweep over stored traces")
+    replay.add_argument("--failed-only", action="store_true", help="with --all: failed traces only")
+    replay.add_argument("--limit", type=int, help="with --all: at most this many traces")
+    _filter_options(replay)
+    replay.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    _store_options(replay)
+    return {"trace": _guarded(cmd_trace), "replay": _guarded(cmd_replay)}
+
+
+def _guarded(handler: Handler) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (TraceUsageError, FilterError, ConfigError) as exc:
+            print(f"search: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
+
+
+def _trace_config(args: argparse.Namespace) -> tuple[Config | None, TraceConfig]:
+    """The trace settings (and the whole config when one was needed or given)."""
+    if args.store and not args.config:
+        return None, TraceConfig(path=args.store)
+    config = load_config(args.config)
+    trace = config.trace
+    if args.store:
+        trace = trace.model_copy(update={"path": args.store})
+    return config, trace
+
+
+def _existing_store(trace: TraceConfig) -> SQLiteTraceStore:
+    store = SQLiteTraceStore(trace.model_copy(update={"enabled": True}))
+    if not store.path.exists():
+        raise TraceUsageError(f"no trace store at {store.path}")
+    return store
+
+
+def _find(store: SQLiteTraceStore, trace_id: str) -> dict[str, Any]:
+    full = store.resolve_id(trace_id)
+    trace = store.get_trace(full) if full else None
+    if trace is None:
+        raise TraceUsageError(f"trace {trace_id}: no such trace in {store.path}")
+    return trace
+
+
+# --- trace list / show ---------------------------------------------------------------
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    _, trace_config = _trace_config(args)
+    store = _existing_store(trace_config)
+    try:
+        if args.trace_command == "list":
+            return _list(store, args)
+        return _show(store, args)
+    finally:
+        store.close_sync()
+
+
+def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
+    from search.render import trace_list_table
+
+    params = {
+        name: str(value)
+        for name, value in (
+            ("step", args.step), ("source", args.source), ("outcome", args.outcome),
+            ("q", args.text), ("since", args.since), ("until", args.until),
+            ("limit", args.limit), ("offset", args.offset), ("cursor", args.cursor),
+        )
+        if value is not None
+    }
+    if args.failed:
+        params["failed"] = "true"
+    if args.fallback:
+        params["fallback"] = "true"
+    try:
+        filters = parse_filters(params)
+    except FilterError as exc:
+        raise TraceUsageError(f"--{exc.field if exc.field != 'q' else 'text'}: {exc}") from None
+    page = store.list_traces(filters)
+    if args.json:
+        print(json.dumps(page, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if page["traces"]:
+        print(trace_list_table(page["traces"]))
+    shown = len(page["traces"])
+    footer = f"{shown} of {page['total']} traces"
+    if page["next_cursor"]:
+        footer += f"; next page: --cursor {page['next_cursor']}"
+    print(footer)
+    print("flags: F fallback, C cached, E failed, D dry run, R replay")
+    return EXIT_OK
+
+
+def _show(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
+    from search.render import chain_table
+
+    trace = _find(store, args.id)
+    if args.decision_only:
+        safe = decision_only(trace)
+        if args.json:
+            print(json.dumps(safe, indent=2, ensure_ascii=False))
+            return EXIT_OK
+        print(_header(safe))
+        if safe["error"]:
+            print(f"error: {safe['error']['type']}")
+        print()
+        print(chain_table(safe["chain"]))
+        print()
+        for line in narrative(safe["chain"], with_text=False,
+                              dropped_events=safe["dropped_events"]):
+            print(line)
+        return EXIT_OK
+    if args.json:
+        print(json.dumps(trace, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    print(_header(trace))
+    print(f"query: {trace['query']!r}")
+    if trace["error"]:
+        print(f"error: {trace['error']['type']}: {trace['error']['message']}")
+    print()
+    print(chain_table(trace["chain"]))
+    print()
+    for line in narrative(trace["chain"], dropped_events=trace["dropped_events"]):
+        print(line)
+    return EXIT_OK
+
+
+def _header(trace: dict[str, Any]) -> str:
+    words = [f"trace {trace['trace_id']}", str(trace["time"]), f"status {trace['status_code']}",
+             f"{trace['duration_ms']:.1f} ms"]
+    if trace.get("dry_run"):
+        words.append("dry run")
+    if trace.get("replay_of"):
+        words.append(f"replay of {trace['replay_of']}")
+    return "  ".join(words)
+
+
+# --- replay --------------------------------------------------------------------------
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if bool(args.id) == bool(args.all):
+        raise TraceUsageError("replay: give either a trace ID or --all")
+    if args.id and (args.failed_only or args.since or args.until or args.limit is not None):
+        raise TraceUsageError("replay: --since, --until, --failed-only and --limit go with --all")
+    if args.limit is not None and args.limit < 1:
+        raise TraceUsageError("--limit: must be at least 1")
+    config, trace_config = _trace_config(args)
+    if config is None:
+        config = load_config(None)
+    store = _existing_store(trace_config)
+    if args.all:
+        params = {k: v for k, v in (("since", args.since), ("until", args.until)) if v}
+        try:
+            base = parse_filters(params)
+        except FilterError as exc:
+            raise TraceUsageError(f"--{exc.field}: {exc}") from None
+        return asyncio.run(_replay_all(config, store, base, args))
+    original = _find(store, args.id)
+    return asyncio.run(_replay_one(config, store, original, args.json))
+
+
+async def _replay_one(
+    config: Config, store: SQLiteTraceStore, original: dict[str, Any], as_json: bool
+) -> int:
+    from search.replay import Replayer, ReplayError
+
+    async with Replayer(config, store) as replayer:
+        try:
+            result = await replayer.replay(original)
+        except ReplayError as exc:
+            raise TraceUsageError(str(exc)) from None
+    if as_json:
+        print(json.dumps(_replay_json(result), indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(_replay_text(result)))
+    return EXIT_CHANGED if result.routing_changed else EXIT_OK
+
+
+def _replay_json(result: Any) -> dict[str, Any]:
+    return {
+        "original": result.original["trace_id"],
+        "new_trace_id": result.new_trace_id,
+        "status": {"old": result.original["status_code"], "new": result.new_status},
+        "answers": [{"source": a.source, "query": a.query, "from": a.how} for a in result.answered],
+        "parts": [
+            {
+                "part": p.part,
+                "query": p.query,
+                "divergence": None if p.divergence is None else {
+                    "kind": p.divergence.kind,
+                    "description": p.divergence.description,
+                    "routing": p.divergence.routing,
+                },
+            }
+            for p in result.parts
+        ],
+        "routing_changed": result.routing_changed,
+        "new_chain": result.new_chain,
+    }
+
+
+def _replay_text(result: Any) -> list[str]:
+    from search.render import side_by_side
+
+    original = result.original
+    lines = [
+        (
+            f"replay of {original['trace_id']} (recorded {original['time']}, status "
+            f"{original['status_code']}) -> new trace {result.new_trace_id} "
+            f"(status {result.new_status})"
+        )
+    ]
+    if result.answered:
+        lines.append("sources answered:")
+        for answer in result.answered:
+            how = "from the capture" if answer.how == "capture" else "LIVE (no capture)"
+            lines.append(f"  {answer.source} {answer.query!r}: {how}")
+    else:
+        lines.append("sources answered: none called")
+    for part in result.parts:
+        label = "the request" if part.part == "" else f"part {part.part}"
+        if part.query is not None and part.part != "":
+            label += f" {part.query!r}"
+        verdict = "same"
+        if part.divergence is not None:
+            verdict = f"first divergence: {part.divergence.description}"
+        lines.append(f"{label}: {verdict}")
+        marked = part.divergence.row if part.divergence else None
+        mark = part.divergence.description if part.divergence else ""
+        lines.extend(side_by_side(part.rows, marked, mark))
+    changed = [d for d in result.divergences if d.routing]
+    if changed:
+        lines.append(f"routing changed in {len(changed)} part(s)")
+    elif result.divergences:
+        lines.append("routing unchanged (other differences marked above)")
+    else:
+        lines.append("identical chain (timings aside)")
+    return lines
+
+
+async def _replay_all(
+    config: Config, store: SQLiteTraceStore, base: TraceFilter, args: argparse.Namespace
+) -> int:
+    from search.replay import Replayer, ReplayError
+
+    ids = _original_ids(store, base, args.failed_only, args.limit)
+    replayed = from_captures = 0
+    skipped: list[str] = []
+    changed: list[tuple[str, str]] = []
+    other: list[tuple[str, str]] = []
+    async with Replayer(config, store) as replayer:
+        for trace_id in ids:
+            original = store.get_trace(trace_id)
+            if original is None:  # pruned meanwhile
+                continue
+            try:
+                result = await replayer.replay(original)
+            except ReplayError:
+                skipped.append(trace_id)
+                continue
+            replayed += 1
+            from_captures += result.live_calls == 0
+            for part in result.parts:
+                d = part.divergence
+                if d is None:
+                    continue
+                where = "the request" if d.part == "" else f"part {d.part}"
+                if part.query is not None and d.part != "":
+                    where += f" {part.query!r}"
+                (changed if d.routing else other).append((trace_id, f"{where}: {d.description}"))
+    changed_traces = sorted({t for t, _ in changed})
+    if args.json:
+        print(json.dumps({
+            "replayed": replayed, "answered_from_captures_only": from_captures,
+            "skipped_redacted": skipped, "routing_changed": changed_traces,
+            "changes": [{"trace_id": t, "change": c} for t, c in changed],
+            "other_differences": [{"trace_id": t, "change": c} for t, c in other],
+        }, indent=2, ensure_ascii=False))
+    else:
+        print(f"replayed {replayed} traces ({from_captures} entirely from captures, "
+              f"{replayed - from_captures} with live calls); skipped {len(skipped)} (redacted)")
+        if changed:
+            print(f"routing changed in {len(changed_traces)} trace(s):")
+            for trace_id, change in changed:
+                print(f"  {trace_id} {change}")
+        else:
+            print("no routing decision changed")
+        if other:
+            print(f"other differences ({len(other)}, not counted as routing changes):")
+            for trace_id, change in other:
+                print(f"  {trace_id} {change}")
+    return EXIT_CHANGED if changed else EXIT_OK
+
+
+def _original_ids(
+    store: SQLiteTraceStore, base: TraceFilter, failed_only: bool, limit: int | None
+) -> list[str]:
+    """Ids of recorded (not replayed) traces, oldest first."""
+    ids: list[str] = []
+    cursor: int | None = None
+    while True:
+        page_filter = TraceFilter(
+            since=base.since, until=base.until, failed=failed_only, originals_only=True,
+            limit=500, cursor=cursor, oldest_first=True,
+        )
+        page = store.list_traces(page_filter)
+        ids.extend(t["trace_id"] for t in page["traces"])
+        if limit is not None and len(ids) >= limit:
+            return ids[:limit]
+        if not page["next_cursor"]:
+            return ids
+        cursor = int(page["next_cursor"])

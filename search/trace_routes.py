@@ -1,0 +1,183 @@
+"""`GET /traces` and `GET /traces/{id}`: the trace store over HTTP.
+
+Both read through the service's own store (`request.app.state.service.traces`), in a
+worker thread. Traces are written a few milliseconds after their response, so a read
+first flushes what is pending: a `trace_id` just returned by `/search` is found at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from routing.events import run_in_thread
+from search.narrative import narrative
+from search.schemas import ErrorDetail
+from search.trace_store import OUTCOMES, FilterError, TraceReader, parse_filters
+
+
+def _error(status: int, type_: str, message: str, field: str | None = None) -> JSONResponse:
+    detail = ErrorDetail(type=type_, message=message, field=field)
+    return JSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status)
+
+
+def _reader(request: Request) -> TraceReader | None:
+    store = getattr(request.app.state.service, "traces", None)
+    needed = ("list_traces", "get_trace", "flush")
+    return store if all(hasattr(store, name) for name in needed) else None  # type: ignore[return-value]
+
+
+_DISABLED = "no persistent trace store: it is switched off (trace.enabled: false)"
+
+
+async def list_traces(request: Request) -> Response:
+    reader = _reader(request)
+    if reader is None:
+        return _error(404, "not_found", _DISABLED)
+    params: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name in params:
+            return _error(422, "invalid_request", f"{name}: given more than once", name)
+        params[name] = value
+    try:
+        filters = parse_filters(params)
+    except FilterError as exc:
+        return _error(422, "invalid_request", str(exc), exc.field)
+    await reader.flush()
+    page = await run_in_thread(reader.list_traces, filters)
+    return JSONResponse(page)
+
+
+async def show_trace(request: Request) -> Response:
+    reader = _reader(request)
+    trace_id = request.path_params["trace_id"]
+    if reader is None:
+        return _error(404, "not_found", _DISABLED)
+    trace = await run_in_thread(reader.get_trace, trace_id)
+    if trace is None:
+        await reader.flush()  # it may still be on its way to the file
+        trace = await run_in_thread(reader.get_trace, trace_id)
+    if trace is None:
+        return _error(404, "not_found", f"trace {trace_id}: no such trace")
+    trace["narrative"] = narrative(
+        trace["chain"], with_text=not trace["redacted"], dropped_events=trace["dropped_events"]
+    )
+    return JSONResponse(trace)
+
+
+def trace_routes() -> list[Route]:
+    return [
+        Route("/traces", list_traces, methods=["GET"]),
+        Route("/traces/{trace_id}", show_trace, methods=["GET"]),
+    ]
+
+
+# --- OpenAPI -------------------------------------------------------------------------
+
+
+class TraceSummary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    trace_id: str
+    started_at: float = Field(description="Unix seconds.")
+    time: str = Field(description="ISO 8601, UTC.")
+    query: str = Field(description="The request; 'sha256:...' when stored redacted.")
+    status_code: int
+    duration_ms: float
+    failed: bool
+    fallback: bool
+    cached: bool
+    dry_run: bool
+    redacted: bool
+    captured: bool = Field(description="Source answers were captured for replay.")
+    replay_of: str | None
+    part_count: int
+    sources: list[str]
+
+
+class TracePage(BaseModel):
+    traces: list[TraceSummary]
+    total: int = Field(description="Traces matching the filters, over all pages.")
+    limit: int
+    offset: int
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page.")
+
+
+class TraceDetail(TraceSummary):
+    dropped_events: int
+    error: dict[str, Any] | None
+    chain: list[dict[str, Any]] = Field(description="The recorded events, in seq order.")
+    results: list[dict[str, Any]] = Field(description="Part results, without source content.")
+    captures: list[dict[str, Any]] | None = Field(
+        description="Source answers, when `trace.capture_results` was on."
+    )
+    narrative: list[str] = Field(description="A diagnosis per part, read off the events.")
+
+
+def trace_components() -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+    for model in (TracePage, TraceDetail):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    return schemas
+
+
+def _json(ref: str, description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+    }
+
+
+def _param(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema}
+
+
+def trace_paths() -> dict[str, Any]:
+    when = {"type": "string"}
+    flag = {"type": "boolean"}
+    text = {"type": "string"}
+    return {
+        "/traces": {
+            "get": {
+                "summary": "Stored traces, newest first, filtered and paged",
+                "operationId": "listTraces",
+                "parameters": [
+                    _param("step", "Has an event with this step.", text),
+                    _param("source", "Involves this source.", text),
+                    _param("outcome", "A source call ended so.", {"enum": list(OUTCOMES)}),
+                    _param("failed", "Only failed requests or parts.", flag),
+                    _param("fallback", "Only requests where a fallback fired.", flag),
+                    _param("since", "Unix seconds, ISO 8601, or an age (2h, 7d).", when),
+                    _param("until", "Same forms as since.", when),
+                    _param("q", "The query text contains this.", text),
+                    _param("limit", "Page size.", {"type": "integer", "minimum": 1,
+                                                   "maximum": 1000, "default": 50}),
+                    _param("offset", "Skip this many.", {"type": "integer", "minimum": 0}),
+                    _param("cursor", "next_cursor of the previous page.", text),
+                ],
+                "responses": {
+                    "200": _json("TracePage", "One page of trace summaries."),
+                    "404": _json("ErrorResponse", "The trace store is switched off."),
+                    "422": _json("ErrorResponse", "A bad filter; the message names it."),
+                },
+            }
+        },
+        "/traces/{trace_id}": {
+            "get": {
+                "summary": "One stored trace: its chain, results and a diagnosis",
+                "operationId": "getTrace",
+                "parameters": [{"name": "trace_id", "in": "path", "required": True,
+                                "schema": {"type": "string"}}],
+                "responses": {
+                    "200": _json("TraceDetail", "The stored trace."),
+                    "404": _json("ErrorResponse", "No trace with this id."),
+                },
+            }
+        },
+    }

@@ -1,0 +1,151 @@
+"""`search trace list|show`: the table, the narrative, filters, and `--decision-only`.
+
+Traces are recorded by the real Service into a real SQLite file; the CLI is the real
+`search.cli.main`, run in-process (the scripted source kind exists only in this process).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.search.test_replay import SOURCES, cli, record, write_config
+
+QUERY = "if it rains in zanzibar tomorrow, are the lights on? and also lights status in quokkaville"
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[Path, list[str]]:
+    db = tmp_path / "traces.db"
+    config = write_config(tmp_path / "c.yaml", db,
+                          sources={**SOURCES, "broken": {"fail": "error"}},
+                          keywords={"ha": ["lights"], "web": ["news"], "broken": ["gizmo"]})
+    outcomes = record(config, ["lights status", "history of rome", "gizmo", QUERY])
+    return config, [o.trace_id for o in outcomes]
+
+
+def test_show_prints_the_table_in_seq_order_and_the_narrative(
+    recorded: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, ids = recorded
+    code, out = cli(capsys, "trace", "show", ids[0], "--config", str(config))
+    assert code == 0, out
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("seq"))
+    assert lines[header].split() == ["seq", "t_ms", "part", "step", "source/decision", "outcome",
+                                     "elapsed", "reason"]
+    rows = [line.split() for line in lines[header + 1: header + 5]]
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"]
+    assert [r[3] for r in rows] == [
+        "intent_keyword", "source_invoked", "fallback", "source_invoked"]
+    assert rows[1][-1] == "connection_refused"
+    (story,) = [line for line in lines if line.startswith("part 0")]
+    assert story.startswith("part 0 'lights status' went to ha by keyword; ha refused the "
+                            "connection after ")
+    assert "; fallback to web declared; web answered 3 results in " in story
+    assert "query: 'lights status'" in out
+
+
+def test_show_accepts_a_unique_prefix_and_reports_unknown_ids(
+    recorded: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, ids = recorded
+    code, out = cli(capsys, "trace", "show", ids[2][:10], "--config", str(config), "--json")
+    assert code == 0
+    trace = json.loads(out)
+    assert trace["trace_id"] == ids[2] and trace["failed"] and trace["status_code"] == 502
+    code, out = cli(capsys, "trace", "show", "deadbeef" * 4, "--config", str(config))
+    assert code == 2 and "no such trace" in out
+
+
+def test_decision_only_contains_no_query_text(
+    recorded: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, ids = recorded
+    full_code, full = cli(capsys, "trace", "show", ids[3], "--config", str(config), "--json")
+    assert full_code == 0
+    texts = {QUERY}
+    for event in json.loads(full)["chain"]:
+        for key in ("query", "condition", "consequence", "remainder"):
+            if event.get(key):
+                texts.add(event[key])
+        texts.update(event.get("parts", []))
+    assert len(texts) >= 4
+    words = {"zanzibar", "quokkaville", "rains", "tomorrow", "lights"}
+    for extra in ([], ["--json"]):
+        code, out = cli(capsys, "trace", "show", ids[3], "--decision-only", "--config", str(config),
+                        *extra)
+        assert code == 0, out
+        lowered = out.lower()
+        for text in texts | words:
+            assert text.lower() not in lowered, f"{text!r} appears in --decision-only {extra}"
+        # ... and the structure and reasons are still there.
+        assert "conditional_detected" in out and "intent_keyword" in out
+        assert "connection_refused" in out and "fallback" in out
+    code, out = cli(capsys, "trace", "show", ids[3], "--decision-only", "--config", str(config))
+    assert "the request: a condition was found" in out or "the query was split into" in out
+
+
+def test_list_filters_and_pages(
+    recorded: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, ids = recorded
+
+    def listed(*argv: str) -> list[str]:
+        code, out = cli(capsys, "trace", "list", "--config", str(config), "--json", *argv)
+        assert code == 0, out
+        return [t["trace_id"] for t in json.loads(out)["traces"]]
+
+    assert listed() == ids[::-1]  # newest first
+    assert listed("--fallback") == [ids[3], ids[0]]
+    assert listed("--failed") == [ids[2]]
+    assert listed("--source", "broken") == [ids[2]]
+    assert listed("--outcome", "error") == [ids[3], ids[2], ids[0]]
+    assert listed("--step", "conditional_detected") == [ids[3]]
+    assert listed("--text", "ROME") == [ids[1]]
+    assert listed("--since", "1h") == ids[::-1]
+    assert listed("--until", "1h") == []
+    assert listed("--limit", "2") == [ids[3], ids[2]]
+    assert listed("--limit", "2", "--offset", "2") == [ids[1], ids[0]]
+    _, out = cli(capsys, "trace", "list", "--config", str(config), "--json", "--limit", "3")
+    cursor = json.loads(out)["next_cursor"]
+    assert listed("--limit", "3", "--cursor", cursor) == [ids[0]]
+
+
+def test_list_prints_a_table_and_bad_filters_exit_2(
+    recorded: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config, ids = recorded
+    code, out = cli(capsys, "trace", "list", "--config", str(config))
+    assert code == 0
+    assert out.splitlines()[0].split()[:3] == ["trace_id", "time", "status"]
+    assert ids[0] in out and "4 of 4 traces" in out
+    code, out = cli(capsys, "trace", "list", "--config", str(config), "--outcome", "great")
+    assert code == 2 and "--outcome" in out
+    code, out = cli(capsys, "trace", "list", "--config", str(config), "--since", "whenever")
+    assert code == 2 and "--since" in out
+    code, out = cli(capsys, "trace", "list", "--store", str(tmp_path / "missing.db"))
+    assert code == 2 and "no trace store" in out
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_the_narrative_reads_stages_that_passed_and_follow_ups() -> None:
+    from search.narrative import narrative
+
+    chain = [
+        {"step": "intent_semantic", "seq": 0, "t_ms": 1.0, "part": "0", "query": "and tomorrow?",
+         "decision": None, "outcome": "below_threshold", "similarity": 0.41,
+         "matched_query": "weather today"},
+        {"step": "intent_session", "seq": 1, "t_ms": 2.0, "part": "0", "query": "and tomorrow?",
+         "decision": "forecast", "previous_query": "weather today"},
+        {"step": "source_invoked", "seq": 2, "t_ms": 9.0, "part": "0", "query": "and tomorrow?",
+         "source": "forecast", "outcome": "timeout", "elapsed_ms": 5000.0, "result_count": 0},
+    ]
+    (line,) = narrative(chain)
+    assert line == ("part 0 'and tomorrow?' the semantic stage did not decide (below_threshold, "
+                    "best similarity 0.41 to 'weather today'); went to forecast as a follow-up of "
+                    "'weather today'; forecast timed out after 5000 ms")
+    (safe,) = narrative(chain, with_text=False)
+    assert "tomorrow" not in safe and "weather today" not in safe

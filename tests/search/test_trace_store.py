@@ -1,0 +1,441 @@
+"""The SQLite trace store on real files: restart, SIGKILL, retention, redaction, permissions.
+
+Requests go through the real `Service` over scripted sources (see tests/support/scripted.py),
+so the stored chains are the ones the router really recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from search.config import Config, TraceConfig, parse_config
+from search.service import Service
+from search.trace_store import (
+    FilterError,
+    SQLiteTraceStore,
+    TraceFilter,
+    digest,
+    open_trace_sink,
+    parse_filters,
+    redact,
+)
+from search.traces import NullTraceSink, TraceRecord
+
+REPO = Path(__file__).resolve().parents[2]
+KEYWORDS = {"ha": ["lights"], "web": ["news"], "broken": ["gizmo"]}
+
+
+def home_config(db: Path, keywords: dict[str, list[str]] | None = None,
+                sources: dict[str, dict[str, Any]] | None = None, **trace: Any) -> Config:
+    """kiwix answers by default; ha refuses (falls back to web); broken always fails."""
+    entries = sources or {
+        "kiwix": {},
+        "ha": {"fail": "unavailable", "fallback": ["web"]},
+        "web": {"items": 3},
+        "broken": {"fail": "error"},
+    }
+    return parse_config(
+        {
+            "routing": {"default_source": "kiwix", "keywords": keywords or KEYWORDS,
+                        "semantic": {"enabled": False}},
+            "sources": {name: {"type": "scripted", **e} for name, e in entries.items()},
+            "trace": {"path": str(db), **trace},
+        }
+    )
+
+
+async def record_queries(config: Config, queries: list[str]) -> list[Any]:
+    """Run `queries` through a Service whose trace sink comes from config; close it."""
+    service = Service(config)
+    await service.start()
+    try:
+        return [await service.search(q) for q in queries]
+    finally:
+        await service.aclose()
+
+
+def without_timings(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in e.items() if k not in ("t_ms", "elapsed_ms")} for e in chain]
+
+
+def db_bytes(db: Path) -> bytes:
+    """Every byte of the store: the file and any -wal / -shm / -journal beside it."""
+    return b"".join(p.read_bytes() for p in sorted(db.parent.glob(db.name + "*")))
+
+
+def make_record(trace_id: str, query: str = "q", started_at: float | None = None,
+                **fields: Any) -> TraceRecord:
+    chain = fields.pop("chain", [
+        {"step": "intent_keyword", "seq": 0, "t_ms": 0.1, "part": "", "query": query,
+         "decision": "kiwix", "discourse_escalated": False},
+        {"step": "source_invoked", "seq": 1, "t_ms": 0.5, "part": "", "query": query,
+         "source": "kiwix", "elapsed_ms": 0.3, "outcome": "ok", "result_count": 1},
+    ])
+    when = time.time() if started_at is None else started_at
+    return TraceRecord(trace_id=trace_id, started_at=when, query=query, status_code=200,
+                       duration_ms=1.0, chain=chain, **fields)
+
+
+def test_open_trace_sink_is_null_when_switched_off(tmp_path: Path) -> None:
+    assert isinstance(open_trace_sink(TraceConfig(enabled=False, path=str(tmp_path / "x.db"))),
+                      NullTraceSink)
+    assert isinstance(open_trace_sink(TraceConfig(path=str(tmp_path / "x.db"))), SQLiteTraceStore)
+    assert not (tmp_path / "x.db").exists()  # nothing is opened before start()
+
+
+async def test_store_survives_restart_with_chain_status_and_metadata_only(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    config = home_config(db)
+    outcomes = await record_queries(
+        config, ["lights status and also latest news", "history of rome", "gizmo"]
+    )
+    assert [o.status_code for o in outcomes] == [200, 200, 502]
+
+    store = SQLiteTraceStore(config.trace)  # a fresh process would do exactly this
+    await store.start()
+    try:
+        for outcome, query in zip(outcomes, ["lights status and also latest news",
+                                             "history of rome", "gizmo"]):
+            stored = store.get_trace(outcome.trace_id)
+            assert stored is not None
+            assert stored["query"] == query
+            assert stored["status_code"] == outcome.status_code
+            assert stored["chain"] == outcome.chain
+            assert stored["captures"] is None  # capture_results is off by default
+        failed = store.get_trace(outcomes[2].trace_id)
+        assert failed is not None and failed["failed"]
+        assert failed["error"]["type"] == "all_parts_failed"
+        first = store.get_trace(outcomes[0].trace_id)
+        assert first is not None and first["fallback"] and not first["failed"]
+        assert [r["item_count"] for r in first["results"]] == [3, 3]
+        assert all("items" not in r for r in first["results"])
+    finally:
+        await store.aclose()
+    # Metadata only: no item text reached the file.
+    assert b"text 0 about" not in db_bytes(db)
+
+
+async def test_file_and_its_wal_and_shm_are_created_0600_whatever_the_umask(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "traces.db"
+    old = os.umask(0)
+    try:
+        store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=0)
+        await store.start()
+        store.submit(make_record("a" * 32))
+        await store.flush()
+        for name in ("traces.db", "traces.db-wal", "traces.db-shm"):
+            mode = stat.S_IMODE((db.parent / name).stat().st_mode)
+            assert mode == 0o600, f"{name} has mode {oct(mode)}"
+        await store.aclose()
+    finally:
+        os.umask(old)
+
+
+async def test_an_existing_world_readable_store_is_tightened(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    db.touch()
+    db.chmod(0o644)
+    store = SQLiteTraceStore(TraceConfig(path=str(db)))
+    await store.start()
+    await store.aclose()
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+async def test_an_unopenable_path_is_an_error_naming_the_key(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    store = SQLiteTraceStore(TraceConfig(path=str(blocker / "traces.db")))
+    with pytest.raises(Exception, match=r"trace\.path: cannot open"):
+        await store.start()
+
+
+_WRITER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    sys.path.insert(0, {repo!r})
+    from search.config import TraceConfig
+    from search.trace_store import SQLiteTraceStore
+    from search.traces import TraceRecord
+
+    CHAIN = [{{"step": "intent_keyword", "seq": 0, "t_ms": 0.1, "part": "0", "query": "q",
+              "decision": "kiwix", "discourse_escalated": False, "pad": "x" * 400}}]
+
+    async def main():
+        store = SQLiteTraceStore(TraceConfig(path={db!r}), linger_s=0)
+        await store.start()
+        n = 0
+        while True:
+            for _ in range(25):
+                store.submit(TraceRecord(f"{{n:032x}}", time.time(), f"query {{n}}", 200, 1.0,
+                                         CHAIN))
+                n += 1
+            await store.flush()
+            print(n, flush=True)  # everything up to n is committed
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_sigkill_while_writing_leaves_a_readable_store_losing_only_in_flight(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "traces.db"
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER.format(repo=str(REPO), db=str(db)))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    confirmed = 0
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while confirmed < 2000 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            confirmed = int(line)
+        assert confirmed >= 2000, "the writer did not get going"
+        time.sleep(0.05)  # let it be in the middle of further batches
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        ids = [int(r[0], 16) for r in conn.execute("SELECT trace_id FROM traces ORDER BY id")]
+    finally:
+        conn.close()
+    # Every trace confirmed committed before the kill is there, in order, with no holes:
+    # only traces still in flight at the kill may be missing.
+    assert len(ids) >= confirmed
+    assert ids == list(range(len(ids)))
+    store = SQLiteTraceStore(TraceConfig(path=str(db)))
+    page = store.list_traces(TraceFilter(limit=5))
+    assert page["total"] == len(ids)
+    assert store.get_trace(page["traces"][0]["trace_id"]) is not None
+    store.close_sync()
+
+
+async def test_retention_by_count_holds_under_10000_requests(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    config = home_config(db, max_traces=300)
+    store = SQLiteTraceStore(config.trace)
+    service = Service(config, traces=store)
+    await service.start()
+    seen_counts: list[int] = []
+    ids: list[str] = []
+    try:
+        for n in range(10_000):
+            outcome = await service.search(f"lights status {n}" if n % 3 else f"history {n}")
+            ids.append(outcome.trace_id)
+            if n % 1000 == 999:
+                await store.flush()
+                seen_counts.append(await asyncio.to_thread(store.count))
+    finally:
+        await service.aclose()
+    assert all(c <= 300 for c in seen_counts), seen_counts
+    reopened = SQLiteTraceStore(config.trace)
+    kept = reopened.list_traces(TraceFilter(limit=1000))
+    assert kept["total"] == 300
+    assert {t["trace_id"] for t in kept["traces"]} == set(ids[-300:])  # the newest are kept
+    reopened.close_sync()
+
+
+async def test_retention_by_age_at_write_and_at_start(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    now = [1_000_000_000.0]
+    config = TraceConfig(path=str(db), max_age_days=1)
+    store = SQLiteTraceStore(config, linger_s=0, clock=lambda: now[0])
+    await store.start()
+    day = 86400.0
+    store.submit(make_record("old" + "0" * 29, started_at=now[0] - 2 * day))
+    store.submit(make_record("new" + "0" * 29, started_at=now[0] - 0.5 * day))
+    await store.aclose()
+    reader = SQLiteTraceStore(config)
+    assert [t["trace_id"][:3] for t in reader.list_traces(TraceFilter())["traces"]] == ["new"]
+    reader.close_sync()
+    now[0] += day  # a day later the remaining one is too old: pruned when the store opens
+    later = SQLiteTraceStore(config, clock=lambda: now[0])
+    await later.start()
+    assert later.count() == 0
+    await later.aclose()
+
+
+QUERY = "if it rains in zanzibar tomorrow, are the lights on? and also latest news about quokkas"
+SECRET_WORDS = ["zanzibar", "quokkas", "rains in", "are the lights on"]
+
+
+async def test_redaction_leaves_no_query_text_anywhere_in_the_file_bytes(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    config = home_config(db, redact=True, capture_results=True)
+    store = SQLiteTraceStore(config.trace, linger_s=0)
+    service = Service(config, traces=store)
+    await service.start()
+    outcome = await service.search(QUERY)
+    assert outcome.status_code == 200
+    parts = next(e for e in outcome.chain if e["step"] == "decomposed")["parts"]
+    # A hand-made record with the fields a semantic/LLM stage and an error message carry.
+    store.submit(make_record(
+        "f" * 32, query="zanzibar quokkas please",
+        chain=[
+            {"step": "intent_semantic", "seq": 0, "t_ms": 1.0, "part": "0",
+             "query": "zanzibar quokkas please", "matched_query": "quokkas near zanzibar",
+             "similarity": 0.91, "decision": "web",
+             "candidates": [{"text": "zanzibar ferry", "route": "web", "similarity": 0.5}]},
+            {"step": "error", "seq": 1, "t_ms": 2.0, "part": "0",
+             "query": "zanzibar quokkas please",
+             "error_type": "ValueError", "message": "bad input: 'ZANZIBAR QUOKKAS PLEASE'"},
+        ],
+        error={"type": "ValueError", "message": "could not answer zanzibar quokkas please"},
+    ))
+    await service.aclose()
+
+    data = db_bytes(db).lower()
+    for text in [QUERY, *parts, *SECRET_WORDS, "zanzibar quokkas please", "quokkas near zanzibar",
+                 "zanzibar ferry"]:
+        assert text.lower().encode() not in data, f"{text!r} leaked into the store"
+
+    reader = SQLiteTraceStore(config.trace)
+    stored = reader.get_trace(outcome.trace_id)
+    assert stored is not None and stored["redacted"] and stored["captures"] is None
+    assert stored["query"] == digest(QUERY)
+    # Structure, sources and reasons stay readable.
+    steps = [e["step"] for e in stored["chain"]]
+    assert steps == [e["step"] for e in outcome.chain]
+    fallback = next(e for e in stored["chain"] if e["step"] == "fallback")
+    assert (fallback["from_source"], fallback["to_source"], fallback["reason"]) == (
+        "ha", "web", "connection_refused")
+    decomposed = next(e for e in stored["chain"] if e["step"] == "decomposed")
+    assert decomposed["parts"] == [digest(p) for p in parts]
+    # The exact text still finds its trace (by digest); a fragment does not.
+    assert reader.list_traces(parse_filters({"q": QUERY}))["total"] == 1
+    assert reader.list_traces(parse_filters({"q": "zanzibar"}))["total"] == 0
+    assert reader.list_traces(parse_filters({"source": "ha", "step": "fallback"}))["total"] == 1
+    reader.close_sync()
+
+
+def test_redact_digests_query_fields_and_scrubs_messages() -> None:
+    event = {"step": "conditional_detected", "query": "if Foo then bar", "condition": "Foo",
+             "consequence": "bar", "remainder": "", "message": "failed on if foo then bar",
+             "seq": 3, "reason": "timeout"}
+    out = redact(event)
+    assert out["query"] == digest("if Foo then bar") and out["condition"] == digest("Foo")
+    assert out["message"] == f"failed on {digest('if Foo then bar')}"
+    assert (out["seq"], out["reason"], out["step"]) == (3, "timeout", "conditional_detected")
+
+
+async def test_submit_never_blocks_even_when_the_file_is_locked(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=0)
+    await store.start()
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        started = time.perf_counter()
+        for n in range(2000):
+            store.submit(make_record(f"{n:032x}"))
+        assert time.perf_counter() - started < 0.5
+        await asyncio.sleep(0.2)
+        assert store.written == 0  # the writer is stuck on the lock, the loop is not
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    await store.aclose()  # flushes everything that was queued
+    assert SQLiteTraceStore(TraceConfig(path=str(db))).count() == 2000
+
+
+async def test_traces_beyond_max_pending_are_dropped_and_counted(tmp_path: Path) -> None:
+    store = SQLiteTraceStore(TraceConfig(path=str(tmp_path / "t.db")), max_pending=10)
+    for n in range(25):  # not started: nothing drains the queue
+        store.submit(make_record(f"{n:032x}"))
+    assert store.dropped == 15
+    await store.aclose()  # close still writes what was queued
+    assert SQLiteTraceStore(TraceConfig(path=str(tmp_path / "t.db"))).count() == 10
+
+
+async def test_concurrent_readers_see_a_consistent_store_while_writing(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=0)
+    await store.start()
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read_loop() -> None:
+        reader = SQLiteTraceStore(TraceConfig(path=str(db)))
+        try:
+            while not done.is_set():
+                page = reader.list_traces(TraceFilter(limit=10))
+                for t in page["traces"]:
+                    assert reader.get_trace(t["trace_id"]) is not None
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            reader.close_sync()
+
+    thread = threading.Thread(target=read_loop)
+    thread.start()
+    for n in range(3000):
+        store.submit(make_record(f"{n:032x}"))
+        if n % 500 == 0:
+            await asyncio.sleep(0.01)
+    await store.aclose()
+    done.set()
+    thread.join(10)
+    assert not errors
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"outcome": "great"}, "outcome"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "many"}, "limit"),
+        ({"offset": "-1"}, "offset"),
+        ({"since": "last tuesday"}, "since"),
+        ({"since": "2h", "until": "3h"}, "until"),
+        ({"failed": "maybe"}, "failed"),
+        ({"step": "Drop Table"}, "step"),
+        ({"cursor": "abc"}, "cursor"),
+        ({"color": "red"}, "color"),
+    ],
+)
+def test_bad_filters_name_the_parameter(params: dict[str, str], field: str) -> None:
+    with pytest.raises(FilterError) as info:
+        parse_filters(params)
+    assert info.value.field == field
+
+
+def test_time_filters_accept_unix_iso_and_ages() -> None:
+    now = 1_700_000_000.0
+    f = parse_filters({"since": "2h", "until": "2023-11-14T22:13:20+00:00"}, now=now)
+    assert f.since == now - 7200 and f.until == now
+    assert parse_filters({"since": "1699999999.5"}).since == 1699999999.5
+
+
+def test_redact_covers_keywords_prompts_and_candidates_but_keeps_routes() -> None:
+    event = {"step": "intent_semantic", "query": "dim the hallway", "decision": "ha",
+             "matched": True, "similarity": 0.9,
+             "candidates": [{"source": "ha", "matched": "dim the bedroom", "score": 0.9}],
+             "prompt": [{"role": "user", "content": "route: dim the hallway"}]}
+    out = redact(event)
+    assert out["candidates"] == [{"source": "ha", "matched": digest("dim the bedroom"),
+                                  "score": 0.9}]
+    assert out["prompt"] == [{"role": "user", "content": digest("route: dim the hallway")}]
+    assert (out["decision"], out["matched"]) == ("ha", True)
+    keyword = redact({"step": "intent_keyword", "query": "hallway", "matched": ["hallway"]})
+    assert keyword["matched"] == [digest("hallway")]
