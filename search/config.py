@@ -53,6 +53,25 @@ class SemanticConfig(Strict):
     thresholds: dict[str, float] = Field(default_factory=dict)
     exemplars: dict[str, list[str]] = Field(default_factory=dict)
     top_k: int = Field(default=3, ge=1, le=20)
+    none_exemplars: list[str] = Field(
+        default_factory=list,
+        description="Requests no source serves (alarms, music, email): a match ends at a "
+        "low-confidence default (reason no_match) instead of a confident wrong route.",
+    )
+    none_threshold: float = Field(default=0.5, ge=-1, le=1)
+    margin: float = Field(
+        default=0.0, ge=0, le=1, description="How far the best route must lead the runner-up."
+    )
+    classifier_weight: float = Field(
+        default=0.1, ge=0, le=10,
+        description="Weight of the exemplar-trained classifier's log-probability in the "
+        "ranking of routes (0: nearest exemplar only).",
+    )
+    reuse_threshold: float = Field(
+        default=0.85, ge=-1, le=1, description="Similarity at which an earlier LLM decision is reused."
+    )
+    reuse_max_entries: int = Field(default=2000, ge=0)
+    threads: int = Field(default=1, ge=1, le=64, description="Torch threads for encoding.")
 
 
 class RoutingConfig(Strict):
@@ -61,6 +80,11 @@ class RoutingConfig(Strict):
     max_events: int = Field(default=1000, ge=10, le=1_000_000)
     keyword_threshold: float = Field(default=85.0, ge=50, le=100)
     keywords: dict[str, list[str]] = Field(default_factory=dict)
+    none_keywords: list[str] = Field(
+        default_factory=list,
+        description="Phrases of requests no source serves (alarms, email, streaming music): "
+        "when they outweigh every route's keywords the part ends at a low-confidence default.",
+    )
     fusion: dict[str, list[str]] = Field(default_factory=dict)
     decision_cache_ttl_s: float = Field(default=3600.0, ge=0)
     decision_cache_max_entries: int = Field(default=10_000, ge=0)
@@ -87,7 +111,22 @@ class TraceConfig(Strict):
 
 
 class TelemetryConfig(Strict):
-    otlp_endpoint: str | None = None
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector (http://tempo:4318 or its full /v1/traces URL); "
+        "unset: no OpenTelemetry export.",
+    )
+    service_name: str = Field(default="search-router", min_length=1)
+    timeout_s: float = Field(default=10.0, gt=0, le=120, description="Per export request.")
+
+
+class McpConfig(Strict):
+    enabled: bool = Field(default=True, description="Serve the MCP tools at /mcp.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names (no port) a loopback connection may name besides localhost, "
+        "e.g. the name a reverse proxy on this machine forwards as Host.",
+    )
 
 
 class Config(Strict):
@@ -96,6 +135,7 @@ class Config(Strict):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     trace: TraceConfig = Field(default_factory=TraceConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
     sources: dict[str, SourceConfig] = Field(default_factory=dict)
 
     @model_validator(mode="before")
