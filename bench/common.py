@@ -1,0 +1,87 @@
+"""Small helpers shared by the benches: statistics, RSS, configs and the result line.
+
+Every bench prints readable lines and, last, one `BENCH_JSON {...}` line that
+`bench/run_all.py` collects into the results table. Rounds are interleaved (A, B, then
+B, A) and summarised by medians, so a shared machine's drifting load hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+JSON_PREFIX = "BENCH_JSON "
+
+
+def env_int(name: str, default: int) -> int:
+    """A size knob from the environment (BENCH_SCALE multiplies every default)."""
+    if name in os.environ:
+        return max(1, int(os.environ[name]))
+    scale = float(os.environ.get("BENCH_SCALE", "1"))
+    return max(1, round(default * scale))
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1) of `samples`."""
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return ordered[index]
+
+
+def median(samples: Sequence[float]) -> float:
+    return statistics.median(samples)
+
+
+def order(round_index: int, names: tuple[str, str]) -> tuple[str, str]:
+    """A, B on even rounds and B, A on odd ones, so neither side always runs first."""
+    return names if round_index % 2 == 0 else (names[1], names[0])
+
+
+def rss_mb() -> float:
+    """This process's resident set size, in MiB (Linux /proc)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def emit(bench: str, **result: Any) -> None:
+    """The machine-readable last line of a bench."""
+    print(JSON_PREFIX + json.dumps({"bench": bench, **result}, default=float), flush=True)
+
+
+def scripted_config(
+    sources: dict[str, dict[str, Any]],
+    keywords: dict[str, list[str]] | None = None,
+    *,
+    trace: dict[str, Any] | None = None,
+    **routing: Any,
+) -> Any:
+    """A config over the test suite's scripted sources (the router's cost, not a backend's)."""
+    from search.config import parse_config
+    from tests.support import scripted
+
+    scripted.register()
+    return parse_config({
+        "routing": {
+            "default_source": next(iter(sources)),
+            "keywords": keywords or {},
+            "semantic": {"enabled": False},
+            **routing,
+        },
+        "sources": {name: {"type": "scripted", **entry} for name, entry in sources.items()},
+        "trace": trace or {"enabled": False},
+    })

@@ -1,0 +1,337 @@
+"""Routing quality on labelled utterances nobody on this project wrote (no LLM).
+
+Runs the whole resolution the way the service does (a `Service` built from config,
+`search(text, dry_run=True)`: decomposition, conditions, keyword, cache, semantic,
+default) over `../shared/eval/*.jsonl` and prints, per file and per half:
+- accuracy per expected source, and a confusion matrix (rows: expected, columns: routed);
+- for the compound files, the share of utterances whose parts, each routed, give exactly
+  the expected set of labels;
+- how many `none` rows went to a source with high confidence.
+
+A part's label is its route, or `none` when it ended at a low-confidence default: a part
+nothing could route ("set an alarm") is right to say so. The rows are split in two fixed
+halves by a hash of the text ("tune" and "holdout"): tune on one, judge on the other, so
+exemplars and rules that merely memorise sentences show up as a gap between the halves.
+
+    .venv/bin/python bench/routing_quality.py [--config config.yaml] [--eval-dir DIR]
+        [--half all|tune|holdout] [--errors N] [--json]
+
+The eval directory defaults to `../shared/eval` next to the repository (or $ROUTING_EVAL_DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SOURCES = ("forecast", "ha", "kiwix", "web")
+LABELS = (*SOURCES, "none")
+HALVES = ("tune", "holdout")
+
+# Targets without an LLM (issue 3).
+SINGLE_TARGET = 0.95
+COMPOUND_TARGET = 0.90
+NONE_CONFIDENT_MAX = 0.10
+
+
+def default_eval_dir() -> Path:
+    env = os.environ.get("ROUTING_EVAL_DIR")
+    return Path(env) if env else (ROOT / "../shared/eval").resolve()
+
+
+def half_of(text: str) -> str:
+    """A fixed split: the same text is always in the same half."""
+    return HALVES[hashlib.md5(text.encode("utf-8")).digest()[0] % 2]
+
+
+@dataclass(slots=True)
+class Row:
+    file: str
+    text: str
+    expected: str | tuple[str, ...]
+    origin: str
+
+    @property
+    def compound(self) -> bool:
+        return isinstance(self.expected, tuple)
+
+
+@dataclass(slots=True)
+class Outcome:
+    row: Row
+    parts: list[tuple[str, str, str]]  # (part text, label, stage)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(sorted({label for _, label, _ in self.parts}))
+
+    @property
+    def predicted(self) -> str:
+        """The single label (or "a+b" when a single-intent row was split across routes)."""
+        return "+".join(self.labels) or "none"
+
+    @property
+    def correct(self) -> bool:
+        if self.row.compound:
+            return self.labels == self.row.expected
+        return self.labels == (self.row.expected,)
+
+    @property
+    def confident_source(self) -> bool:
+        """Some part went to a source by a decision, not by the default."""
+        return any(label != "none" for _, label, _ in self.parts)
+
+
+def load_rows(eval_dir: Path) -> dict[str, list[Row]]:
+    files: dict[str, list[Row]] = {}
+    for path in sorted(eval_dir.glob("*.jsonl")):
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            data = json.loads(line)
+            expected = data["expected"]
+            if isinstance(expected, list):
+                expected = tuple(sorted(set(expected)))
+            rows.append(Row(path.name, data["text"], expected, data.get("origin_label", "")))
+        files[path.name] = rows
+    return files
+
+
+def part_label(route: str | None, stage: str | None) -> str:
+    if route is None or stage == "intent_default":
+        return "none"
+    return route
+
+
+async def route_rows(service: Any, rows: Iterable[Row]) -> list[Outcome]:
+    """Resolve every row through `service.search(dry_run=True)`, as `search route` does."""
+    outcomes = []
+    for row in rows:
+        outcome = await service.search(row.text, dry_run=True)
+        flat = []
+        for result in outcome.results:
+            if result.condition is not None:
+                flat.append(result.condition)
+            flat.append(result)
+        parts = [(r.query, part_label(r.route, r.stage), r.stage or "") for r in flat]
+        outcomes.append(Outcome(row, parts))
+    return outcomes
+
+
+@dataclass(slots=True)
+class Score:
+    """The numbers of one file and one half."""
+
+    rows: int = 0
+    correct: int = 0
+    per_source: dict[str, list[int]] = field(default_factory=dict)  # label -> [right, total]
+    confusion: dict[str, Counter[str]] = field(default_factory=dict)
+    none_rows: int = 0
+    none_confident: int = 0
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.rows if self.rows else 1.0
+
+    def source_accuracy(self, label: str) -> float | None:
+        right, total = self.per_source.get(label, [0, 0])
+        return right / total if total else None
+
+    @property
+    def none_confident_share(self) -> float | None:
+        return self.none_confident / self.none_rows if self.none_rows else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "accuracy": round(self.accuracy, 4),
+            "per_source": {k: {"right": v[0], "total": v[1]} for k, v in self.per_source.items()},
+            "none_rows": self.none_rows,
+            "none_confident": self.none_confident,
+            "confusion": {k: dict(v) for k, v in self.confusion.items()},
+        }
+
+
+def score(outcomes: Iterable[Outcome]) -> Score:
+    result = Score()
+    for outcome in outcomes:
+        row = outcome.row
+        result.rows += 1
+        result.correct += outcome.correct
+        key = "+".join(row.expected) if row.compound else str(row.expected)
+        tally = result.per_source.setdefault(key, [0, 0])
+        tally[0] += outcome.correct
+        tally[1] += 1
+        result.confusion.setdefault(key, Counter())[outcome.predicted] += 1
+        if not row.compound and row.expected == "none":
+            result.none_rows += 1
+            result.none_confident += outcome.confident_source
+    return result
+
+
+def check_targets(file: str, result: Score, compound: bool) -> list[str]:
+    """The targets this file misses (an empty list when it meets them all)."""
+    misses = []
+    if compound:
+        if result.rows and result.accuracy < COMPOUND_TARGET:
+            misses.append(f"{file}: compound {result.accuracy:.1%} < {COMPOUND_TARGET:.0%}")
+        return misses
+    for label in SOURCES:
+        value = result.source_accuracy(label)
+        if value is not None and value < SINGLE_TARGET:
+            misses.append(f"{file}: {label} {value:.1%} < {SINGLE_TARGET:.0%}")
+    share = result.none_confident_share
+    if share is not None and share > NONE_CONFIDENT_MAX:
+        misses.append(f"{file}: none routed confidently {share:.1%} > {NONE_CONFIDENT_MAX:.0%}")
+    return misses
+
+
+def _pct(value: float | None) -> str:
+    return "    -" if value is None else f"{value * 100:5.1f}%"
+
+
+def render(file: str, by_half: dict[str, Score], compound: bool) -> str:
+    lines = [f"== {file}"]
+    halves = list(by_half)
+    lines.append("   " + " " * 22 + "".join(f"{h:>20}" for h in halves))
+    keys = sorted({k for s in by_half.values() for k in s.per_source})
+    for key in keys:
+        cells = []
+        for half in halves:
+            right, total = by_half[half].per_source.get(key, [0, 0])
+            cells.append(f"{_pct(right / total if total else None)} ({right:>3}/{total:<3})")
+        lines.append(f"   {key:<22}" + "".join(f"{c:>20}" for c in cells))
+    cells = [f"{_pct(by_half[h].accuracy)} ({by_half[h].correct:>3}/{by_half[h].rows:<3})"
+             for h in halves]
+    lines.append(f"   {'all rows':<22}" + "".join(f"{c:>20}" for c in cells))
+    if not compound and any(s.none_rows for s in by_half.values()):
+        cells = [f"{_pct(by_half[h].none_confident_share)} ({by_half[h].none_confident:>3}/"
+                 f"{by_half[h].none_rows:<3})" for h in halves]
+        lines.append(f"   {'none -> a source':<22}" + "".join(f"{c:>20}" for c in cells))
+    merged: dict[str, Counter[str]] = defaultdict(Counter)
+    for result in by_half.values():
+        for key, counts in result.confusion.items():
+            merged[key].update(counts)
+    columns = sorted({c for counts in merged.values() for c in counts},
+                     key=lambda c: (c not in LABELS, LABELS.index(c) if c in LABELS else 0, c))
+    lines.append("   confusion (" + "+".join(halves) + "; rows expected, columns routed):")
+    widths = [max(len(c), 5) + 2 for c in columns]
+    lines.append("   " + " " * 22 + "".join(f"{c:>{w}}" for c, w in zip(columns, widths)))
+    for key in sorted(merged):
+        lines.append(f"   {key:<22}" + "".join(
+            f"{merged[key].get(c, 0):>{w}}" for c, w in zip(columns, widths)))
+    return "\n".join(lines)
+
+
+def isolated_config(config_path: Path) -> Any:
+    """config_path with its sources swapped for the scripted test kind, routing untouched.
+
+    Routing quality depends only on the `routing:` section; this keeps the measurement
+    independent of whether a source's backend (a ZIM file, Home Assistant) is installed.
+    """
+    import yaml
+
+    from search.config import parse_config
+    from tests.support import scripted
+
+    scripted.register()
+    data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    keep = ("enabled", "description", "fallback", "timeout_s")
+    data["sources"] = {
+        name: {**{k: v for k, v in entry.items() if k in keep}, "type": "scripted"}
+        for name, entry in (data.get("sources") or {}).items()
+    }
+    data.setdefault("trace", {})["enabled"] = False
+    return parse_config(data)
+
+
+async def evaluate(config: Any, files: dict[str, list[Row]]) -> dict[str, list[Outcome]]:
+    """Outcomes per file, from one Service (one model load)."""
+    from search.service import Service
+
+    service = Service(config)
+    await service.start(sources=False)
+    try:
+        return {name: await route_rows(service, rows) for name, rows in files.items()}
+    finally:
+        await service.aclose()
+
+
+def summarise(
+    outcomes: dict[str, list[Outcome]], halves: tuple[str, ...] = HALVES
+) -> dict[str, dict[str, Score]]:
+    return {
+        name: {half: score(o for o in rows if half_of(o.row.text) == half) for half in halves}
+        for name, rows in outcomes.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "config.yaml"))
+    parser.add_argument("--eval-dir", default=None, help="default: ../shared/eval")
+    parser.add_argument("--half", choices=["all", *HALVES], default="all")
+    parser.add_argument("--errors", type=int, default=0, help="print N misrouted rows per file")
+    parser.add_argument("--isolated", action="store_true",
+                        help="swap the sources for the scripted test kind (no backends needed)")
+    parser.add_argument("--only", default="", help="only files whose name contains this")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from search.config import load_config
+
+    eval_dir = Path(args.eval_dir) if args.eval_dir else default_eval_dir()
+    files = {k: v for k, v in load_rows(eval_dir).items() if args.only in k}
+    if not files:
+        print(f"no *.jsonl files in {eval_dir}", file=sys.stderr)
+        return 2
+    config = isolated_config(Path(args.config)) if args.isolated else load_config(args.config)
+    started = time.perf_counter()
+    outcomes = asyncio.run(evaluate(config, files))
+    elapsed = time.perf_counter() - started
+    halves = HALVES if args.half == "all" else (args.half,)
+    summary = summarise(outcomes, halves)
+    misses: list[str] = []
+    for name, by_half in summary.items():
+        compound = any(o.row.compound for o in outcomes[name])
+        for half, result in by_half.items():
+            misses += [f"[{half}] {m}" for m in check_targets(name, result, compound)]
+    if args.json:
+        print(json.dumps({
+            name: {half: s.to_dict() for half, s in by_half.items()}
+            for name, by_half in summary.items()
+        }, indent=2))
+    else:
+        for name, by_half in summary.items():
+            compound = any(o.row.compound for o in outcomes[name])
+            print(render(name, by_half, compound))
+            if args.errors:
+                wrong = [o for o in outcomes[name] if not o.correct and half_of(o.row.text) in halves]
+                for o in wrong[: args.errors]:
+                    parts = " | ".join(f"{p} -> {label} ({stage})" for p, label, stage in o.parts)
+                    print(f"     x [{half_of(o.row.text)}] expected {o.row.expected}: {parts}")
+            print()
+        total = sum(len(rows) for rows in outcomes.values())
+        print(f"{total} utterances in {elapsed:.1f}s (model load included)")
+        print("targets: all met" if not misses else "targets missed:\n  " + "\n  ".join(misses))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Cache-hit `/search` throughput through uvicorn on loopback, against a bare Starlette endpoint.
+
+One server process runs the real app (`create_app`, with its metrics observer and the
+SQLite trace store on, as shipped; scripted sources so no backend's cost counts) under
+uvicorn with the settings `search serve` uses (`uvicorn.run(app, host, port,
+access_log=False)`). The same app also mounts `POST /bare`: a plain Starlette endpoint
+that reads and parses the same JSON body and answers a JSON body of the same shape and
+size as the search answer, without routing, recording, caching or tracing. So both
+endpoints share the server, the middleware stack, the HTTP parser and the load generator:
+the ratio is what the router adds over the framework.
+
+Load: `wrk` (Debian package) in its own process, one thread, `BENCH_CONNECTIONS`
+keep-alive connections, a Lua script for the POST body; without wrk, `bench/loadgen.py`
+(httpx, also its own process; `BENCH_LOADGEN=httpx` forces it). Rounds of `BENCH_TP_SECONDS` alternate search/bare and
+bare/search; reported are the medians of the rounds' requests/s, and the median of the
+per-round paired ratios (the verdict). Target: search >= 0.5 of bare.
+`BENCH_TP_TRACE=0` runs it with the trace store off, to see the store's share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, emit, env_int, median, order, scripted_config  # noqa: E402
+
+ROUNDS = env_int("BENCH_TP_ROUNDS", 6)
+SECONDS = env_int("BENCH_TP_SECONDS", 3)
+CONNECTIONS = env_int("BENCH_CONNECTIONS", 8)
+TRACE = os.environ.get("BENCH_TP_TRACE", "1") != "0"  # 0: the trace store off, to see its share
+TARGET = 0.5
+QUERY = "what is the weather today"
+BODY = json.dumps({"query": QUERY})
+
+LUA = """
+wrk.method = "POST"
+wrk.body = %s
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRK_JSON {"requests": %%d, "elapsed_s": %%f, "non_2xx": %%d, "errors": %%d, '
+    .. '"p50_us": %%d, "p99_us": %%d}\\n',
+    summary.requests, summary.duration / 1e6, e.status, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+# --- the server process ---------------------------------------------------------------
+
+def bare_body(query: str) -> dict[str, Any]:
+    """The shape and size of the search answer for `query` (scripted forecast, 2 items)."""
+    import uuid
+
+    items = [{"title": f"forecast #{i} for {query}", "text": f"text {i} about {query}",
+              "url": f"http://forecast/{i}"} for i in range(2)]
+    return {"query": query, "trace_id": uuid.uuid4().hex,
+            "results": [{"query": query, "source": "forecast", "status": "ok", "items": items,
+                         "route": "forecast"}],
+            "cached": True, "fallback_occurred": False, "dropped_events": 0, "explanation": None}
+
+
+def serve(port: int, trace_path: str) -> None:
+    import uvicorn
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from search.app import create_app
+
+    trace = {"path": trace_path} if TRACE else {"enabled": False}
+    config = scripted_config({"kiwix": {}, "forecast": {}}, {"forecast": ["weather"]}, trace=trace)
+
+    async def bare(request: Request) -> JSONResponse:
+        data = json.loads(await request.body())
+        return JSONResponse(bare_body(data["query"]))
+
+    app = create_app(config)
+    app.router.routes.append(Route("/bare", bare, methods=["POST"]))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# --- the driver -------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the server exited")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the server did not start")
+
+
+def load(tool: str, url: str, seconds: int, script: str) -> dict[str, float]:
+    if tool == "wrk":
+        cmd = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", script, url]
+        marker = "WRK_JSON "
+    else:
+        cmd = [sys.executable, str(ROOT / "bench" / "loadgen.py"), url, BODY, str(CONNECTIONS),
+               str(seconds)]
+        marker = ""
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=seconds + 60)
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith(marker + "{"))
+    result = json.loads(line[len(marker):])
+    assert result["non_2xx"] == 0 and result["errors"] == 0, (url, result, out.stdout)
+    result["rps"] = result["requests"] / result["elapsed_s"]
+    return result
+
+
+def main() -> None:
+    tool = os.environ.get("BENCH_LOADGEN") or ("wrk" if shutil.which("wrk") else "httpx")
+    with tempfile.TemporaryDirectory(prefix="bench-tp-") as tmp:
+        script = os.path.join(tmp, "post.lua")
+        Path(script).write_text(LUA % json.dumps(BODY))
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(port), os.path.join(tmp, "traces.db")],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            wait_ready(url, proc)
+            import httpx
+
+            first = httpx.post(f"{url}/search", content=BODY, timeout=10).json()
+            hit = httpx.post(f"{url}/search", content=BODY, timeout=10)
+            bare = httpx.post(f"{url}/bare", content=BODY, timeout=10)
+            assert hit.json()["cached"] is True and not first["cached"], hit.text
+            sizes = {"search": len(hit.content), "bare": len(bare.content)}
+            for path in ("/search", "/bare"):  # warm both paths under load
+                load(tool, url + path, 1, script)
+            rounds: dict[str, list[dict[str, float]]] = {"search": [], "bare": []}
+            paired = []
+            for r in range(ROUNDS):
+                for name in order(r, ("search", "bare")):
+                    rounds[name].append(load(tool, f"{url}/{name}", SECONDS, script))
+                paired.append(rounds["search"][-1]["rps"] / rounds["bare"][-1]["rps"])
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    rps = {name: median([r["rps"] for r in rs]) for name, rs in rounds.items()}
+    p50 = {name: median([r["p50_us"] for r in rs]) for name, rs in rounds.items()}
+    p99 = {name: median([r["p99_us"] for r in rs]) for name, rs in rounds.items()}
+    ratio = median(paired)
+    print(f"load generator: {tool}, {CONNECTIONS} connections, {ROUNDS} rounds x {SECONDS} s each; "
+          f"trace store {'on' if TRACE else 'off'}")
+    print(f"response bodies: search {sizes['search']} B, bare {sizes['bare']} B")
+    for name in ("search", "bare"):
+        print(f"{name:6}: {rps[name]:8.0f} req/s  p50 {p50[name] / 1000:6.2f} ms  "
+              f"p99 {p99[name] / 1000:6.2f} ms")
+    print(f"ratio search/bare: {ratio:.3f} (median of per-round ratios; target >= {TARGET:g}); "
+          f"ratio of medians {rps['search'] / rps['bare']:.3f}")
+    emit("throughput", tool=tool, trace_store=TRACE, connections=CONNECTIONS, rounds=ROUNDS,
+         seconds=SECONDS, search_rps=rps["search"], bare_rps=rps["bare"], ratio=ratio,
+         p50_us=p50, p99_us=p99, body_bytes=sizes, target=TARGET, passed=ratio >= TARGET)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]), sys.argv[3])
+    else:
+        main()
