@@ -11,17 +11,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from routing.decompose import OPENERS
+from routing.decompose import OPENERS, QUESTION_AFTER_WHEN
 
 _LEADING = re.compile(r"^\s*(?:if|when|whenever|unless|in case)\s+", re.IGNORECASE)
-_TRAILING = re.compile(r"\s(?:if|when|whenever|unless|in case)\s+", re.IGNORECASE)
+# A trailing "when" is far more often a time clause than a condition to check first
+# ("who will cry when you die", "turn on the heating when I get home"): only "if",
+# "unless" and "in case" split a sentence from behind.
+_TRAILING = re.compile(r"\s(?:if|unless|in case)\s+", re.IGNORECASE)
+
 # "then" or a comma ends the condition when present.
 _CONDITION_END = re.compile(r",|\bthen\b", re.IGNORECASE)
 # The consequence ends at a sentence end or a hard separator; the rest is the remainder.
 _CONSEQUENCE_END = re.compile(r"[?!.;]|\band\s+(?:also|then)\b", re.IGNORECASE)
 # "tell me if", "check if": an embedded question ("whether"), not a condition.
 _WHETHER_VERBS = frozenset(
-    "me us tell check know see ask wonder wondering sure find out whether".split()
+    ["me", "us", "tell", "check", "know", "see", "ask", "wonder", "wondering", "sure", "find", "out", "whether"]
 )
 _WORD = re.compile(r"[A-Za-z0-9'’]+")
 _TRIM = " \t\r\n,;.!?:-"
@@ -44,6 +48,13 @@ def _split_leading(text: str) -> tuple[str, str] | None:
     if not head:
         return None
     body = text[head.end() :]
+    first = _WORD.match(body)
+    if (
+        head.group().strip().lower().startswith("when")
+        and first is not None
+        and first.group().lower() in QUESTION_AFTER_WHEN
+    ):
+        return None
     marker = _CONDITION_END.search(body)
     if marker and marker.start() > 0:
         return body[: marker.start()], body[marker.end() :]

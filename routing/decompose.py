@@ -3,8 +3,11 @@
 Hard separators (";", "and also", "and then", sentence ends) always split. Soft ones
 ("and", "also", ",", "then") split only between two complete requests, so
 "salt and pepper" and "who wrote Romeo and Juliet" stay whole while
-"turn off the lights and what's the weather" splits. Every part is a substring of the
-query, and splitting a part again returns it unchanged.
+"turn off the lights and what's the weather" splits. A request opens with a question word,
+an imperative, a wake word ("olly, ...") or a request's topic ("weather in Oslo"); after a
+comma, any clause of three words or more that doesn't continue the previous one
+("in Paris", "or the blue one") counts too. Every part is a substring of the query, and
+splitting a part again returns it unchanged.
 """
 
 from __future__ import annotations
@@ -14,16 +17,30 @@ from dataclasses import dataclass
 
 # Words that open a request on their own: questions, polite forms and imperatives.
 OPENERS = frozenset(
-    """
-    what what's whats who who's whos whom whose where where's when when's which why how how's
-    is isn't are aren't was were do does did don't can can't could will won't would should shall
-    may might has have had am
-    i i'd i'm im i'll i've id my we let let's lets please pls hey ok okay
-    tell show give find search look lookup play open close lock unlock turn switch set dim
-    brighten raise lower start stop pause resume check list read send call order book get make
-    put add remove remind wake explain define describe say increase decrease change activate
-    deactivate enable disable run fetch translate compare calculate count plan schedule cancel
-    """.split()
+    ["what", "what's", "whats", "who", "who's", "whos", "whom", "whose", "where", "where's", "when", "when's", "which", "why", "how", "how's", "is", "isn't", "are", "aren't", "was", "were", "do", "does", "did", "don't", "can", "can't", "could", "will", "won't", "would", "should", "shall", "may", "might", "has", "have", "had", "am", "i", "i'd", "i'm", "im", "i'll", "i've", "id", "my", "we", "let", "let's", "lets", "please", "pls", "hey", "ok", "okay", "tell", "show", "give", "find", "search", "look", "lookup", "play", "open", "close", "lock", "unlock", "turn", "switch", "set", "dim", "brighten", "raise", "lower", "start", "stop", "pause", "resume", "check", "list", "read", "send", "call", "order", "book", "get", "make", "put", "add", "remove", "remind", "wake", "explain", "define", "describe", "say", "increase", "decrease", "change", "activate", "deactivate", "enable", "disable", "run", "fetch", "translate", "compare", "calculate", "count", "plan", "schedule", "cancel", "need", "want", "rate", "give", "toggle", "ask", "brew", "clean", "vacuum", "delete", "buy", "reserve", "navigate", "skip", "mute", "power", "unmute", "repeat", "shuffle", "google", "any", "whats", "what're", "where're", "how're", "who're", "there's"]
+)
+
+# "when is ...", "when did ...": a question about a time, not a condition.
+QUESTION_AFTER_WHEN = frozenset(
+    ["is", "isn't", "was", "wasn't", "are", "aren't", "were", "do", "does", "did", "don't", "doesn't", "didn't", "will", "won't", "would", "can", "could", "should", "shall", "has", "have", "had", "am"]
+)
+
+# Wake words and fillers: a clause that opens with one is a new request ("..., olly dim the
+# lights"); a clause made only of them ("hey google") is not a request on its own.
+WAKE_WORDS = frozenset(["hey", "hi", "ok", "okay", "olly", "alexa", "siri", "google", "computer", "jarvis", "assistant"])
+_FILLERS = WAKE_WORDS | frozenset(["please", "so", "well", "now", "um", "uh", "oh", "and"])
+
+# Nouns that head a request on their own: "..., weather in Oslo", "and news from Kenya".
+TOPIC_OPENERS = frozenset(
+    ["weather", "forecast", "news", "headlines", "humidity", "temperature", "traffic", "table", "movie", "movies", "film", "films", "showtimes", "stocks"]
+)
+
+_PREPOSITIONS = frozenset(["at", "in", "on", "of", "for", "from", "to", "by", "with"])
+_WH_WORDS = frozenset(["what", "which", "who", "whom", "whose", "where", "when", "how"])
+
+# Words that continue the clause before a comma rather than start a new one.
+_CONTINUATIONS = frozenset(
+    ["in", "on", "at", "of", "for", "with", "to", "from", "by", "near", "than", "the", "a", "an", "or", "but", "nor", "which", "who", "that", "whose", "so", "because", "as", "like", "including", "especially", "except", "not", "only", "just", "too", "very", "than", "then", "etc", "and", "also", "plus"]
 )
 
 # A clause opening with one of these is a condition, not a request: "if it rains, ...".
@@ -49,14 +66,32 @@ def _words(text: str) -> list[str]:
 def is_complete_request(text: str) -> bool:
     """A clause that could be asked on its own: opens like a request and has substance."""
     words = _words(text)
-    return len(words) >= 2 and words[0] in OPENERS
+    if len(words) < 2:
+        return False
+    if words[0] in WAKE_WORDS:
+        return len(words) >= 3
+    if words[0] == "it" and words[1] in {"is", "will", "was", "looks", "feels", "gets"}:
+        return True
+    if words[0] in {"it's", "its"}:
+        return True
+    if words[0] in _PREPOSITIONS and words[1] in _WH_WORDS:
+        return True  # "at what age ...", "in which year ..."
+    return words[0] in OPENERS or words[0] in TOPIC_OPENERS
+
+
+def _starts_a_clause(text: str) -> bool:
+    """After a comma: three or more words that don't continue the clause before."""
+    words = _words(text)
+    return len(words) >= 3 and words[0] not in _CONTINUATIONS and not words[0].isdigit()
 
 
 def _can_stand_alone(left: str) -> bool:
-    """The text before a soft separator could end a request (it is not a lone word or a condition)."""
+    """The text before a soft separator could end a request (not a lone word, a greeting or a condition)."""
     words = _words(left)
-    if len(words) < 2:
+    if len(words) < 2 or all(w in _FILLERS for w in words):
         return False
+    if words[0] in {"when", "whenever"} and words[1] in QUESTION_AFTER_WHEN:
+        return True  # "when will it be hot here": a question, not a condition
     return words[0] not in CONDITION_OPENERS
 
 
@@ -79,8 +114,14 @@ def split_spans(query: str) -> list[Span]:
         right = query[match.end() : next_start]
         if match.group("hard") is not None:
             accept = bool(left.strip(_TRIM)) and bool(right.strip(_TRIM))
+        elif not _can_stand_alone(left):
+            accept = False
+        elif match.group("soft") == ",":
+            accept = is_complete_request(right) or (
+                len(_words(left)) >= 3 and _starts_a_clause(right)
+            )
         else:
-            accept = _can_stand_alone(left) and is_complete_request(right)
+            accept = is_complete_request(right)
         if accept:
             cuts.append((match.start(), match.end()))
             segment_start = match.end()

@@ -3,15 +3,23 @@
 Each stage records its own `intent_*` event at the point where it decides; the resolver
 only records `intent_default` when no stage decided. There is no other place that knows
 why a part went where it went.
+
+The order (built in `routing.stages`): keyword -> decision cache -> semantic -> LLM ->
+session -> default. A keyword decision on a query that leans on the conversation is
+escalated to the LLM when one is configured (`discourse_escalated` on both events).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
+from routing.discourse import dependency
 from routing.events import record
 from routing.keyword import KeywordRules
+
+if TYPE_CHECKING:
+    from routing.sessions import SessionStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +33,21 @@ class Decision:
 
 @dataclass(slots=True)
 class ResolveContext:
-    """What a stage may look at besides the query text."""
+    """What a stage may look at besides the query text, and what stages tell later ones."""
 
     session_id: str | None = None
     dry_run: bool = False
     # Set by a stage that tried and failed (e.g. "llm_failed"), so the default says why.
     default_reason: str | None = None
+    # Extra fields for the `intent_default` event (e.g. the nearest "none" exemplar).
+    default_fields: dict[str, Any] = field(default_factory=dict)
+    # A stage found the query is something no source serves ("set an alarm"): later
+    # stages (LLM, session) leave it to the default.
+    unserved: bool = False
+    # The kind of discourse dependency of the query ("follow_up", "why", ...), or None.
+    discourse: str | None = None
+    # The query's embedding, once the semantic stage computed it (reused by the LLM stage).
+    embedding: Any = None
 
 
 class IntentStage(Protocol):
@@ -40,34 +57,74 @@ class IntentStage(Protocol):
         """A decision (after recording its event), or None to pass to the next stage."""
 
 
+class Escalation(Protocol):
+    """What a keyword decision is escalated to (the LLM stage)."""
+
+    async def escalate(self, query: str, context: ResolveContext, keyword_route: str) -> Decision | None:
+        """A fresh decision (its event recorded), or None to keep the keyword's."""
+
+
 class KeywordStage:
-    """Rules from `routing.keywords`."""
+    """Rules from `routing.keywords`; discourse-dependent matches go on to the LLM if any."""
 
     name = "intent_keyword"
 
-    def __init__(self, rules: KeywordRules) -> None:
+    def __init__(self, rules: KeywordRules, escalation: Escalation | None = None) -> None:
         self.rules = rules
+        self.escalation = escalation
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         match = self.rules.match(query)
         if match is None:
             return None
+        if match.unserved:
+            # "set an alarm", "play it on spotify": no source serves it; say so, don't route.
+            record(
+                "intent_keyword",
+                query=query,
+                decision=None,
+                discourse_escalated=False,
+                matched=list(match.matched),
+                outcome="unserved",
+            )
+            context.unserved = True
+            context.default_reason = "no_match"
+            context.default_fields = {"nearest": match.matched[0]}
+            return None
+        escalate = self.escalation is not None and context.discourse is not None
+        fields: dict[str, Any] = {}
+        if escalate:
+            fields["discourse"] = context.discourse
         record(
             "intent_keyword",
             query=query,
             decision=match.route,
-            discourse_escalated=False,
+            discourse_escalated=escalate,
             matched=list(match.matched),
+            **fields,
         )
+        if escalate and self.escalation is not None:
+            fresh = await self.escalation.escalate(query, context, match.route)
+            if fresh is not None:
+                return fresh
         return Decision(match.route, self.name)
 
 
 class Resolver:
     """Runs the stages; falls back to `default_route` with a reason."""
 
-    def __init__(self, stages: list[IntentStage], default_route: str) -> None:
+    def __init__(
+        self,
+        stages: list[IntentStage],
+        default_route: str,
+        *,
+        sessions: SessionStore | None = None,
+        fallback_reason: str = "no_match",
+    ) -> None:
         self.stages = stages
         self.default_route = default_route
+        self.sessions = sessions
+        self.fallback_reason = fallback_reason
 
     async def start(self) -> None:
         """Load what stages need (models, clients) once; never at import time."""
@@ -82,19 +139,34 @@ class Resolver:
             if close is not None:
                 await close()
 
+    def stage(self, name: str) -> IntentStage | None:
+        """The stage called `name` (e.g. "intent_semantic"), if configured."""
+        return next((s for s in self.stages if s.name == name), None)
+
     def default_reason(self) -> str:
         """Why nothing decided, as far as the configuration tells."""
         for stage in self.stages:
             reason = getattr(stage, "default_reason", None)
             if reason:
                 return str(reason)
-        return "no_match"
+        return self.fallback_reason
 
     async def resolve(self, query: str, context: ResolveContext) -> Decision:
+        context.discourse = dependency(query)
         for stage in self.stages:
+            if context.unserved:
+                break  # a stage found that no source serves this: the default says so
             decision = await stage.decide(query, context)
             if decision is not None:
+                if self.sessions is not None:
+                    self.sessions.remember(context.session_id, query, decision)
                 return decision
         reason = context.default_reason or self.default_reason()
-        record("intent_default", query=query, decision=self.default_route, reason=reason)
+        record(
+            "intent_default",
+            query=query,
+            decision=self.default_route,
+            reason=reason,
+            **context.default_fields,
+        )
         return Decision(self.default_route, "intent_default", confident=False)

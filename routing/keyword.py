@@ -1,9 +1,20 @@
 """Keyword rules, matched with rapidfuzz so a typo ("wether") still means forecast.
 
 A rule is a word or short phrase per route. A query word matches a rule word when they
-are equal, or when they start with the same letter and `fuzz.ratio` clears the
-threshold: typos keep their first letter far more often than not, and the first-letter
-guard keeps "flights" from meaning "lights" and "train" from meaning "rain".
+are equal, when the query word is the rule word plus an inflection ("rain" -> "raining"),
+or when they start with the same letter and `fuzz.ratio` clears the threshold: typos keep
+their first letter far more often than not, and the first-letter guard keeps "flights"
+from meaning "lights" and "train" from meaning "rain".
+
+A `*` in a phrase stands for one to four words, so a question's frame can be a rule
+("what does * mean", "how old is *") without naming what it is about.
+
+Each matched phrase adds its weight to its route's score: its number of words, or the
+weight written after a caret ("tell me about ^0.5": a question's frame should lose to a
+topical word such as "traffic"). The best route wins, and a tie decides nothing (the
+semantic stage gets the query). The pseudo-route `none` ("set an alarm", "on spotify")
+scores like the others plus one per phrase: requests no source serves should not be
+routed just because they mention a room or a time.
 """
 
 from __future__ import annotations
@@ -13,36 +24,70 @@ from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz
 
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+NONE = "none"
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|\*")
 _MIN_FUZZY_LEN = 5  # shorter words must match exactly ("rain" vs "ruin")
 # Inflections a rule word may carry: "rain" matches "rains", "raining", "rainy".
 _SUFFIXES = ("s", "es", "ed", "ing", "y", "er", "ier", "est", "iest", "d", "ning", "ny")
+_GAP = (1, 4)  # how many words a `*` stands for
+_NONE_BONUS = 1.0
+_FUZZY_FACTOR = 0.8  # a typo-tolerant match weighs less than an exact one
 
 
 def tokenize(text: str) -> list[str]:
-    return _WORD.findall(text.lower().replace("’", "'"))
+    return [w for w in _WORD.findall(text.lower().replace("’", "'")) if w != "*"]
+
+
+_WEIGHT = re.compile(r"^(?P<phrase>.*?)\s*\^\s*(?P<weight>[0-9]+(?:\.[0-9]+)?)\s*$")
+
+
+def _rule_words(phrase: str) -> tuple[str, ...]:
+    return tuple(_WORD.findall(phrase.lower().replace("’", "'")))
+
+
+def parse_rule(text: str) -> tuple[tuple[str, ...], float | None, str]:
+    """(words, explicit weight or None, the phrase without its weight)."""
+    found = _WEIGHT.match(text)
+    if found:
+        phrase = found.group("phrase")
+        return _rule_words(phrase), float(found.group("weight")), phrase
+    return _rule_words(text), None, text
 
 
 @dataclass(frozen=True, slots=True)
 class KeywordMatch:
-    """The route the rules chose, the rule phrases that matched and the per-route score."""
+    """The route the rules chose (or `none`), the phrases that matched and the scores."""
 
     route: str
     matched: tuple[str, ...]
     scores: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def unserved(self) -> bool:
+        return self.route == NONE
+
 
 class KeywordRules:
-    """Phrase rules per route, compiled once from config."""
+    """Phrase rules per route (and for `none`), compiled once from config."""
 
-    def __init__(self, rules: dict[str, list[str]], threshold: float = 85.0) -> None:
+    def __init__(
+        self,
+        rules: dict[str, list[str]],
+        threshold: float = 85.0,
+        none_rules: list[str] | None = None,
+    ) -> None:
         self.threshold = threshold
-        self._rules: list[tuple[str, tuple[str, ...], str]] = []
-        for route, phrases in rules.items():
-            for phrase in phrases:
-                words = tuple(tokenize(phrase))
-                if words:
-                    self._rules.append((route, words, phrase))
+        self._rules: list[tuple[str, tuple[str, ...], str, float]] = []
+        tables = [*rules.items(), (NONE, list(none_rules or []))]
+        for route, phrases in tables:
+            for text in phrases:
+                words, explicit, phrase = parse_rule(text)
+                if not words or all(w == "*" for w in words):
+                    continue
+                weight = explicit if explicit is not None else float(sum(w != "*" for w in words))
+                if route == NONE and explicit is None:
+                    weight += _NONE_BONUS
+                self._rules.append((route, words, phrase, weight))
         self._ratio_cache: dict[tuple[str, str], bool] = {}
 
     def _word_matches(self, query_word: str, rule_word: str) -> bool:
@@ -56,7 +101,7 @@ class KeywordRules:
             return True
         if (
             len(rule_word) < _MIN_FUZZY_LEN
-            or len(query_word) < _MIN_FUZZY_LEN - 1
+            or len(query_word) < _MIN_FUZZY_LEN
             or query_word[0] != rule_word[0]
         ):
             return False
@@ -68,22 +113,70 @@ class KeywordRules:
                 self._ratio_cache[key] = hit
         return hit
 
-    def _phrase_in(self, words: list[str], phrase: tuple[str, ...]) -> bool:
-        span = len(phrase)
+    def _match_from(
+        self, words: list[str], start: int, phrase: tuple[str, ...]
+    ) -> tuple[int, ...] | None:
+        """The positions of the words `phrase` matches starting exactly at `start`, or None."""
+        if not phrase:
+            return ()
+        head = phrase[0]
+        if head == "*":
+            low, high = _GAP
+            rest = phrase[1:]
+            for skip in range(low, high + 1):
+                if start + skip > len(words):
+                    break
+                found = self._match_from(words, start + skip, rest)
+                if found is not None:
+                    return found
+            return None
+        if start >= len(words) or not self._word_matches(words[start], head):
+            return None
+        found = self._match_from(words, start + 1, phrase[1:])
+        return None if found is None else (start, *found)
+
+    def _phrase_at(self, words: list[str], phrase: tuple[str, ...]) -> tuple[int, ...] | None:
+        """The positions of the first match of `phrase` in `words`, or None."""
+        span = sum(w != "*" for w in phrase) + (_GAP[0] * phrase.count("*"))
         for start in range(len(words) - span + 1):
-            if all(self._word_matches(words[start + i], phrase[i]) for i in range(span)):
-                return True
-        return False
+            if phrase[0] != "*" and not self._word_matches(words[start], phrase[0]):
+                continue
+            found = self._match_from(words, start, phrase)
+            if found is not None:
+                return found
+        return None
+
+    def _exact(self, words: list[str], positions: tuple[int, ...], phrase: tuple[str, ...]) -> bool:
+        literal = [w for w in phrase if w != "*"]
+        return all(
+            words[p] == w or (words[p].startswith(w) and words[p][len(w):] in _SUFFIXES)
+            for p, w in zip(positions, literal, strict=True)
+        )
 
     def match(self, query: str) -> KeywordMatch | None:
         """The best route by matched phrase weight; None when nothing or a tie matched."""
         words = tokenize(query)
+        if not words:
+            return None
         scores: dict[str, float] = {}
         matched: dict[str, list[str]] = {}
-        for route, phrase, text in self._rules:
-            if self._phrase_in(words, phrase):
-                scores[route] = scores.get(route, 0.0) + len(phrase)
-                matched.setdefault(route, []).append(text)
+        hits = []
+        for route, phrase, text, weight in self._rules:
+            positions = self._phrase_at(words, phrase)
+            if positions is None:
+                continue
+            if not self._exact(words, positions, phrase):
+                weight *= _FUZZY_FACTOR  # "lighting" is nearer "lights" than "lightning"
+            hits.append((weight, route, positions, text))
+        hits.sort(key=lambda hit: hit[0], reverse=True)  # stable: config order breaks ties
+        covered: dict[str, set[int]] = {}
+        for weight, route, positions, text in hits:
+            seen = covered.setdefault(route, set())
+            if seen.issuperset(positions):
+                continue  # "lamps" after "lamp": the same words count once per route
+            seen.update(positions)
+            scores[route] = scores.get(route, 0.0) + weight
+            matched.setdefault(route, []).append(text)
         if not scores:
             return None
         ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)

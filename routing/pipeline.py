@@ -93,6 +93,8 @@ class Router:
     ) -> list[PartResult]:
         units = self._units(query)
         context = ResolveContext(session_id=session_id, dry_run=dry_run)
+        if len(units) == 1:  # no fan-out: skip the task gather would create
+            return await self._run_unit("0", units[0], context)
         batches = await asyncio.gather(
             *(self._run_unit(str(i), unit, context) for i, unit in enumerate(units))
         )

@@ -9,7 +9,7 @@ and never needs to know about the explanation chain.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
@@ -22,10 +22,9 @@ class Item:
     url: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if data["url"] is None:
-            del data["url"]
-        return data
+        if self.url is None:
+            return {"title": self.title, "text": self.text}
+        return {"title": self.title, "text": self.text, "url": self.url}
 
 
 class SourceError(Exception):

@@ -1,0 +1,311 @@
+"""The semantic stage: route by the nearest example utterances, in embedding space.
+
+The query's embedding is compared with
+- exemplar utterances per route from `routing.semantic.exemplars`, plus "none" exemplars
+  (`routing.semantic.none_exemplars`: alarms, music, email... that no source serves), and
+- earlier LLM decisions (semantic reuse: a paraphrase of a question the LLM already routed).
+
+Everything is L2-normalised and precomputed at start-up, so matching is one matrix-vector
+product. Each label's similarity is that of its best exemplar. Labels are ranked by that
+similarity plus `classifier_weight` times the log-probability a small softmax classifier
+(trained on the exemplars at start-up, one more matrix product per query) gives the label:
+the nearest exemplar alone is swayed by a shared name ("who is the governor of New York"
+is near "weather in New York"); the classifier has learnt what each route's exemplars have
+in common. The best-ranked label wins if its similarity clears its threshold (per route,
+`semantic.thresholds`). When "none" wins, the query is unserved: the part ends at a
+low-confidence default (reason `no_match`) instead of a confident wrong route. The event
+lists the top candidates on a hit *and* on a miss (`decision: null`, `matched: false`), so
+thresholds can be tuned from real traces. An earlier LLM decision is reused when its
+similarity clears `semantic.reuse_threshold`.
+
+The model is loaded in `start()` (the app's lifespan), never at import time; encoding runs
+in a worker thread that carries the request's context (`run_in_thread`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from routing.decision_cache import DecisionCache, normalise
+from routing.events import record, run_in_thread
+from routing.intents import Decision, ResolveContext
+from routing.ttl_cache import TTLCache
+
+if TYPE_CHECKING:
+    from routing.embedder import Embedder
+    from search.config import SemanticConfig
+
+NONE = "none"  # the label of exemplars no source serves; never a route
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A label's best match: what it matched, how well, and what it needed."""
+
+    route: str
+    text: str
+    score: float  # cosine similarity of the best exemplar
+    threshold: float
+    origin: str = "exemplar"  # or "llm" for a reused LLM decision
+    probability: float | None = None  # the classifier's, when it is on
+    rank: float = 0.0  # what the labels are ordered by
+
+    def to_event(self) -> dict[str, Any]:
+        event: dict[str, Any] = {
+            "source": self.route,
+            "matched": self.text,
+            "score": round(self.score, 4),
+            "threshold": self.threshold,
+            "origin": self.origin,
+        }
+        if self.probability is not None:
+            event["probability"] = round(self.probability, 4)
+        return event
+
+
+class ExemplarIndex:
+    """Exemplar rows grouped by label, as one normalised matrix."""
+
+    def __init__(self, groups: dict[str, list[str]], vectors: np.ndarray) -> None:
+        self.labels: list[str] = []
+        self.texts: list[str] = []
+        self.starts: list[int] = []
+        for label, texts in groups.items():
+            if not texts:
+                continue
+            self.labels.append(label)
+            self.starts.append(len(self.texts))
+            self.texts.extend(texts)
+        self.matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.matrix.shape[0] != len(self.texts):
+            raise ValueError("one vector per exemplar")
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def best_per_label(self, vector: np.ndarray) -> list[tuple[str, str, float]]:
+        """(label, best exemplar, similarity) for every label, best first."""
+        if not self.texts:
+            return []
+        scores = self.matrix @ vector
+        ends = [*self.starts[1:], len(self.texts)]
+        best: list[tuple[str, str, float]] = []
+        for label, start, end in zip(self.labels, self.starts, ends, strict=True):
+            offset = start + int(np.argmax(scores[start:end]))
+            best.append((label, self.texts[offset], float(scores[offset])))
+        best.sort(key=lambda item: item[2], reverse=True)
+        return best
+
+
+class LabelClassifier:
+    """Softmax regression over exemplar embeddings, trained at start-up (deterministic).
+
+    Class-balanced, L2-regularised, plain gradient descent: ~0.1 s for a thousand exemplars.
+    """
+
+    def __init__(self, index: ExemplarIndex, *, iterations: int = 300, rate: float = 5.0,
+                 l2: float = 1e-3) -> None:
+        self.labels = list(index.labels)
+        counts = np.diff([*index.starts, len(index)])
+        targets = np.repeat(np.arange(len(self.labels)), counts)
+        x = np.ascontiguousarray(index.matrix, dtype=np.float32)
+        x_t = np.ascontiguousarray(x.T)  # a strided transpose makes BLAS several times slower
+        onehot = np.eye(len(self.labels), dtype=np.float32)[targets]
+        weights = (len(targets) / (len(self.labels) * counts))[targets][:, None].astype(np.float32)
+        w = np.zeros((x.shape[1], len(self.labels)), dtype=np.float32)
+        b = np.zeros(len(self.labels), dtype=np.float32)
+        rate, l2 = np.float32(rate), np.float32(l2)
+        for _ in range(iterations):
+            logits = x @ w + b
+            logits -= logits.max(axis=1, keepdims=True)
+            probs = np.exp(logits)
+            probs /= probs.sum(axis=1, keepdims=True)
+            grad = (probs - onehot) * weights / len(targets)
+            w -= rate * (x_t @ grad + l2 * w)
+            b -= rate * grad.sum(axis=0)
+        self.w = w
+        self.b = b
+
+    def probabilities(self, vector: np.ndarray) -> dict[str, float]:
+        logits = vector @ self.w + self.b
+        logits = logits - logits.max()
+        probs = np.exp(logits)
+        probs /= probs.sum()
+        return {label: float(p) for label, p in zip(self.labels, probs, strict=True)}
+
+
+class LearnedDecisions:
+    """Earlier LLM decisions for semantic reuse: bounded and expiring like every cache."""
+
+    def __init__(
+        self, max_entries: int, ttl_s: float, now: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._cache: TTLCache[str, tuple[str, str, np.ndarray]] = TTLCache(
+            max_entries, ttl_s, now
+        )
+        self._keys: list[str] = []
+        self._matrix: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def add(self, query: str, route: str, vector: np.ndarray) -> None:
+        key = normalise(query)
+        if not key:
+            return
+        self._cache.set(key, (query, route, np.asarray(vector, dtype=np.float32)))
+        if key not in self._keys:
+            self._keys.append(key)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Drop expired or evicted entries and restack the live ones."""
+        live = [(key, entry) for key in self._keys if (entry := self._cache.get(key)) is not None]
+        self._keys = [key for key, _ in live]
+        self._matrix = np.stack([entry[2] for _, entry in live]) if live else None
+
+    def nearest(self, vector: np.ndarray) -> tuple[str, str, float] | None:
+        """(earlier query, its route, similarity) of the closest live decision."""
+        if self._matrix is None:
+            return None
+        scores = self._matrix @ vector
+        for index in np.argsort(-scores)[:8]:
+            entry = self._cache.get(self._keys[int(index)])
+            if entry is not None:
+                return entry[0], entry[1], float(scores[int(index)])
+        self._rebuild()  # everything near has expired
+        return None
+
+
+class SemanticStage:
+    """Nearest exemplar (or earlier LLM decision) above a per-route threshold."""
+
+    name = "intent_semantic"
+
+    def __init__(
+        self,
+        config: SemanticConfig,
+        routes: Sequence[str],
+        *,
+        decision_cache: DecisionCache | None = None,
+        learned: LearnedDecisions | None = None,
+        threads: int = 1,
+    ) -> None:
+        self.config = config
+        self.routes = set(routes)
+        self.decision_cache = decision_cache
+        self.learned = learned
+        self.threads = threads
+        self.embedder: Embedder | None = None
+        self.index: ExemplarIndex | None = None
+        self.classifier: LabelClassifier | None = None
+
+    def threshold(self, route: str) -> float:
+        if route == NONE:
+            return self.config.none_threshold
+        return self.config.thresholds.get(route, self.config.default_threshold)
+
+    async def start(self) -> None:
+        """Load the model (shared per process) and embed the exemplars; once."""
+        if self.index is not None:
+            return
+        from routing.embedder import load_embedder
+
+        self.embedder = await run_in_thread(load_embedder, self.config.model_path, self.threads)
+        groups = {route: list(texts) for route, texts in self.config.exemplars.items()
+                  if route in self.routes}
+        groups[NONE] = list(self.config.none_exemplars)
+        texts = [text for group in groups.values() for text in group]
+        vectors = await run_in_thread(self.embedder.encode_exemplars, texts)
+        index = ExemplarIndex(groups, vectors)
+        if self.config.classifier_weight > 0 and len(index.labels) > 1:
+            self.classifier = await run_in_thread(LabelClassifier, index)
+        self.index = index
+
+    async def embed(self, query: str) -> np.ndarray | None:
+        """The query's normalised embedding (None until started)."""
+        if self.embedder is None:
+            return None
+        return await run_in_thread(self.embedder.encode_one, query)
+
+    async def decide(self, query: str, context: ResolveContext) -> Decision | None:
+        if self.index is None or self.embedder is None:
+            return None
+        vector = await run_in_thread(self.embedder.encode_one, query)
+        context.embedding = vector
+        return self.judge(query, vector, context)
+
+    def candidates(self, vector: np.ndarray) -> tuple[list[Candidate], Candidate | None]:
+        """Exemplar candidates (one per label, best first) and the nearest learned decision."""
+        assert self.index is not None
+        probabilities = self.classifier.probabilities(vector) if self.classifier else {}
+        weight = self.config.classifier_weight
+        ranked = []
+        for label, text, score in self.index.best_per_label(vector):
+            probability = probabilities.get(label)
+            rank = score
+            if probability is not None:
+                rank += weight * float(np.log(max(probability, 1e-9)))
+            ranked.append(Candidate(label, text, score, self.threshold(label), "exemplar",
+                                    probability, rank))
+        ranked.sort(key=lambda c: c.rank, reverse=True)
+        reused = None
+        if self.learned is not None:
+            near = self.learned.nearest(vector)
+            if near is not None:
+                reused = Candidate(near[1], near[0], near[2], self.config.reuse_threshold, "llm",
+                                   None, near[2])
+        return ranked, reused
+
+    def judge(self, query: str, vector: np.ndarray, context: ResolveContext) -> Decision | None:
+        """Decide from the candidates and record `intent_semantic` (hit or miss)."""
+        ranked, reused = self.candidates(vector)
+        shown = ranked[: self.config.top_k]
+        if reused is not None:
+            shown = [reused, *shown] if reused.score >= reused.threshold else [*shown, reused]
+        events = [c.to_event() for c in shown]
+        best = ranked[0] if ranked else None
+        chosen: Candidate | None = None
+        if reused is not None and reused.score >= reused.threshold:
+            chosen = reused  # a paraphrase of a question the LLM already routed
+        elif best is not None and best.route != NONE and best.score >= best.threshold:
+            runner_up = next((c for c in ranked[1:]), None)
+            margin = best.rank - runner_up.rank if runner_up is not None else 1.0
+            if margin >= self.config.margin:
+                chosen = best
+        if chosen is not None:
+            record(
+                "intent_semantic",
+                query=query,
+                matched_query=chosen.text,
+                similarity=round(chosen.score, 4),
+                decision=chosen.route,
+                threshold=chosen.threshold,
+                origin=chosen.origin,
+                matched=True,
+                candidates=events,
+            )
+            if self.decision_cache is not None and context.discourse is None:
+                self.decision_cache.put(query, chosen.route, self.name)
+            return Decision(chosen.route, self.name)
+        unserved = best is not None and best.route == NONE and best.score >= best.threshold
+        record(
+            "intent_semantic",
+            query=query,
+            matched_query=best.text if best else None,
+            similarity=round(best.score, 4) if best else None,
+            decision=None,
+            matched=False,
+            outcome="unserved" if unserved else "below_threshold",
+            candidates=events,
+        )
+        if unserved and best is not None:
+            context.unserved = True
+            context.default_reason = "no_match"
+            context.default_fields = {"nearest": best.text, "similarity": round(best.score, 4)}
+        return None

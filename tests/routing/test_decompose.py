@@ -1,0 +1,69 @@
+"""Decomposition: which separators split a compound query, and which leave it whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from routing.decompose import decompose, is_complete_request
+
+
+@pytest.mark.parametrize(
+    ("query", "parts"),
+    [
+        # hard separators always split
+        ("turn on the lights and then what's the weather",
+         ["turn on the lights", "what's the weather"]),
+        ("what is the weather today and also lights status",
+         ["what is the weather today", "lights status"]),
+        ("dim the lights; any news from kenya", ["dim the lights", "any news from kenya"]),
+        ("Who wrote Hamlet? Is it raining?", ["Who wrote Hamlet", "Is it raining"]),
+        # soft separators split between two requests
+        ("turn off the lights and what's the weather",
+         ["turn off the lights", "what's the weather"]),
+        ("add milk to the list and rate this book five stars",
+         ["add milk to the list", "rate this book five stars"]),
+        # a wake word opens a new request
+        ("desk lamp one off and olly where is the nearest shop",
+         ["desk lamp one off", "olly where is the nearest shop"]),
+        # a request's topic can open a clause
+        ("book a table for four at the pub, weather in two hours in oslo",
+         ["book a table for four at the pub", "weather in two hours in oslo"]),
+        # after a comma, a clause of three words or more that doesn't continue
+        ("start up the coffee machine, ask a restaurant in my area",
+         ["start up the coffee machine", "ask a restaurant in my area"]),
+        ("switch to night light and it is hot today",
+         ["switch to night light", "it is hot today"]),
+        # "when will ..." on the left is a question, not a condition
+        ("when will it be hot here and play some jazz",
+         ["when will it be hot here", "play some jazz"]),
+    ],
+)
+def test_compound_queries_split(query: str, parts: list[str]) -> None:
+    assert decompose(query) == parts
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "salt and pepper",
+        "who wrote Romeo and Juliet",
+        "what is the weather in paris, france",
+        "hey google, what is the weather",  # a greeting is not a request of its own
+        "turn on the lights in the kitchen, bedroom and hallway",
+        "will it be freezing today in delaware and lehigh national heritage corridor",
+        "find flights to rome, in march",
+        "when did beyonce and jay z get married",
+        "tell me the news and weather",  # a bare noun is not a request
+    ],
+)
+def test_single_requests_stay_whole(query: str) -> None:
+    assert decompose(query) == [query]
+
+
+def test_complete_request_needs_an_opening_and_substance() -> None:
+    assert is_complete_request("what is the time")
+    assert is_complete_request("olly dim the lights")
+    assert is_complete_request("weather in oslo")
+    assert not is_complete_request("weather")
+    assert not is_complete_request("olly please")
+    assert not is_complete_request("pepper and salt")

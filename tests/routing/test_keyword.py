@@ -1,0 +1,96 @@
+"""Keyword rules: typo tolerance with guards, question frames, weights, and `none` rules."""
+
+from __future__ import annotations
+
+from routing.events import route_log
+from routing.intents import KeywordStage, ResolveContext, Resolver
+from routing.keyword import KeywordRules, parse_rule
+
+RULES = KeywordRules(
+    {
+        "forecast": ["weather", "rain", "lightning", "temperature outside"],
+        "ha": ["lights", "lighting", "turn * off", "living room", "kitchen"],
+        "kiwix": ["what does * mean ^2.5", "tell me about ^0.5", "how old is ^1.5"],
+        "web": ["traffic", "news"],
+    },
+    none_rules=["alarm", "spotify", "set * timer"],
+)
+
+
+def route(query: str) -> str | None:
+    found = RULES.match(query)
+    return found.route if found else None
+
+
+def test_exact_inflected_and_typo_words_match() -> None:
+    assert route("will it rain today") == "forecast"
+    assert route("is it raining") == "forecast"  # inflection
+    assert route("whats the wether like") == "forecast"  # typo, same first letter
+    assert route("dim the ligts") == "ha"
+
+
+def test_first_letter_and_length_guards_keep_lookalikes_apart() -> None:
+    assert route("book a train to paris") is None  # "train" is not "rain"
+    assert route("cheap flights to rome") is None  # "flights" is not "lights"
+    assert route("it's coffee time") is None  # short words never match fuzzily
+
+
+def test_exact_match_outweighs_a_typo_match() -> None:
+    # "lighting" is an exact ha rule and only a fuzzy match of forecast's "lightning".
+    assert route("decrease the lighting") == "ha"
+
+
+def test_wildcards_match_a_question_frame() -> None:
+    assert route("what does ubiquitous mean") == "kiwix"
+    assert route("what does the word hypocrisy mean") == "kiwix"
+    assert route("turn all the kitchen lights off") == "ha"
+    assert route("what does mean") is None  # `*` stands for at least one word
+
+
+def test_weights_let_a_topic_beat_a_frame() -> None:
+    assert route("tell me about the traffic") == "web"
+    assert route("tell me about napoleon") == "kiwix"
+
+
+def test_a_tie_decides_nothing() -> None:
+    assert route("news about the rain") is None  # one word each
+
+
+def test_words_count_once_per_route() -> None:
+    rules = KeywordRules({"ha": ["lamp", "lamps"], "web": ["lamp shop"]})
+    found = rules.match("lamps")
+    assert found is not None and found.scores == {"ha": 1.0}
+
+
+def test_none_rules_mark_requests_no_source_serves() -> None:
+    found = RULES.match("set an alarm in the kitchen")
+    assert found is not None and found.unserved and found.route == "none"
+    assert route("set a kitchen timer") == "none"
+    assert route("play the news on spotify") == "none"  # none phrases weigh one more
+
+
+def test_parse_rule_reads_weights() -> None:
+    assert parse_rule("tell me about ^0.5") == (("tell", "me", "about"), 0.5, "tell me about")
+    assert parse_rule("what does * mean") == (("what", "does", "*", "mean"), None,
+                                              "what does * mean")
+
+
+async def test_stage_records_its_decision() -> None:
+    stage = KeywordStage(RULES)
+    with route_log() as log:
+        decision = await stage.decide("is it raining", ResolveContext())
+    assert decision is not None and decision.route == "forecast"
+    [event] = log.snapshot()
+    assert event["step"] == "intent_keyword"
+    assert event["decision"] == "forecast" and event["discourse_escalated"] is False
+    assert event["matched"] == ["rain"]
+
+
+async def test_unserved_ends_at_a_low_confidence_default() -> None:
+    resolver = Resolver([KeywordStage(RULES)], "kiwix")
+    with route_log() as log:
+        decision = await resolver.resolve("wake me up with an alarm at 7", ResolveContext())
+    assert decision.stage == "intent_default" and decision.confident is False
+    steps = [(e["step"], e.get("decision"), e.get("reason")) for e in log.snapshot()]
+    assert steps == [("intent_keyword", None, None), ("intent_default", "kiwix", "no_match")]
+    assert log.snapshot()[1]["nearest"] == "alarm"

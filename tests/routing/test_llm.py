@@ -1,0 +1,236 @@
+"""The LLM stage against a loopback server speaking the chat-completions wire format.
+
+`tests.support.chat_server.ChatServer` answers `POST /v1/chat/completions` as the OpenAI
+API documents it (request validation, bearer key, `chat.completion` objects, OpenAI error
+bodies); what the "model" replies is scripted per test. Each failure mode must end at
+`intent_default` with the reason naming it, and the API key must never leak.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from routing.llm import extract_json_object
+from search.config import Config, parse_config
+from search.service import SearchOutcome, Service
+from tests.support.chat_server import ChatServer
+from tests.support.wire_servers import Fault, closed_port_url
+
+KEY = "sk-test-0123456789-secret"
+DESCRIPTIONS = {
+    "kiwix": "Offline encyclopedia: facts and definitions.",
+    "forecast": "Weather forecast.",
+    "web": "Web search: news, prices, current events.",
+}
+
+
+def config(base_url: str, *, capture: bool = False, timeout_s: float = 2.0) -> Config:
+    return parse_config({
+        "routing": {
+            "default_source": "kiwix",
+            "keywords": {"forecast": ["weather"]},
+            "semantic": {"enabled": False},
+            "fusion": {"everything": ["kiwix", "web"]},
+            "llm": {"base_url": base_url, "model": "router-test", "api_key": KEY,
+                    "timeout_s": timeout_s},
+        },
+        "sources": {name: {"type": "scripted", "description": text}
+                    for name, text in DESCRIPTIONS.items()},
+        "trace": {"enabled": False, "capture_prompts": capture},
+    })
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ChatServer]:
+    with ChatServer(api_key=KEY) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def _reset(server: ChatServer) -> None:
+    server.clear_faults()
+    server.reply = '{"source": "web"}'
+    server.bodies.clear()
+    server.requests.clear()
+
+
+@pytest.fixture
+async def service(server: ChatServer) -> AsyncIterator[Service]:
+    svc = Service(config(server.base_url))
+    await svc.start(sources=False)
+    yield svc
+    await svc.aclose()
+
+
+async def route(service: Service, query: str) -> SearchOutcome:
+    return await service.search(query, dry_run=True, explain=True)
+
+
+def steps(outcome: SearchOutcome) -> list[str]:
+    return [e["step"] for e in outcome.chain if e["step"] != "planned"]
+
+
+def event(outcome: SearchOutcome, step: str) -> dict[str, Any]:
+    [found] = [e for e in outcome.chain if e["step"] == step]
+    return found
+
+
+async def test_a_fresh_decision(service: Service, server: ChatServer) -> None:
+    outcome = await route(service, "octopus hearts")
+    [part] = outcome.results
+    assert (part.route, part.stage) == ("web", "intent_llm")
+    assert steps(outcome) == ["intent_llm"]
+    llm = event(outcome, "intent_llm")
+    assert llm["decision"] == "web" and llm["discourse_escalated"] is False
+    assert llm["model"] == "router-test" and llm["elapsed_ms"] >= 0
+    assert "prompt" not in llm and "raw_answer" not in llm  # capture_prompts is off
+    # What went over the wire: the model, the sources with their descriptions, the query.
+    [body] = server.bodies
+    assert body["model"] == "router-test" and body["temperature"] == 0
+    system, user = body["messages"]
+    assert system["role"] == "system" and user["role"] == "user"
+    for name, text in DESCRIPTIONS.items():
+        assert f"- {name}: {text}" in system["content"]
+    assert "- everything: combined results of kiwix and web" in system["content"]
+    assert '"source"' in system["content"] and "octopus hearts" in user["content"]
+    assert server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    assert KEY not in json.dumps(outcome.chain)
+
+
+async def test_a_fresh_decision_is_cached(service: Service, server: ChatServer) -> None:
+    await route(service, "octopus hearts")
+    again = await route(service, "Octopus  hearts?")
+    assert [(p.route, p.stage) for p in again.results] == [("web", "intent_cached")]
+    assert len(server.bodies) == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "route_"),
+    [
+        ('Sure! The best source is:\n```json\n{"source": "web"}\n```\nHope this helps.', "web"),
+        ('{"reasoning": "needs facts", "source": "Kiwix"}', "kiwix"),
+        ('{"source": "everything"}', "everything"),
+    ],
+)
+async def test_answers_in_prose_or_odd_case_are_understood(
+    service: Service, server: ChatServer, reply: str, route_: str
+) -> None:
+    server.reply = reply
+    outcome = await route(service, "octopus hearts")
+    assert [(p.route, p.stage) for p in outcome.results] == [(route_, "intent_llm")]
+
+
+@pytest.mark.parametrize(
+    ("reply", "fault", "reason", "detail"),
+    [
+        (None, Fault.status(500), "llm_failed", "HTTP 500"),
+        (None, Fault.status(401), "llm_failed", "HTTP 401"),
+        (None, Fault.not_json(), "llm_unusable", "not a chat-completions response"),
+        (None, Fault.wrong_shape(), "llm_unusable", "not a chat-completions response"),
+        ("I would go with the web for this one.", None, "llm_unusable", "no JSON object"),
+        ('{"source": "bing"}', None, "llm_unusable", "unknown source 'bing'"),
+        ('{"answer": 42}', None, "llm_unusable", "names no source"),
+    ],
+)
+async def test_failures_end_at_the_default_with_their_reason(
+    service: Service, server: ChatServer, caplog: pytest.LogCaptureFixture,
+    reply: str | None, fault: Fault | None, reason: str, detail: str,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    if reply is not None:
+        server.reply = reply
+    if fault is not None:
+        server.set_fault(fault)
+    outcome = await route(service, "octopus hearts")
+    assert [(p.route, p.stage) for p in outcome.results] == [("kiwix", "intent_default")]
+    assert steps(outcome) == ["llm_error", "intent_default"]
+    assert event(outcome, "intent_default")["reason"] == reason
+    error = event(outcome, "llm_error")
+    assert error["reason"] == reason and detail in error["detail"]
+    assert "raw_answer" not in error
+    assert KEY not in json.dumps(outcome.chain) and KEY not in caplog.text
+    # A failure is not cached: the next request asks again.
+    server.clear_faults()
+    server.reply = '{"source": "web"}'
+    retry = await route(service, "octopus hearts")
+    assert [(p.route, p.stage) for p in retry.results] == [("web", "intent_llm")]
+
+
+async def test_a_timeout_is_llm_failed_and_bounded(server: ChatServer) -> None:
+    server.set_fault(Fault.delay(3.0))
+    svc = Service(config(server.base_url, timeout_s=0.3))
+    await svc.start(sources=False)
+    try:
+        started = time.perf_counter()
+        outcome = await route(svc, "octopus hearts")
+        elapsed = time.perf_counter() - started
+    finally:
+        await svc.aclose()
+    assert elapsed < 1.5
+    assert event(outcome, "intent_default")["reason"] == "llm_failed"
+    assert "no answer within 0.3s" in event(outcome, "llm_error")["detail"]
+
+
+async def test_an_unreachable_server_is_llm_failed() -> None:
+    svc = Service(config(closed_port_url() + "/v1"))
+    await svc.start(sources=False)
+    try:
+        outcome = await route(svc, "octopus hearts")
+    finally:
+        await svc.aclose()
+    assert event(outcome, "intent_default")["reason"] == "llm_failed"
+    assert event(outcome, "llm_error")["detail"].startswith("request failed: ")
+
+
+async def test_none_means_no_source_fits(service: Service, server: ChatServer) -> None:
+    server.reply = '{"source": "none"}'
+    outcome = await route(service, "set an alarm for seven")
+    assert [(p.route, p.stage) for p in outcome.results] == [("kiwix", "intent_default")]
+    assert event(outcome, "intent_llm")["decision"] is None
+    assert event(outcome, "intent_default")["reason"] == "no_match"
+
+
+async def test_prompts_are_kept_only_when_configured(server: ChatServer) -> None:
+    svc = Service(config(server.base_url, capture=True))
+    await svc.start(sources=False)
+    try:
+        outcome = await route(svc, "octopus hearts")
+        server.reply = "no idea"
+        failed = await route(svc, "squid eyes")
+    finally:
+        await svc.aclose()
+    llm = event(outcome, "intent_llm")
+    assert llm["raw_answer"] == '{"source": "web"}'
+    assert llm["prompt"][1]["content"].endswith("octopus hearts")
+    assert event(failed, "llm_error")["raw_answer"] == "no idea"
+    assert KEY not in json.dumps(outcome.chain + failed.chain)
+
+
+async def test_keywords_still_come_first(service: Service, server: ChatServer) -> None:
+    outcome = await route(service, "weather in oslo")
+    assert [(p.route, p.stage) for p in outcome.results] == [("forecast", "intent_keyword")]
+    assert server.bodies == []
+
+
+async def test_without_a_base_url_the_reason_is_llm_unconfigured() -> None:
+    svc = Service(config(""))
+    await svc.start(sources=False)
+    try:
+        outcome = await route(svc, "octopus hearts")
+    finally:
+        await svc.aclose()
+    assert event(outcome, "intent_default")["reason"] == "llm_unconfigured"
+
+
+def test_extract_json_object() -> None:
+    assert extract_json_object('{"source": "web"}') == {"source": "web"}
+    assert extract_json_object('Answer: {"source": "ha"} done') == {"source": "ha"}
+    assert extract_json_object('{broken {"source": "ha"}') == {"source": "ha"}
+    assert extract_json_object('["web"]') is None
+    assert extract_json_object("no json here") is None

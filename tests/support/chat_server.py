@@ -1,0 +1,145 @@
+"""A loopback server speaking the OpenAI chat-completions wire format, for the LLM stage.
+
+No LLM runs on the test machine, so this server answers `POST /v1/chat/completions`
+exactly as the OpenAI API reference documents it (and as Ollama, llama.cpp's server and
+vLLM reproduce it): it validates the request body (`model`, a non-empty `messages` list of
+`{role, content}`), checks `Authorization: Bearer <key>` when given a key, and answers
+with a `chat.completion` object (`id`, `object`, `created`, `model`, `choices[].message`
+with `role: assistant` and `content`, `finish_reason`, `usage`). Errors use OpenAI's
+error body `{"error": {"message", "type", "param", "code"}}` with the documented statuses
+(400 invalid request, 401 bad key, 500 server error).
+
+What the "model" says is scripted: `reply` (a fixed string) or `responder` (a function of
+the request's messages). Faults (slow answers, HTTP errors, a body that is not JSON) come
+from `WireServer`; every request body is kept in `bodies` for assertions.
+
+    with ChatServer(reply='{"source": "web"}', api_key="sk-test") as srv:
+        ... LLMConfig(base_url=srv.base_url, model="test", api_key="sk-test") ...
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tests.support.wire_servers import WireServer
+
+Responder = Callable[[list[dict[str, Any]]], str]
+_IDS = itertools.count(1)
+
+
+def openai_error(status: int, message: str, kind: str, code: str | None = None) -> JSONResponse:
+    """An error body in the shape the OpenAI API documents."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return JSONResponse(body, status_code=status)
+
+
+class ChatServer(WireServer):
+    """`POST /v1/chat/completions` with a scripted assistant."""
+
+    def __init__(
+        self,
+        reply: str = '{"source": "kiwix"}',
+        *,
+        responder: Responder | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.reply = reply
+        self.responder = responder
+        self.api_key = api_key
+        self.bodies: list[dict[str, Any]] = []
+        self.rejected = 0  # requests refused for a missing or wrong key
+
+    @property
+    def base_url(self) -> str:
+        """What a client configures as `base_url` (the API root, with its version)."""
+        return f"{self.url}/v1"
+
+    def routes(self) -> list[Route]:
+        return [Route("/v1/chat/completions", self._completions, methods=["POST"])]
+
+    def error_response(self, status: int) -> Response:
+        kinds = {400: "invalid_request_error", 401: "invalid_request_error",
+                 429: "rate_limit_error", 503: "server_error"}
+        return openai_error(status, f"The server had an error ({status}).",
+                            kinds.get(status, "server_error"))
+
+    async def _completions(self, request: Request) -> Response:
+        expected = f"Bearer {self.api_key}"
+        if self.api_key is not None and request.headers.get("authorization") != expected:
+            self.rejected += 1
+            return openai_error(401, "Incorrect API key provided.",
+                                "invalid_request_error", "invalid_api_key")
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return openai_error(400, "We could not parse the JSON body of your request.",
+                                "invalid_request_error")
+        problem = _invalid(body)
+        if problem:
+            return openai_error(400, problem, "invalid_request_error")
+        self.bodies.append(body)
+
+        def answer(_: Request, shape: Literal["ok", "empty", "wrong_shape"]) -> Response:
+            if shape == "wrong_shape":
+                return JSONResponse({"object": "chat.completion", "choices": "none"})
+            content = "" if shape == "empty" else self._content(body["messages"])
+            return JSONResponse(_completion(body["model"], content))
+
+        return await self.serve(request, answer)
+
+    def _content(self, messages: list[dict[str, Any]]) -> str:
+        if self.responder is not None:
+            return self.responder(messages)
+        return self.reply
+
+
+def _invalid(body: Any) -> str | None:
+    """What is wrong with a request body, the way the API words it; None when valid."""
+    if not isinstance(body, dict):
+        return "The request body must be a JSON object."
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "you must provide a model parameter"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "'messages' must be a non-empty array"
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in {
+            "system", "user", "assistant", "developer", "tool"
+        }:
+            return f"Invalid value for 'messages[{index}].role'."
+        if not isinstance(message.get("content"), str):
+            return f"Invalid type for 'messages[{index}].content': expected a string."
+    return None
+
+
+def _completion(model: str, content: str) -> dict[str, Any]:
+    prompt_tokens, completion_tokens = 42, max(1, len(content) // 4)
+    return {
+        "id": f"chatcmpl-{next(_IDS):06d}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
