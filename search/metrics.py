@@ -118,6 +118,8 @@ class MetricsObserver:
             elif step == "error":
                 self.errors.labels(error_type=str(event.get("error_type"))).inc()
             elif isinstance(step, str) and step.startswith("intent_"):
+                if event.get("decision") is None:
+                    continue  # a stage that looked but did not decide (a semantic miss)
                 self.intent_decisions.labels(stage=step).inc()
                 if step == "intent_cached":
                     self.cache_hits.labels(kind="decision").inc()
