@@ -111,7 +111,9 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
         mcp_app, mcp_lifespan = http_endpoint(
             mcp_server, config.server.max_body_bytes, config.mcp.allowed_hosts
         )
-        mcp_routes.append(Route("/mcp", mcp_app))
+        # Stateless: no server-initiated stream, so GET is 405 (the spec's alternative to an
+        # SSE stream; an open GET stream here would never send anything nor end).
+        mcp_routes.append(Route("/mcp", mcp_app, methods=["POST", "DELETE"]))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -7,6 +7,8 @@ fallback chain sees the same `reason` codes whichever backend failed.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from typing import Any
 
 import httpx
@@ -19,6 +21,25 @@ from sources.base import (
     SourceUnauthorized,
     SourceUnavailable,
 )
+
+# Query parameters that carry credentials (Open-Meteo's customer API takes `apikey`).
+_SECRET_PARAMS = re.compile(
+    r"(?i)([?&](?:api_?key|access_token|token|key|password|secret)=)[^&#\s\"']+"
+)
+
+
+class MaskSecretParams(logging.Filter):
+    """httpx logs every request's full URL at INFO; mask credential parameters in it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = _SECRET_PARAMS.sub(r"\1***", message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+logging.getLogger("httpx").addFilter(MaskSecretParams())
 
 
 def make_client(

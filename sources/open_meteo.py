@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
 import httpx
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from sources import http
 from sources.base import Item, Source, SourceBadResponse, SourceError, SourceUnauthorized
@@ -81,7 +81,7 @@ class Config(SourceConfig):
     timezone: str = Field(default="auto", min_length=1)
     place_name: str | None = Field(default=None, description="Shown in item titles.")
     forecast_days: int = Field(default=7, ge=1, le=16)
-    api_key: str | None = Field(
+    api_key: SecretStr | None = Field(
         default=None, description="Only for the commercial customer-api (sent as `apikey`)."
     )
 
@@ -456,7 +456,7 @@ class OpenMeteoSource(Source):
             self._client = None
 
     def _redact(self, text: str) -> str:
-        key = self.config.api_key
+        key = self.config.api_key.get_secret_value() if self.config.api_key else ""
         return text.replace(key, "***") if key else text
 
     async def _map_error_status(self, response: httpx.Response) -> None:
@@ -478,8 +478,8 @@ class OpenMeteoSource(Source):
             await self.start()
         assert self._client is not None
         params = dict(self.params)
-        if self.config.api_key:
-            params["apikey"] = self.config.api_key
+        if self.config.api_key and self.config.api_key.get_secret_value():
+            params["apikey"] = self.config.api_key.get_secret_value()
         body = await http.get_json(self._client, "/v1/forecast", what=WHAT, params=params)
         return parse_forecast(body)
 
