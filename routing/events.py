@@ -52,9 +52,9 @@ class RouteLog:
         self._lock = threading.Lock()
 
     def append(self, step: str, part: str, fields: dict[str, Any]) -> None:
-        # Hot path: one lock, one dict; t_ms is left unrounded (rounding costs more
-        # than the rest of the append on a slow core).
-        t_ms = (time.perf_counter() - self.started) * 1000.0
+        # Hot path: one lock, one dict. Microsecond resolution via int(), because
+        # round(x, 3) costs more than the rest of the append on a slow core.
+        t_ms = int((time.perf_counter() - self.started) * 1_000_000) / 1000.0
         with self._lock:
             counts = self.step_counts
             counts[step] = counts.get(step, 0) + 1
