@@ -23,7 +23,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import (
     ConnectionClosed,
@@ -43,7 +43,7 @@ from sources.base import (
     SourceUnauthorized,
     SourceUnavailable,
 )
-from sources.registry import SourceConfig
+from sources.registry import HttpUrl, SourceConfig
 
 CALL_ID = 1
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -62,17 +62,11 @@ class Config(SourceConfig):
     """`sources.<name>` keys for `type: ha_weather`."""
 
     type: Literal["ha_weather"]
-    url: str = Field(description="Base URL, e.g. http://homeassistant.local:8123")
+    url: HttpUrl = Field(description="Base URL, e.g. http://homeassistant.local:8123")
     token: SecretStr = Field(description="Long-lived access token, from ${HA_TOKEN}.")
     entity_id: str = Field(pattern=r"^weather\.[a-z0-9_]+$")
     max_days: int = Field(default=7, ge=1, le=16)
 
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,12 +25,12 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr
 from rapidfuzz import fuzz
 
 from sources import http
 from sources.base import Item, Source, SourceBadResponse, SourceError
-from sources.registry import SourceConfig
+from sources.registry import HttpUrl, SourceConfig
 
 AREA_CACHE_S = 300.0
 WORD_MATCH = 80  # rapidfuzz ratio at which a query word counts as naming an entity word
@@ -48,19 +48,13 @@ class Config(SourceConfig):
     """`sources.<name>` keys for `type: homeassistant`."""
 
     type: Literal["homeassistant"]
-    url: str = Field(description="Base URL, e.g. http://homeassistant.local:8123")
+    url: HttpUrl = Field(description="Base URL, e.g. http://homeassistant.local:8123")
     token: SecretStr = Field(description="Long-lived access token, from ${HA_TOKEN}.")
     allow_control: bool = Field(
         default=False, description="Allow service calls that change device state."
     )
     max_results: int = Field(default=10, ge=1, le=200)
 
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
 
 
 # ---------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from pydantic import Field, field_validator
 
 from sources import http
 from sources.base import Item, Source, SourceBadResponse, SourceError
-from sources.registry import SourceConfig
+from sources.registry import HttpUrl, SourceConfig
 
 WHAT = "kiwix-serve"
 MAX_BODY = 2 * 1024 * 1024  # search answers are bounded by pageLength; refuse anything huge
@@ -61,19 +61,13 @@ class Config(SourceConfig):
     """`sources.<name>` keys for `type: kiwix_serve`."""
 
     type: Literal["kiwix_serve"]
-    url: str = Field(description="Base URL of kiwix-serve, with its --urlRootLocation if any.")
+    url: HttpUrl = Field(description="Base URL of kiwix-serve, with its --urlRootLocation if any.")
     books: list[str] = Field(min_length=1, description="Book names: ZIM file names without .zim")
     max_results: int = Field(default=5, ge=1, le=50)
     suggest_fallback: bool = Field(
         default=True, description="Answer from title suggestions when full text finds nothing."
     )
 
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
 
     @field_validator("books")
     @classmethod

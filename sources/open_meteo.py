@@ -17,11 +17,11 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
 import httpx
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr
 
 from sources import http
 from sources.base import Item, Source, SourceBadResponse, SourceError, SourceUnauthorized
-from sources.registry import SourceConfig
+from sources.registry import HttpUrl, SourceConfig
 from sources.base import SourceRateLimited
 
 WHAT = "Open-Meteo"
@@ -75,7 +75,7 @@ class Config(SourceConfig):
     """`sources.<name>` keys for `type: open_meteo`."""
 
     type: Literal["open_meteo"]
-    url: str = "https://api.open-meteo.com"
+    url: HttpUrl = "https://api.open-meteo.com"
     latitude: float = Field(ge=-90, le=90)
     longitude: float = Field(ge=-180, le=180)
     timezone: str = Field(default="auto", min_length=1)
@@ -85,12 +85,6 @@ class Config(SourceConfig):
         default=None, description="Only for the commercial customer-api (sent as `apikey`)."
     )
 
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
 
 
 # ---------------------------------------------------------------------------------------

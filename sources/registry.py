@@ -11,9 +11,21 @@ import importlib
 from types import ModuleType
 from typing import Protocol, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from sources.base import Source
+
+
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+# A service's base URL in config: http(s) only, without a trailing slash.
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 
 class SourceConfig(BaseModel):

@@ -23,7 +23,7 @@ from sources.base import (
     SourceServerError,
     SourceUnauthorized,
 )
-from sources.registry import SourceConfig
+from sources.registry import HttpUrl, SourceConfig
 
 WHAT = "SearXNG"
 _SPACE = re.compile(r"\s+")
@@ -34,19 +34,13 @@ class Config(SourceConfig):
     """`sources.<name>` keys for `type: searxng`."""
 
     type: Literal["searxng"]
-    url: str = Field(description="Base URL of the SearXNG instance, e.g. http://127.0.0.1:8888")
+    url: HttpUrl = Field(description="Base URL of the SearXNG instance, e.g. http://127.0.0.1:8888")
     max_results: int = Field(default=5, ge=1, le=50)
     categories: list[str] | None = Field(
         default=None, description="SearXNG categories to search (general, news, science...)."
     )
     language: str | None = Field(default=None, description="Search language, e.g. en or de-DE.")
 
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
 
     @field_validator("categories", mode="before")
     @classmethod
