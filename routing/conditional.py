@@ -4,6 +4,10 @@ The condition ("it rains tomorrow") and the consequence ("are the windows open")
 two sub-parts; the condition runs first and its answer is attached to the consequence's.
 Whatever follows the conditional sentence is the remainder, routed as ordinary parts.
 All three are substrings of the query.
+
+A condition about the asker ("if I have five dollars, how much is that in euros", "if we
+leave at six, will we hit traffic") is a premise of the question, not something a source
+can check first: the sentence stays whole.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ _CONSEQUENCE_END = re.compile(r"[?!.;]|\band\s+(?:also|then)\b", re.IGNORECASE)
 _WHETHER_VERBS = frozenset(
     ["me", "us", "tell", "check", "know", "see", "ask", "wonder", "wondering", "sure", "find", "out", "whether"]
 )
+# The asker as subject: the condition is a premise, not a fact to look up.
+_PREMISE_SUBJECTS = frozenset(
+    ["i", "i'm", "im", "i've", "ive", "i'd", "i'll", "we", "we're", "we've", "we'd", "we'll"]
+)
 _WORD = re.compile(r"[A-Za-z0-9'’]+")
 _TRIM = " \t\r\n,;.!?:-"
 
@@ -42,12 +50,19 @@ def _clean(text: str) -> str:
     return text.strip(_TRIM)
 
 
+def _is_premise(condition: str) -> bool:
+    first = _WORD.match(condition.lstrip())
+    return first is not None and first.group().lower().replace("’", "'") in _PREMISE_SUBJECTS
+
+
 def _split_leading(text: str) -> tuple[str, str] | None:
     """'if A, B' / 'if A then B' / 'if A B' (B opens like a request) -> (A, B+rest)."""
     head = _LEADING.match(text)
     if not head:
         return None
     body = text[head.end() :]
+    if _is_premise(body):
+        return None
     first = _WORD.match(body)
     if (
         head.group().strip().lower().startswith("when")
@@ -88,6 +103,6 @@ def extract_conditional(text: str) -> Conditional | None:
         return None
     consequence = _clean(sentence[: trailing.start()])
     condition = _clean(sentence[trailing.end() :])
-    if not condition:
+    if not condition or _is_premise(condition):
         return None
     return Conditional(condition, consequence, _clean(remainder))

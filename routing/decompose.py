@@ -4,7 +4,8 @@ Hard separators (";", "and also", "and then", sentence ends) always split. Soft 
 ("and", "also", ",", "then") split only between two complete requests, so
 "salt and pepper" and "who wrote Romeo and Juliet" stay whole while
 "turn off the lights and what's the weather" splits. A request opens with a question word,
-an imperative, a wake word ("olly, ...") or a request's topic ("weather in Oslo"); after a
+an imperative, a wake word ("olly, ...") or a request's topic ("weather in Oslo", "the
+latest tech headlines", "today's forecast for Rome"); after a
 comma, any clause of three words or more that doesn't continue the previous one
 ("in Paris", "or the blue one") counts too. Every part is a substring of the query, and
 splitting a part again returns it unchanged.
@@ -32,8 +33,15 @@ _FILLERS = WAKE_WORDS | frozenset(["please", "so", "well", "now", "um", "uh", "o
 
 # Nouns that head a request on their own: "..., weather in Oslo", "and news from Kenya".
 TOPIC_OPENERS = frozenset(
-    ["weather", "forecast", "news", "headlines", "humidity", "temperature", "traffic", "table", "movie", "movies", "film", "films", "showtimes", "stocks"]
+    ["weather", "forecast", "news", "headlines", "humidity", "temperature", "traffic", "table", "movie", "movies", "film", "films", "showtimes", "stocks", "stock", "exchange", "scores"]
 )
+
+# Words that may come before a request's topic: "recent tech headlines", "the weather in
+# Oslo", "today's forecast".
+_TOPIC_MODIFIERS = frozenset(
+    ["the", "a", "an", "some", "any", "today's", "tomorrow's", "tonight's", "this", "next", "local", "latest", "recent", "current", "top", "world", "sports", "business", "tech", "hourly", "weekly", "daily", "my"]
+)
+_ARTICLES = frozenset(["the", "a", "an", "some", "any"])
 
 _PREPOSITIONS = frozenset(["at", "in", "on", "of", "for", "from", "to", "by", "with"])
 _WH_WORDS = frozenset(["what", "which", "who", "whom", "whose", "where", "when", "how"])
@@ -76,7 +84,24 @@ def is_complete_request(text: str) -> bool:
         return True
     if words[0] in _PREPOSITIONS and words[1] in _WH_WORDS:
         return True  # "at what age ...", "in which year ..."
-    return words[0] in OPENERS or words[0] in TOPIC_OPENERS
+    return words[0] in OPENERS or words[0] in TOPIC_OPENERS or _topic_phrase(words)
+
+
+def _topic_phrase(words: list[str]) -> bool:
+    """Three words or more whose head is a request's topic: "recent tech headlines",
+    "the weather in homestead"; or a verb we don't know (often a typo) before one
+    ("fine the movie schedules"). A bare "weather" or "the news" is not enough."""
+    if len(words) < 3:
+        return False
+    start = 0
+    if words[0] not in _TOPIC_MODIFIERS and len(words) >= 4 and words[1] in _ARTICLES:
+        if words[0] in _CONTINUATIONS or words[0] in _PREPOSITIONS:
+            return False
+        start = 1
+    index = start
+    while index < len(words) and index - start < 3 and words[index] in _TOPIC_MODIFIERS:
+        index += 1
+    return index > start and index < len(words) and words[index] in TOPIC_OPENERS
 
 
 def _starts_a_clause(text: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from routing.conditional import extract_conditional
 from routing.decompose import decompose, is_complete_request
 
 
@@ -36,6 +37,14 @@ from routing.decompose import decompose, is_complete_request
         # "when will ..." on the left is a question, not a condition
         ("when will it be hot here and play some jazz",
          ["when will it be hot here", "play some jazz"]),
+        # a noun phrase headed by a request's topic opens a clause after "and"
+        ("turn off the lights and the weather in homestead",
+         ["turn off the lights", "the weather in homestead"]),
+        ("google the word and recent tech headlines", ["google the word", "recent tech headlines"]),
+        ("set an alarm and today's forecast for rome", ["set an alarm", "today's forecast for rome"]),
+        # ... also after a verb we don't know (a typo of "find")
+        ("play a song and fine the movie schedules for the cinema",
+         ["play a song", "fine the movie schedules for the cinema"]),
     ],
 )
 def test_compound_queries_split(query: str, parts: list[str]) -> None:
@@ -54,6 +63,9 @@ def test_compound_queries_split(query: str, parts: list[str]) -> None:
         "find flights to rome, in march",
         "when did beyonce and jay z get married",
         "tell me the news and weather",  # a bare noun is not a request
+        "tell me the news and the weather",  # nor a topic with only an article
+        "who wrote romeo and juliet movie times",
+        "what is the weather in paris, the capital of france",
     ],
 )
 def test_single_requests_stay_whole(query: str) -> None:
@@ -67,3 +79,20 @@ def test_complete_request_needs_an_opening_and_substance() -> None:
     assert not is_complete_request("weather")
     assert not is_complete_request("olly please")
     assert not is_complete_request("pepper and salt")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "if i have five dollars how much is that in euros",
+        "if we leave at six, will we hit traffic",
+        "how much is that in yen if i have ten pounds",
+    ],
+)
+def test_a_condition_about_the_asker_is_a_premise_not_a_condition(query: str) -> None:
+    assert extract_conditional(query) is None
+
+
+def test_a_condition_about_the_world_is_still_extracted() -> None:
+    found = extract_conditional("turn on the heating if it is cold")
+    assert found is not None and found.condition == "it is cold"
