@@ -3,7 +3,12 @@
 Closed: calls go through; N consecutive failures open it. Open: calls are skipped (the
 dispatcher records `source_skipped` with the time left and moves down the fallback chain)
 until the cool-down ends. Half-open: one probe call goes through; success closes the
-circuit, failure opens it for another cool-down.
+circuit, failure opens it for another cool-down. A probe that never reports back (its
+request was cancelled at the deadline) is given up after one cool-down, so the circuit
+cannot stay stuck half-open.
+
+With `cache.redis_url` the same state lives in Redis, shared by every worker
+(`routing.shared_state.SharedBreaker`); this local breaker is then its fallback.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ class CircuitBreaker:
         self._now = now
         self.failures = 0
         self.opened_at: float | None = None
-        self._probing = False
+        self._probe_at: float | None = None  # when the current probe was let through
 
     @property
     def state(self) -> str:
@@ -46,21 +51,22 @@ class CircuitBreaker:
         """Whether a call may go through now (a half-open circuit admits one probe)."""
         if self.failure_threshold <= 0 or self.opened_at is None:
             return Admission(True)
-        elapsed = self._now() - self.opened_at
+        now = self._now()
+        elapsed = now - self.opened_at
         if elapsed < self.cooldown_s:
             return Admission(False, time_left_s=round(self.cooldown_s - elapsed, 3))
-        if self._probing:
+        if self._probe_at is not None and now - self._probe_at < self.cooldown_s:
             return Admission(False, time_left_s=0.0)
-        self._probing = True
+        self._probe_at = now
         return Admission(True, probe=True)
 
     def succeeded(self) -> None:
         self.failures = 0
         self.opened_at = None
-        self._probing = False
+        self._probe_at = None
 
     def failed(self) -> None:
         self.failures += 1
-        self._probing = False
+        self._probe_at = None
         if self.opened_at is not None or self.failures >= self.failure_threshold:
             self.opened_at = self._now()

@@ -4,6 +4,10 @@ Keyed on the normalised query (case, spacing, curly quotes and end punctuation d
 different question). Bounded and expiring (a `TTLCache`). Only fresh, confident decisions
 of the semantic and LLM stages are stored: keyword rules are cheaper than a lookup, and a
 default is never cached, so a later LLM (or a recovered one) still gets its chance.
+
+Given a `RedisLink` (`cache.redis_url`), the cache has a Redis tier behind the local one:
+a decision made in one worker or replica answers the same question in all of them.
+`get`/`put` stay local and synchronous; the stage asks Redis only on a local miss.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from routing.events import record
 from routing.intents import Decision, ResolveContext
+from routing.shared_state import RedisLink, SharedCache
 from routing.ttl_cache import TTLCache
 
 _SPACE = re.compile(r"\s+")
@@ -37,17 +43,52 @@ class DecisionCache:
     """normalised query -> the decision a thinking stage made for it."""
 
     def __init__(
-        self, max_entries: int, ttl_s: float, now: Callable[[], float] = time.monotonic
+        self,
+        max_entries: int,
+        ttl_s: float,
+        now: Callable[[], float] = time.monotonic,
+        *,
+        shared: RedisLink | None = None,
+        routes: set[str] | None = None,
     ) -> None:
+        """`routes`: the routes this process has; a shared decision naming another (a
+        replica with a different config wrote it) is ignored."""
         self._cache: TTLCache[str, CachedDecision] = TTLCache(max_entries, ttl_s, now)
+        self._routes = routes
+        self.shared: SharedCache[str, CachedDecision] | None = None
+        if shared is not None:
+            self.shared = SharedCache(
+                shared, "decision_cache", "decision", self._cache,
+                encode=lambda d: {"route": d.route, "origin": d.origin},
+                decode=self._decode,
+            )
+
+    def _decode(self, data: Any) -> CachedDecision:
+        route, origin = data["route"], data["origin"]
+        if not isinstance(route, str) or not isinstance(origin, str):
+            raise TypeError("route and origin must be strings")
+        if self._routes is not None and route not in self._routes:
+            raise ValueError(f"unknown route {route!r}")
+        return CachedDecision(route, origin)
 
     def get(self, query: str) -> CachedDecision | None:
+        """The local tier only (never waits)."""
         return self._cache.get(normalise(query))
+
+    async def get_shared(self, query: str) -> CachedDecision | None:
+        """The Redis tier (after a local miss); None when there is none or it is down."""
+        key = normalise(query)
+        if self.shared is None or not key:
+            return None
+        return await self.shared.fetch(key)
 
     def put(self, query: str, route: str, origin: str) -> None:
         key = normalise(query)
         if key:
-            self._cache.set(key, CachedDecision(route, origin))
+            decision = CachedDecision(route, origin)
+            self._cache.set(key, decision)
+            if self.shared is not None:
+                self.shared.publish(key, decision)
 
     def clear(self) -> None:
         self._cache.clear()
@@ -69,7 +110,14 @@ class DecisionCacheStage:
             # "what about tomorrow?" means something else in every conversation.
             return None
         hit = self.cache.get(query)
+        if hit is not None:
+            record("intent_cached", query=query, decision=hit.route, origin=hit.origin)
+            return Decision(hit.route, self.name)
+        if self.cache.shared is None:
+            return None
+        hit = await self.cache.get_shared(query)
         if hit is None:
             return None
-        record("intent_cached", query=query, decision=hit.route, origin=hit.origin)
+        # Decided by another worker or replica.
+        record("intent_cached", query=query, decision=hit.route, origin=hit.origin, tier="shared")
         return Decision(hit.route, self.name)

@@ -3,6 +3,10 @@
 Every event here is recorded where the thing happens: `result_cache_hit` at the lookup
 that hit, `source_invoked` around the awaited call itself, `fallback` when the chain
 moves on, `fusion` when a fusion route fans out.
+
+With shared state (`cache.redis_url`), a local result-cache miss asks the Redis tier and
+the circuit breakers are asked through Redis (`routing.shared_state`); without it these
+paths are the plain local ones, with nothing awaited.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from routing.breaker import CircuitBreaker
 from routing.events import capture, record
 from routing.fusion import reciprocal_rank_fusion
+from routing.shared_state import SharedBreaker, SharedCache
 from routing.ttl_cache import TTLCache
 from sources.base import Item, Source, SourceDisabled, SourceError
 
@@ -69,7 +74,11 @@ class Dispatcher:
         max_concurrency: dict[str, int] | None = None,
         breakers: dict[str, CircuitBreaker] | None = None,
         cache_ttl_s: dict[str, float | None] | None = None,
+        shared_results: SharedCache[tuple[str, str], list[Item]] | None = None,
+        shared_breakers: dict[str, SharedBreaker] | None = None,
     ) -> None:
+        """`shared_results` is the Redis tier behind `result_cache`; `shared_breakers`
+        hold the same local breakers as `breakers`, with their state in Redis."""
         self.sources = sources
         self.fusion = fusion
         self.result_cache = result_cache
@@ -79,6 +88,8 @@ class Dispatcher:
         self._slots = {name: asyncio.Semaphore(limits.get(name, 8)) for name in sources}
         self.breakers = breakers or {}
         self.cache_ttl_s = cache_ttl_s or {}
+        self.shared_results = shared_results
+        self.shared_breakers = shared_breakers or {}
 
     def routes(self) -> list[str]:
         return [*self.enabled, *self.fusion]
@@ -123,13 +134,20 @@ class Dispatcher:
         if cached is not None:
             record("result_cache_hit", source=name, query=query, result_count=len(cached))
             return _Outcome("ok", cached, "", "")
+        if cacheable and self.shared_results is not None:
+            cached = await self.shared_results.fetch(key, self.cache_ttl_s.get(name))
+            if cached is not None:  # another worker or replica fetched it
+                record("result_cache_hit", source=name, query=query,
+                       result_count=len(cached), tier="shared")
+                return _Outcome("ok", cached, "", "")
         if source is None or not self.enabled.get(name, True):
             error = SourceDisabled(f"{name} is disabled in config")
             record("source_skipped", source=name, query=query, reason=error.reason)
             return _Outcome("error", [], error.reason, str(error))
         breaker = self.breakers.get(name)
+        shared = self.shared_breakers.get(name) if self.shared_breakers else None
         if breaker is not None:
-            admission = breaker.admit()
+            admission = breaker.admit() if shared is None else await shared.admit()
             if not admission.allowed:
                 record(
                     "source_skipped",
@@ -165,7 +183,9 @@ class Dispatcher:
             result_count=len(outcome.items),
             **fields,
         )
-        if breaker is not None:
+        if shared is not None:
+            await (shared.succeeded() if outcome.outcome in ("ok", "empty") else shared.failed())
+        elif breaker is not None:
             if outcome.outcome in ("ok", "empty"):
                 breaker.succeeded()
             else:
@@ -174,6 +194,8 @@ class Dispatcher:
             capture(name, query, outcome.items)
         if outcome.outcome == "ok" and cacheable:
             self.result_cache.set(key, outcome.items, self.cache_ttl_s.get(name))
+            if self.shared_results is not None:
+                self.shared_results.publish(key, outcome.items, self.cache_ttl_s.get(name))
         return outcome
 
     async def _fuse(self, route: str, query: str) -> Answer:

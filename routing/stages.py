@@ -14,6 +14,7 @@ from routing.keyword import KeywordRules
 from routing.llm import LLMStage
 from routing.semantic import LearnedDecisions, SemanticStage
 from routing.sessions import SessionStage, SessionStore
+from routing.shared_state import RedisLink
 from search.config import Config
 
 
@@ -25,10 +26,16 @@ def route_descriptions(config: Config) -> dict[str, str]:
     return routes
 
 
-def build_resolver(config: Config) -> Resolver:
+def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
+    """`shared`: the Service's Redis link, when decisions are shared across processes."""
     routing = config.routing
     routes = route_descriptions(config)
-    decision_cache = DecisionCache(routing.decision_cache_max_entries, routing.decision_cache_ttl_s)
+    decision_cache = DecisionCache(
+        routing.decision_cache_max_entries,
+        routing.decision_cache_ttl_s,
+        shared=shared,
+        routes=set(routes),
+    )
     sessions = SessionStore(routing.session_max_entries, routing.session_ttl_s)
     learned = LearnedDecisions(routing.semantic.reuse_max_entries, routing.decision_cache_ttl_s)
 

@@ -7,6 +7,7 @@ in another task and breaks ContextVar propagation, which would cut the route log
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -156,6 +157,7 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
             {
                 "status": "ok",
                 "version": __version__,
+                "pid": os.getpid(),  # which worker answered, under `serve --workers N`
                 "sources": {name: e.enabled for name, e in config.sources.items()},
             }
         )

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sources.registry import KINDS, SourceConfig, kind_module
 
@@ -97,7 +105,36 @@ class RoutingConfig(Strict):
 class CacheConfig(Strict):
     result_ttl_s: float = Field(default=300.0, ge=0)
     result_max_entries: int = Field(default=1000, ge=0)
-    redis_url: str | None = None
+    redis_url: SecretStr | None = Field(
+        default=None,
+        description="redis://[:password@]host:port/db (or rediss://, unix://): share the "
+        "decision cache, the result cache and circuit-breaker state across workers and "
+        "replicas. Unset or empty: each process keeps its own. Kept secret (it may hold a "
+        "password): never in a response, trace or log.",
+    )
+    redis_key_prefix: str = Field(
+        default="search:", min_length=1, max_length=100,
+        description="Prefix of every Redis key, so deployments can share one Redis.",
+    )
+    redis_timeout_s: float = Field(
+        default=0.2, gt=0, le=10, description="Limit on each Redis call; past it, local state."
+    )
+    redis_retry_after_s: float = Field(
+        default=5.0, ge=0, le=3600,
+        description="After a failed Redis call, how long to use local state only before "
+        "trying Redis again.",
+    )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        url = value.get_secret_value().strip() if value is not None else ""
+        if not url:
+            return None
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            # The URL itself is not repeated: it may carry a password.
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return SecretStr(url)
 
 
 class TraceConfig(Strict):

@@ -61,6 +61,11 @@ class MetricsObserver:
             "search_source_skips", "Sources skipped without a call (source_skipped), by reason.",
             ["source", "reason"], registry=r,
         )
+        self.shared_state_degraded = Counter(
+            "search_shared_state_degraded",
+            "Requests that fell back to local state because Redis was unreachable, by component.",
+            ["component", "reason"], registry=r,
+        )
         self.fallbacks = Counter(
             "search_fallbacks", "Fallback chain moves, by from and to source.",
             ["from_source", "to_source"], registry=r,
@@ -114,6 +119,10 @@ class MetricsObserver:
             elif step == "source_skipped":
                 self.source_skips.labels(
                     source=str(event.get("source")), reason=str(event.get("reason"))
+                ).inc()
+            elif step == "shared_state_degraded":
+                self.shared_state_degraded.labels(
+                    component=str(event.get("component")), reason=str(event.get("reason"))
                 ).inc()
             elif step == "error":
                 self.errors.labels(error_type=str(event.get("error_type"))).inc()

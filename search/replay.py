@@ -125,13 +125,16 @@ class BookHolder:
 
 
 def is_attempt(event: dict[str, Any]) -> bool:
-    """A stage that looked and passed (no decision), or an LLM failure: not a decision.
+    """A stage that looked and passed (no decision), an LLM failure, or shared state
+    (Redis) being unreachable: not a decision.
 
     Which stages get to look depends on caches and on what is configured, so attempts
     are shown side by side but never count as a divergence.
     """
     step = str(event.get("step"))
-    return step == "llm_error" or (step.startswith("intent_") and event.get("decision") is None)
+    if step in ("llm_error", "shared_state_degraded"):
+        return True
+    return step.startswith("intent_") and event.get("decision") is None
 
 
 def signature(event: dict[str, Any]) -> tuple[Any, ...]:

@@ -8,6 +8,7 @@ fan-out; the response's `cached` and `fallback_occurred` are read from that same
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -19,6 +20,7 @@ from routing.breaker import CircuitBreaker
 from routing.dispatch import Dispatcher
 from routing.events import RouteLog, record, route_log
 from routing.pipeline import PartResult, Router
+from routing.shared_state import RedisLink, SharedBreaker, SharedCache
 from routing.stages import build_resolver
 from routing.ttl_cache import TTLCache
 from search.config import Config
@@ -29,6 +31,14 @@ from sources.base import Item, Source
 from sources.registry import kind_module
 
 log = logging.getLogger("search")
+
+
+def decode_items(data: Any) -> list[Item]:
+    """Items back from the JSON the result cache keeps in Redis."""
+    return [
+        Item(str(d["title"]), str(d["text"]), None if d.get("url") is None else str(d["url"]))
+        for d in data
+    ]
 
 
 @dataclass(slots=True)
@@ -72,6 +82,36 @@ class Service:
         self.result_cache: TTLCache[tuple[str, str], list[Item]] = TTLCache(
             config.cache.result_max_entries, config.cache.result_ttl_s
         )
+        breakers = {
+            name: CircuitBreaker(entry.circuit_failures, entry.circuit_cooldown_s)
+            for name, entry in config.sources.items()
+        }
+        # Shared state (cache.redis_url): decisions, results and breakers through Redis.
+        # Not for a replay (`wrap_source`): it must answer from its captures alone, and
+        # must not publish them to the live workers.
+        self.shared: RedisLink | None = None
+        shared_results: SharedCache[tuple[str, str], list[Item]] | None = None
+        shared_breakers: dict[str, SharedBreaker] | None = None
+        cache = config.cache
+        if cache.redis_url is not None and wrap_source is None:
+            self.shared = RedisLink(
+                cache.redis_url.get_secret_value(),
+                prefix=cache.redis_key_prefix,
+                timeout_s=cache.redis_timeout_s,
+                retry_after_s=cache.redis_retry_after_s,
+            )
+            shared_results = SharedCache(
+                self.shared, "result_cache", "result", self.result_cache,
+                encode=lambda items: [item.to_dict() for item in items],
+                decode=decode_items,
+                key=lambda key: json.dumps(key, ensure_ascii=False, separators=(",", ":")),
+            )
+            shared_breakers = {
+                name: SharedBreaker(
+                    self.shared, name, breakers[name], config.sources[name].timeout_s + 1.0
+                )
+                for name in breakers
+            }
         self.dispatcher = Dispatcher(
             self.sources,
             fallbacks={name: entry.fallback for name, entry in config.sources.items()},
@@ -79,19 +119,20 @@ class Service:
             result_cache=self.result_cache,
             enabled={name: entry.enabled for name, entry in config.sources.items()},
             max_concurrency={n: e.max_concurrency for n, e in config.sources.items()},
-            breakers={
-                name: CircuitBreaker(entry.circuit_failures, entry.circuit_cooldown_s)
-                for name, entry in config.sources.items()
-            },
+            breakers=breakers,
             cache_ttl_s={name: entry.cache_ttl_s for name, entry in config.sources.items()},
+            shared_results=shared_results,
+            shared_breakers=shared_breakers,
         )
-        self.resolver = build_resolver(config)
+        self.resolver = build_resolver(config, self.shared)
         self.router = Router(self.resolver, self.dispatcher)
         self._started_sources: list[Source] = []
 
     async def start(self, *, sources: bool = True) -> None:
         """Open sources and load the intent stages' models once, in the app's lifespan."""
         await self.resolver.start()
+        if self.shared is not None:
+            await self.shared.ping()  # logs (once) when Redis is unreachable
         if sources:
             for source in self.sources.values():
                 await source.start()
@@ -105,6 +146,8 @@ class Service:
             except Exception:  # noqa: BLE001 - closing must go on for the others
                 log.exception("closing source %s failed", source.name)
         self._started_sources.clear()
+        if self.shared is not None:
+            await self.shared.aclose()  # after its last background writes
         await self.resolver.aclose()
         await self.traces.aclose()
 
