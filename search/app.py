@@ -1,6 +1,6 @@
 """The Starlette app: `/search`, `/healthz`, `/openapi.json`, `/traces`, `/metrics`, `/ui`, `/mcp`.
 
-Only plain ASGI middleware is used: Starlette's `BaseHTTPMiddleware` runs the endpoint
+Only plain ASGI middleware is used: Starlette's base-HTTP middleware class runs the endpoint
 in another task and breaks ContextVar propagation, which would cut the route log.
 """
 

@@ -1,4 +1,8 @@
-"""Plain ASGI middleware (never `BaseHTTPMiddleware`, which breaks ContextVar propagation)."""
+"""Plain ASGI middleware.
+
+Never Starlette's base-HTTP middleware class: it runs the endpoint in another task, which
+breaks ContextVar propagation and so the route log.
+"""
 
 from __future__ import annotations
 
