@@ -122,3 +122,26 @@ def test_the_log_is_unset_after_the_request() -> None:
         assert current_log() is not None
     assert current_log() is None
     assert ctx.run(current_log) is None
+
+
+async def test_threads_and_tasks_recording_at_once_lose_and_duplicate_nothing() -> None:
+    def burst(tag: str) -> None:
+        for n in range(500):
+            record("worker", tag=tag, n=n)
+
+    async def task_burst(tag: str) -> None:
+        for n in range(500):
+            record("task", tag=tag, n=n)
+            if n % 50 == 0:
+                await asyncio.sleep(0)
+
+    with route_log(max_events=10_000) as log:
+        await asyncio.gather(
+            *(run_in_thread(burst, f"t{i}") for i in range(4)),
+            *(task_burst(f"a{i}") for i in range(2)),
+        )
+    chain = log.snapshot()
+    assert len(chain) == 3000 and log.dropped_events == 0
+    assert [e["seq"] for e in chain] == list(range(3000))
+    for tag in ("t0", "t1", "t2", "t3", "a0", "a1"):
+        assert [e["n"] for e in chain if e["tag"] == tag] == list(range(500))
