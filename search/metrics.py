@@ -11,6 +11,8 @@ so they can't be counted; `search_dropped_events_total` says how many were lost.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from starlette.requests import Request
@@ -39,6 +41,7 @@ class MetricsObserver:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter(
             "search_requests", "Finished /search requests (any surface), by HTTP status.",
@@ -95,43 +98,51 @@ class MetricsObserver:
         for stage in INTENT_STEPS:
             self.intent_decisions.labels(stage=stage)
 
+    def _series(self, metric: Any, *labels: str) -> Any:
+        """The child series for these label values, looked up once: `labels()` validates
+        and locks on every call, which costs more than the increment itself."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe(self, trace: TraceRecord) -> None:
-        self.requests.labels(status=str(trace.status_code)).inc()
+        series = self._series
+        series(self.requests, str(trace.status_code)).inc()
         self.request_seconds.observe(max(trace.duration_ms, 0.0) / 1000.0)
         if trace.dropped_events:
             self.dropped_events.inc(trace.dropped_events)
         for event in trace.chain:
             step = event.get("step")
             if step == "source_invoked":
-                source, outcome = str(event.get("source")), str(event.get("outcome"))
-                self.source_calls.labels(source=source, outcome=outcome).inc()
+                labels = (str(event.get("source")), str(event.get("outcome")))
+                series(self.source_calls, *labels).inc()
                 elapsed = event.get("elapsed_ms")
                 if isinstance(elapsed, (int, float)):
-                    self.source_seconds.labels(source=source, outcome=outcome).observe(
-                        max(float(elapsed), 0.0) / 1000.0
-                    )
+                    series(self.source_seconds, *labels).observe(max(float(elapsed), 0.0) / 1000.0)
             elif step == "fallback":
-                self.fallbacks.labels(
-                    from_source=str(event.get("from_source")), to_source=str(event.get("to_source"))
+                series(
+                    self.fallbacks, str(event.get("from_source")), str(event.get("to_source"))
                 ).inc()
             elif step == "result_cache_hit":
-                self.cache_hits.labels(kind="result").inc()
+                series(self.cache_hits, "result").inc()
             elif step == "source_skipped":
-                self.source_skips.labels(
-                    source=str(event.get("source")), reason=str(event.get("reason"))
-                ).inc()
+                series(self.source_skips, str(event.get("source")), str(event.get("reason"))).inc()
             elif step == "shared_state_degraded":
-                self.shared_state_degraded.labels(
-                    component=str(event.get("component")), reason=str(event.get("reason"))
+                series(
+                    self.shared_state_degraded,
+                    str(event.get("component")),
+                    str(event.get("reason")),
                 ).inc()
             elif step == "error":
-                self.errors.labels(error_type=str(event.get("error_type"))).inc()
+                series(self.errors, str(event.get("error_type"))).inc()
             elif isinstance(step, str) and step.startswith("intent_"):
                 if event.get("decision") is None:
                     continue  # a stage that looked but did not decide (a semantic miss)
-                self.intent_decisions.labels(stage=step).inc()
+                series(self.intent_decisions, step).inc()
                 if step == "intent_cached":
-                    self.cache_hits.labels(kind="decision").inc()
+                    series(self.cache_hits, "decision").inc()
 
     def exposition(self) -> bytes:
         """The Prometheus text format of everything counted so far."""
