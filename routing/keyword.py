@@ -89,6 +89,40 @@ class KeywordRules:
                     weight += _NONE_BONUS
                 self._rules.append((route, words, phrase, weight))
         self._ratio_cache: dict[tuple[str, str], bool] = {}
+        # Indexes so a query is checked only against rules whose first literal word it
+        # contains: with hundreds of rules, trying each at every position dominated the
+        # cost of a cache-hit request.
+        self._by_first: dict[str, list[int]] = {}
+        self._vocab: set[str] = set()
+        self._fuzzy_by_letter: dict[str, list[str]] = {}
+        for index, (_, words, _, _) in enumerate(self._rules):
+            literal = [w for w in words if w != "*"]
+            self._by_first.setdefault(literal[0], []).append(index)
+            for word in literal:
+                if word not in self._vocab:
+                    self._vocab.add(word)
+                    if len(word) >= _MIN_FUZZY_LEN:
+                        self._fuzzy_by_letter.setdefault(word[0], []).append(word)
+        self._word_cache: dict[str, frozenset[str]] = {}
+
+    def _rule_words(self, query_word: str) -> frozenset[str]:
+        """Every rule word `query_word` matches (exactly, inflected or as a typo)."""
+        found = self._word_cache.get(query_word)
+        if found is not None:
+            return found
+        hits = {query_word} & self._vocab
+        for suffix in _SUFFIXES:
+            stem = query_word[: -len(suffix)]
+            if query_word.endswith(suffix) and len(stem) >= 3 and stem in self._vocab:
+                hits.add(stem)
+        if len(query_word) >= _MIN_FUZZY_LEN:
+            for word in self._fuzzy_by_letter.get(query_word[0], ()):
+                if self._word_matches(query_word, word):
+                    hits.add(word)
+        found = frozenset(hits)
+        if len(self._word_cache) < 100_000:
+            self._word_cache[query_word] = found
+        return found
 
     def _word_matches(self, query_word: str, rule_word: str) -> bool:
         if query_word == rule_word:
@@ -160,8 +194,13 @@ class KeywordRules:
             return None
         scores: dict[str, float] = {}
         matched: dict[str, list[str]] = {}
+        present: set[str] = set()
+        for word in words:
+            present |= self._rule_words(word)
+        candidates = sorted({i for w in present for i in self._by_first.get(w, ())})
         hits = []
-        for route, phrase, text, weight in self._rules:
+        for index in candidates:  # config order, as ties are broken by it
+            route, phrase, text, weight = self._rules[index]
             positions = self._phrase_at(words, phrase)
             if positions is None:
                 continue
