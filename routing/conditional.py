@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from routing.decompose import OPENERS, QUESTION_AFTER_WHEN
+from routing.text import CLAUSE_TRIM, CLAUSE_WORD
 
 _LEADING = re.compile(r"^\s*(?:if|when|whenever|unless|in case)\s+", re.IGNORECASE)
 # A trailing "when" is far more often a time clause than a condition to check first
@@ -35,8 +36,6 @@ _WHETHER_VERBS = frozenset(
 _PREMISE_SUBJECTS = frozenset(
     ["i", "i'm", "im", "i've", "ive", "i'd", "i'll", "we", "we're", "we've", "we'd", "we'll"]
 )
-_WORD = re.compile(r"[A-Za-z0-9'’]+")
-_TRIM = " \t\r\n,;.!?:-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +46,11 @@ class Conditional:
 
 
 def _clean(text: str) -> str:
-    return text.strip(_TRIM)
+    return text.strip(CLAUSE_TRIM)
 
 
 def _is_premise(condition: str) -> bool:
-    first = _WORD.match(condition.lstrip())
+    first = CLAUSE_WORD.match(condition.lstrip())
     return first is not None and first.group().lower().replace("’", "'") in _PREMISE_SUBJECTS
 
 
@@ -63,7 +62,7 @@ def _split_leading(text: str) -> tuple[str, str] | None:
     body = text[head.end() :]
     if _is_premise(body):
         return None
-    first = _WORD.match(body)
+    first = CLAUSE_WORD.match(body)
     if (
         head.group().strip().lower().startswith("when")
         and first is not None
@@ -74,7 +73,7 @@ def _split_leading(text: str) -> tuple[str, str] | None:
     if marker and marker.start() > 0:
         return body[: marker.start()], body[marker.end() :]
     # No comma: the consequence starts at the first request opener after two words.
-    words = list(_WORD.finditer(body))
+    words = list(CLAUSE_WORD.finditer(body))
     for index, word in enumerate(words):
         if index >= 2 and word.group().lower() in OPENERS:
             return body[: word.start()], body[word.start() :]
@@ -98,7 +97,7 @@ def extract_conditional(text: str) -> Conditional | None:
     trailing = _TRAILING.search(sentence)
     if not trailing:
         return None
-    before = [w.lower() for w in _WORD.findall(sentence[: trailing.start()])]
+    before = [w.lower() for w in CLAUSE_WORD.findall(sentence[: trailing.start()])]
     if len(before) < 2 or before[0] not in OPENERS or before[-1] in _WHETHER_VERBS:
         return None
     consequence = _clean(sentence[: trailing.start()])

@@ -12,7 +12,6 @@ a decision made in one worker or replica answers the same question in all of the
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,16 +20,8 @@ from typing import Any
 from routing.events import record
 from routing.intents import Decision, ResolveContext
 from routing.shared_state import RedisLink, SharedCache
+from routing.text import normalise
 from routing.ttl_cache import TTLCache
-
-_SPACE = re.compile(r"\s+")
-_EDGE = " \t\r\n.,;:!?¿¡\"'“”‘’()"
-
-
-def normalise(query: str) -> str:
-    """The cache key of a query."""
-    text = query.replace("’", "'").replace("‘", "'").lower()
-    return _SPACE.sub(" ", text).strip(_EDGE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from routing.text import CLAUSE_TRIM, CLAUSE_WORD
+
 # Words that open a request on their own: questions, polite forms and imperatives.
 OPENERS = frozenset(
     ["what", "what's", "whats", "who", "who's", "whos", "whom", "whose", "where", "where's", "when", "when's", "which", "why", "how", "how's", "is", "isn't", "are", "aren't", "was", "were", "do", "does", "did", "don't", "can", "can't", "could", "will", "won't", "would", "should", "shall", "may", "might", "has", "have", "had", "am", "i", "i'd", "i'm", "im", "i'll", "i've", "id", "my", "we", "let", "let's", "lets", "please", "pls", "hey", "ok", "okay", "tell", "show", "give", "find", "search", "look", "lookup", "play", "open", "close", "lock", "unlock", "turn", "switch", "set", "dim", "brighten", "raise", "lower", "start", "stop", "pause", "resume", "check", "list", "read", "send", "call", "order", "book", "get", "make", "put", "add", "remove", "remind", "wake", "explain", "define", "describe", "say", "increase", "decrease", "change", "activate", "deactivate", "enable", "disable", "run", "fetch", "translate", "compare", "calculate", "count", "plan", "schedule", "cancel", "need", "want", "rate", "give", "toggle", "ask", "brew", "clean", "vacuum", "delete", "buy", "reserve", "navigate", "skip", "mute", "power", "unmute", "repeat", "shuffle", "google", "any", "whats", "what're", "where're", "how're", "who're", "there's"]
@@ -57,8 +59,6 @@ CONDITION_OPENERS = frozenset({"if", "when", "whenever", "unless", "once", "in c
 _HARD = r";|\band\s+(?:also|then)\b|(?<=[?!])\s+(?=\S)|(?<=\w{3}\.)\s+(?=[A-Za-z])"
 _SOFT = r",|\balso\b|\band\b|\bthen\b"
 _SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<soft>{_SOFT})", re.IGNORECASE)
-_WORD = re.compile(r"[A-Za-z0-9'’]+")
-_TRIM = " \t\r\n,;.!?:-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class Span:
 
 
 def _words(text: str) -> list[str]:
-    return [w.lower().replace("’", "'") for w in _WORD.findall(text)]
+    return [w.lower().replace("’", "'") for w in CLAUSE_WORD.findall(text)]
 
 
 def is_complete_request(text: str) -> bool:
@@ -121,9 +121,9 @@ def _can_stand_alone(left: str) -> bool:
 
 
 def _trim(query: str, start: int, end: int) -> Span | None:
-    while start < end and query[start] in _TRIM:
+    while start < end and query[start] in CLAUSE_TRIM:
         start += 1
-    while end > start and query[end - 1] in _TRIM:
+    while end > start and query[end - 1] in CLAUSE_TRIM:
         end -= 1
     return Span(start, end) if end > start else None
 
@@ -138,7 +138,7 @@ def split_spans(query: str) -> list[Span]:
         left = query[segment_start : match.start()]
         right = query[match.end() : next_start]
         if match.group("hard") is not None:
-            accept = bool(left.strip(_TRIM)) and bool(right.strip(_TRIM))
+            accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
         elif not _can_stand_alone(left):
             accept = False
         elif match.group("soft") == ",":

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+from routing.text import words as split_words
 
 _FOLLOW_UP_OPENERS = (
     ("and",), ("what", "about"), ("how", "about"), ("what", "if"), ("and", "what"),
@@ -39,10 +39,6 @@ _COMPARISON = re.compile(
 _WEATHER_IT = frozenset(
     ["rain", "raining", "snow", "snowing", "hot", "cold", "warm", "cool", "sunny", "windy", "cloudy", "freezing", "humid", "going", "gonna", "be", "get", "getting", "stormy", "wet", "dry", "foggy", "chilly", "outside"]
 )
-
-
-def _words(query: str) -> list[str]:
-    return _WORD.findall(query.lower().replace("’", "'"))
 
 
 def _starts(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:
@@ -79,7 +75,7 @@ def _has_reference(words: list[str]) -> bool:
 
 def dependency(query: str) -> str | None:
     """The kind of discourse dependency of `query`, or None when it stands on its own."""
-    words = _words(query)
+    words = split_words(query)
     if not words:
         return None
     if words[0] == "why" or (len(words) > 1 and words[:2] == ["and", "why"]):
@@ -97,5 +93,5 @@ def is_follow_up(query: str, max_fragment_words: int = 3) -> bool:
     """A query a session may complete: discourse-dependent, or a bare fragment ("tomorrow?")."""
     if dependency(query) is not None:
         return True
-    words = _words(query)
+    words = split_words(query)
     return 0 < len(words) <= max_fragment_words

@@ -19,6 +19,7 @@ from routing.breaker import CircuitBreaker
 from routing.events import capture, record
 from routing.fusion import reciprocal_rank_fusion
 from routing.shared_state import SharedBreaker, SharedCache
+from routing.text import normalise
 from routing.ttl_cache import TTLCache
 from sources.base import Item, Source, SourceDisabled, SourceError
 
@@ -39,11 +40,6 @@ class _Outcome:
     items: list[Item]
     reason: str
     message: str
-
-
-def normalise(query: str) -> str:
-    """The cache key form of a query: case and spacing don't make a different question."""
-    return " ".join(query.lower().split())
 
 
 def expand_chain(name: str, fallbacks: dict[str, list[str]]) -> list[str]:

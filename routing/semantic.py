@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from routing.decision_cache import DecisionCache, normalise
+from routing.decision_cache import DecisionCache
 from routing.events import record, run_in_thread
 from routing.intents import Decision, ResolveContext
+from routing.text import normalise
 from routing.ttl_cache import TTLCache
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from routing.dispatch import normalise
+from routing.text import normalise
 from search.config import Config
 from search.narrative import part_key
 from search.service import Service
