@@ -28,7 +28,7 @@ DEFAULT_MAX_EVENTS = 1000
 # Steps that end a part or the request: always kept, even past the bound, so a failed
 # chain always says why it failed.
 _ALWAYS_KEPT = frozenset({"error"})
-_by_seq = operator.itemgetter("seq")
+_by_seq = operator.itemgetter(0)
 
 
 class RouteLog:
@@ -39,15 +39,19 @@ class RouteLog:
     `fallback_occurred`) stay true even when the chain was truncated.
 
     Appends come from the event loop and from worker threads without a lock: the
-    sequence number comes from an `itertools.count` and the event goes in with one
+    sequence number comes from an `itertools.count` and the entry goes in with one
     `list.append`, each atomic under the GIL. `seq` is the order of recording, so an
     event kept past the bound (an `error`) carries its true ordinal.
+
+    An append stores a tuple around the caller's own keyword dict; the event dicts of
+    the chain are built only when someone reads it (`snapshot`, `RecordedChain`), so a
+    request nobody explains or stores pays for the recording and nothing else.
     """
 
-    __slots__ = ("events", "dropped_steps", "max_events", "started", "captures", "_seq", "_steps")
+    __slots__ = ("entries", "dropped_steps", "max_events", "started", "captures", "_seq", "_steps")
 
     def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
-        self.events: list[dict[str, Any]] = []
+        self.entries: list[_Entry] = []
         self.dropped_steps: list[str] = []
         self.max_events = max_events
         self.started = time.perf_counter()
@@ -57,15 +61,13 @@ class RouteLog:
         self._steps: set[str] = set()  # every step recorded, kept or dropped
 
     def append(self, step: str, part: str, fields: dict[str, Any]) -> None:
-        # Hot path: one counter, one dict, one append. Microsecond resolution via int(),
-        # because round(x, 3) costs more than the rest of the append on a slow core.
-        t_ms = int((time.perf_counter() - self.started) * 1_000_000) / 1000.0
+        # Hot path: one counter, one clock read, one tuple, one append.
         seq = next(self._seq)
         self._steps.add(step)
         if seq >= self.max_events and step not in _ALWAYS_KEPT:
             self.dropped_steps.append(step)
             return
-        self.events.append({"step": step, "seq": seq, "t_ms": t_ms, "part": part, **fields})
+        self.entries.append((seq, time.perf_counter(), part, step, fields))
 
     @property
     def dropped_events(self) -> int:
@@ -78,11 +80,47 @@ class RouteLog:
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0
 
+    def freeze(self) -> RecordedChain:
+        """The chain so far, fixed; its event dicts are built on first read."""
+        return RecordedChain(self.entries[:], self.started)
+
     def snapshot(self) -> list[dict[str, Any]]:
-        """A copy of the chain so far in seq order (events are never mutated)."""
-        # Sorting an already ordered list is one linear pass; it matters only when two
-        # threads raced between taking a seq and appending.
-        return sorted(self.events, key=_by_seq)
+        """A copy of the chain so far as event dicts, in seq order."""
+        return self.freeze().events()
+
+
+# (seq, perf_counter at recording, part, step, the keyword fields given to `record`)
+_Entry = tuple[int, float, str, str, dict[str, Any]]
+
+
+class RecordedChain:
+    """A finished request's entries; `events()` builds (once) the chain's event dicts.
+
+    Readers that need the chain (the response when explained, the trace store's writer,
+    the metrics) call `events()`; whoever comes first pays, in their own thread.
+    """
+
+    __slots__ = ("_entries", "_started", "_events")
+
+    def __init__(self, entries: list[_Entry], started: float) -> None:
+        self._entries = entries
+        self._started = started
+        self._events: list[dict[str, Any]] | None = None
+
+    def events(self) -> list[dict[str, Any]]:
+        events = self._events
+        if events is None:
+            started = self._started
+            # Sorting an already ordered list is one linear pass; it matters only when two
+            # threads raced between taking a seq and appending. Microsecond resolution via
+            # int(): round(x, 3) costs more than the rest of the event.
+            events = [
+                {"step": step, "seq": seq, "t_ms": int((at - started) * 1_000_000) / 1000.0,
+                 "part": part, **fields}
+                for seq, at, part, step, fields in sorted(self._entries, key=_by_seq)
+            ]
+            self._events = events  # two racing readers build equal lists; either wins
+        return events
 
 
 class NullRouteLog(RouteLog):

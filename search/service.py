@@ -18,7 +18,7 @@ from typing import Any
 
 from routing.breaker import CircuitBreaker
 from routing.dispatch import Dispatcher
-from routing.events import RouteLog, record, route_log
+from routing.events import RecordedChain, RouteLog, record, route_log
 from routing.pipeline import PartResult, Router
 from routing.shared_state import RedisLink, SharedBreaker, SharedCache
 from routing.stages import build_resolver
@@ -48,10 +48,15 @@ class SearchOutcome:
     status_code: int
     body: dict[str, Any]
     trace_id: str
-    chain: list[dict[str, Any]]
+    recorded: RecordedChain
     results: list[PartResult] = field(default_factory=list)
     dropped_events: int = 0
     duration_ms: float = 0.0
+
+    @property
+    def chain(self) -> list[dict[str, Any]]:
+        """The event dicts, built on first read (shared with the stored trace)."""
+        return self.recorded.events()
 
 
 class Service:
@@ -202,7 +207,7 @@ class Service:
         try:
             with route_log(self.config.routing.max_events, self.recorder) as chain_log:
                 status_code, error, results = await self._route(query, dry_run, session_id)
-                chain = chain_log.snapshot()
+                recorded = chain_log.freeze()
                 dropped = chain_log.dropped_events
                 cached = chain_log.happened("result_cache_hit")
                 fallback = chain_log.happened("fallback")
@@ -218,22 +223,22 @@ class Service:
                 "cached": cached,
                 "fallback_occurred": fallback,
                 "dropped_events": dropped,
-                "explanation": chain if explain else None,
+                "explanation": recorded.events() if explain else None,
             }
         else:
             body = {
                 "error": error,
                 "trace_id": trace_id,
-                "explanation": chain if explain else None,
+                "explanation": recorded.events() if explain else None,
             }
-        outcome = SearchOutcome(status_code, body, trace_id, chain, results, dropped, duration_ms)
+        outcome = SearchOutcome(status_code, body, trace_id, recorded, results, dropped, duration_ms)
         trace = TraceRecord(
             trace_id=trace_id,
             started_at=started_wall,
             query=query,
             status_code=status_code,
             duration_ms=duration_ms,
-            chain=chain,
+            chain=recorded,
             dropped_events=dropped,
             error=error,
             results=result_dicts,

@@ -8,28 +8,57 @@ last N in memory.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from routing.events import RecordedChain
 
-@dataclass(slots=True)
+
 class TraceRecord:
-    """One finished request, as recorded."""
+    """One finished request, as recorded.
 
-    trace_id: str
-    started_at: float  # unix seconds
-    query: str
-    status_code: int
-    duration_ms: float
-    chain: list[dict[str, Any]]
-    dropped_events: int = 0
-    error: dict[str, str] | None = None
-    results: list[dict[str, Any]] = field(default_factory=list)
-    dry_run: bool = False
-    replay_of: str | None = None
-    # (source, query, items) of every real source answer; stored only when
-    # `trace.capture_results` is on, so it stays raw (no copying) until then.
-    captures: list[tuple[str, str, list[Any]]] = field(default_factory=list)
+    `chain` may be given as the request's `RecordedChain`: its event dicts are then built
+    on first read, by whichever consumer reads first (often the store's writer thread).
+    """
+
+    __slots__ = (
+        "trace_id", "started_at", "query", "status_code", "duration_ms", "_chain",
+        "dropped_events", "error", "results", "dry_run", "replay_of", "captures",
+    )
+
+    def __init__(
+        self,
+        trace_id: str,
+        started_at: float,  # unix seconds
+        query: str,
+        status_code: int,
+        duration_ms: float,
+        chain: list[dict[str, Any]] | RecordedChain,
+        dropped_events: int = 0,
+        error: dict[str, str] | None = None,
+        results: list[dict[str, Any]] | None = None,
+        dry_run: bool = False,
+        replay_of: str | None = None,
+        captures: list[tuple[str, str, list[Any]]] | None = None,
+    ) -> None:
+        self.trace_id = trace_id
+        self.started_at = started_at
+        self.query = query
+        self.status_code = status_code
+        self.duration_ms = duration_ms
+        self._chain = chain
+        self.dropped_events = dropped_events
+        self.error = error
+        self.results = results if results is not None else []
+        self.dry_run = dry_run
+        self.replay_of = replay_of
+        # (source, query, items) of every real source answer; stored only when
+        # `trace.capture_results` is on, so it stays raw (no copying) until then.
+        self.captures = captures if captures is not None else []
+
+    @property
+    def chain(self) -> list[dict[str, Any]]:
+        chain = self._chain
+        return chain.events() if isinstance(chain, RecordedChain) else chain
 
     def captures_as_dicts(self) -> list[dict[str, Any]]:
         return [

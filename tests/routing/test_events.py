@@ -34,7 +34,7 @@ async def test_events_from_gathered_parts_arrive_with_their_part() -> None:
     with route_log() as log:
         record("decomposed", query="q", parts=["a", "b", "c"])
         await asyncio.gather(part("0"), part("1"), part("2"))
-    events = log.events
+    events = log.snapshot()
     assert [e["seq"] for e in events] == list(range(7))
     assert events[0]["part"] == ""
     for path in ("0", "1", "2"):
@@ -52,7 +52,7 @@ async def test_events_from_a_worker_thread_arrive() -> None:
 
     with route_log() as log, part_scope("1.0"):
         assert await run_in_thread(blocking, "t") == "t"
-    (event,) = log.events
+    (event,) = log.snapshot()
     assert event["step"] == "worker"
     assert event["part"] == "1.0"
     assert event["thread"] != threading.get_ident()
@@ -67,9 +67,9 @@ async def test_run_in_executor_loses_events_unless_the_context_is_bound() -> Non
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(1) as pool, route_log() as log:
         await loop.run_in_executor(pool, blocking)
-        assert log.events == []
+        assert log.snapshot() == []
         await loop.run_in_executor(pool, bind_context(blocking))
-    assert [e["step"] for e in log.events] == ["worker"]
+    assert [e["step"] for e in log.snapshot()] == ["worker"]
 
 
 async def test_nested_calls_record_into_the_same_log() -> None:
@@ -81,7 +81,7 @@ async def test_nested_calls_record_into_the_same_log() -> None:
 
     with route_log() as log:
         await deep(20)
-    assert [e["step"] for e in log.events] == ["deep"]
+    assert [e["step"] for e in log.snapshot()] == ["deep"]
 
 
 async def test_concurrent_requests_never_share_events() -> None:
@@ -90,7 +90,7 @@ async def test_concurrent_requests_never_share_events() -> None:
             for step in range(5):
                 record("step", tag=tag, n=step)
                 await asyncio.sleep(0)
-            return log.events
+            return log.snapshot()
 
     chains = await asyncio.gather(*(request(i) for i in range(50)))
     for tag, chain in enumerate(chains):
@@ -103,9 +103,9 @@ async def test_the_log_is_bounded_and_counts_what_it_dropped() -> None:
         for n in range(25):
             record("result_cache_hit" if n == 20 else "step", n=n)
         record("error", query="q", error_type="X", message="m")
-    assert len(log.events) == 11  # 10 kept + the error, which is always kept
+    assert len(log.snapshot()) == 11  # 10 kept + the error, which is always kept
     assert log.dropped_events == 15
-    assert log.events[-1]["step"] == "error"
+    assert log.snapshot()[-1]["step"] == "error"
     # The statistics still see the dropped cache hit.
     assert log.happened("result_cache_hit")
 
@@ -113,7 +113,7 @@ async def test_the_log_is_bounded_and_counts_what_it_dropped() -> None:
 def test_the_null_recorder_keeps_nothing() -> None:
     with route_log(factory=NullRouteLog) as log:
         record("step")
-    assert log.events == []
+    assert log.snapshot() == []
 
 
 def test_the_log_is_unset_after_the_request() -> None:
