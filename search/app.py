@@ -23,6 +23,7 @@ from starlette.routing import Route
 from routing.events import run_in_thread
 from search import __version__
 from search.config import Config
+from search.json_codec import FastJSONResponse
 from search.mcp_server import build_mcp_server, http_endpoint
 from search.metrics import MetricsObserver, metrics_route
 from search.middleware import BearerTokenMiddleware
@@ -40,7 +41,7 @@ class BodyTooLarge(Exception):
 
 def error_response(status: int, type_: str, message: str, field: str | None = None) -> JSONResponse:
     detail = ErrorDetail(type=type_, message=message, field=field)
-    return JSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status)
+    return FastJSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -150,7 +151,7 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
             dry_run=parsed.dry_run,
             session_id=parsed.session_id,
         )
-        return JSONResponse(outcome.body, status_code=outcome.status_code)
+        return FastJSONResponse(outcome.body, status_code=outcome.status_code)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse(

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from routing.events import run_in_thread
+from search.json_codec import dumps_text
 from search.config import ConfigError, TraceConfig
 from search.traces import NullTraceSink, TraceRecord, TraceSink
 
@@ -266,10 +267,7 @@ def _event_outcome(event: dict[str, Any]) -> str | None:
     return None
 
 
-# Built once: `json.dumps` with options builds a new encoder on every call.
-_dumps = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False
-).encode
+_dumps = dumps_text
 
 
 def trace_row(record: TraceRecord, config: TraceConfig) -> tuple[Any, ...]:
