@@ -12,11 +12,17 @@ escalated to the LLM when one is configured (`discourse_escalated` on both event
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from routing.discourse import dependency
 from routing.events import record
 from routing.keyword import KeywordRules
+
+# Pure functions of the query text, remembered for the questions a household repeats
+# (bounded); the events are recorded per request, where the result is used.
+_MEMO_SIZE = 2048
+_dependency = lru_cache(maxsize=_MEMO_SIZE)(dependency)
 
 if TYPE_CHECKING:
     from routing.sessions import SessionStore
@@ -72,9 +78,10 @@ class KeywordStage:
     def __init__(self, rules: KeywordRules, escalation: Escalation | None = None) -> None:
         self.rules = rules
         self.escalation = escalation
+        self._match = lru_cache(maxsize=_MEMO_SIZE)(rules.match)
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
-        match = self.rules.match(query)
+        match = self._match(query)
         if match is None:
             return None
         if match.unserved:
@@ -152,7 +159,7 @@ class Resolver:
         return self.fallback_reason
 
     async def resolve(self, query: str, context: ResolveContext) -> Decision:
-        context.discourse = dependency(query)
+        context.discourse = _dependency(query)
         for stage in self.stages:
             if context.unserved:
                 break  # a stage found that no source serves this: the default says so

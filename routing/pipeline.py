@@ -8,7 +8,8 @@ answer; the caller decides what a request where every part failed means.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from routing.conditional import Conditional, extract_conditional
@@ -59,6 +60,23 @@ def _starts_with_condition(text: str) -> bool:
     return any(lowered.startswith(word + " ") for word in CONDITION_OPENERS)
 
 
+# Parsing is a pure function of the text, and a household asks the same few questions over
+# and over: remembering the last answers (bounded) takes it off the repeated request's path.
+# The events are still recorded by the request, where the parse is used.
+_MEMO_SIZE = 2048
+
+
+@lru_cache(maxsize=_MEMO_SIZE)
+def _top_level(query: str) -> tuple[Conditional | None, tuple[str, ...]]:
+    """A leading condition (if any) and the parts of the rest."""
+    found = extract_conditional(query) if _starts_with_condition(query) else None
+    rest = found.remainder if found is not None else query
+    return found, tuple(decompose(rest)) if rest.strip() else ()
+
+
+_conditional_in = lru_cache(maxsize=_MEMO_SIZE)(extract_conditional)
+
+
 class Router:
     """Turns a query into part results, recording every step on the way."""
 
@@ -67,21 +85,17 @@ class Router:
         self.dispatcher = dispatcher
 
     def _units(self, query: str) -> list[_Unit]:
+        found, parts = _top_level(query)
         units: list[_Unit] = []
-        rest = query
-        if _starts_with_condition(query):
-            found = extract_conditional(query)
-            if found is not None:
-                record(
-                    "conditional_detected",
-                    query=query,
-                    condition=found.condition,
-                    consequence=found.consequence,
-                    remainder=found.remainder,
-                )
-                units.append(_Unit(query, found))
-                rest = found.remainder
-        parts = decompose(rest) if rest.strip() else []
+        if found is not None:
+            record(
+                "conditional_detected",
+                query=query,
+                condition=found.condition,
+                consequence=found.consequence,
+                remainder=found.remainder,
+            )
+            units.append(_Unit(query, found))
         units.extend(_Unit(part) for part in parts)
         if len(units) > 1:
             shown = [u.conditional.consequence if u.conditional else u.text for u in units]
@@ -104,7 +118,7 @@ class Router:
         with part_scope(path):
             conditional = unit.conditional
             if conditional is None:
-                conditional = extract_conditional(unit.text)
+                conditional = _conditional_in(unit.text)
                 if conditional is not None:
                     record(
                         "conditional_detected",
@@ -133,7 +147,8 @@ class Router:
         return consequence
 
     async def _run_part(self, text: str, shared: ResolveContext) -> PartResult:
-        context = replace(shared)  # stages may note things on it; parts run concurrently
+        # Stages note things on the context, and parts run concurrently: one per part.
+        context = ResolveContext(session_id=shared.session_id, dry_run=shared.dry_run)
         try:
             decision = await self.resolver.resolve(text, context)
             if context.dry_run:
