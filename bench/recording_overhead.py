@@ -4,6 +4,12 @@ Prints, measured side by side in one run (interleaved rounds, medians):
   1. the cost of one `record()` call into a live request log;
   2. a keyword-routed, result-cache-hit POST /search through the real ASGI app with the
      real recorder, against the same request with a no-op recorder (`NullRouteLog`).
+  3. the same request counted in CPU instructions under valgrind's callgrind, real against
+     no-op recorder: instruction counts do not depend on what else this shared machine is
+     doing, so they settle what timings on 2 noisy cores leave within their noise. Each
+     side runs in its own process (PYTHONHASHSEED=0), collecting only inside the timed
+     loop (`--toggle-collect` on `operator.call`, which wraps it); skipped without
+     valgrind or with BENCH_INSTRUCTIONS=0.
 Target: recording adds under 2% to that request.
 """
 
@@ -11,8 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import operator
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,8 +36,9 @@ from search.config import parse_config  # noqa: E402
 from search.service import Service  # noqa: E402
 from tests.support import scripted  # noqa: E402
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "41"))
-PER_ROUND = int(os.environ.get("BENCH_PER_ROUND", "300"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "121"))
+PER_ROUND = int(os.environ.get("BENCH_PER_ROUND", "100"))
+COUNTED_REQUESTS = int(os.environ.get("BENCH_COUNTED_REQUESTS", "500"))
 
 
 def event_cost_ns(rounds: int = 400, per_log: int = 100) -> tuple[float, float]:
@@ -73,6 +84,42 @@ async def time_requests(app, n: int) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
+def run_counted_side(kind: str, n: int) -> None:
+    """In a child under callgrind: warm up, then `n` requests inside `operator.call`."""
+    app = make_app(RouteLog if kind == "real" else NullRouteLog)
+
+    async def warm() -> None:
+        await app.state.service.start()
+        await time_requests(app, 200)
+
+    asyncio.run(warm())
+    operator.call(asyncio.run, time_requests(app, n))
+
+
+def instructions_per_request(n: int) -> dict[str, float] | None:
+    """Instructions per request of each side, counted by callgrind (both run at once)."""
+    if os.environ.get("BENCH_INSTRUCTIONS", "1") == "0" or shutil.which("valgrind") is None:
+        return None
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    procs = {
+        kind: subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--collect-atstart=no",
+             "--toggle-collect=_operator_call", "--callgrind-out-file=/dev/null",
+             sys.executable, __file__, "--counted-side", kind, str(n)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        for kind in ("real", "null")
+    }
+    counts: dict[str, float] = {}
+    for kind, proc in procs.items():
+        _, err = proc.communicate(timeout=1800)
+        found = re.search(r"Collected : (\d+)", err)
+        if proc.returncode != 0 or found is None:
+            raise RuntimeError(f"callgrind run ({kind}) failed: {err[-2000:]}")
+        counts[kind] = int(found.group(1)) / n
+    return counts
+
+
 async def main() -> None:
     live, floor = event_cost_ns()
     print(f"one recorded event: {live:.0f} ns (record() outside a request: {floor:.0f} ns)")
@@ -99,7 +146,18 @@ async def main() -> None:
     print(f"cache-hit /search, no-op recorder: {n:8.1f} us/request")
     print(f"recording overhead: {(ratio - 1) * 100:+.2f}% (median of per-round paired ratios;"
           f" target < 2%)  ratio {ratio:.4f}")
+    counts = instructions_per_request(COUNTED_REQUESTS)
+    if counts is None:
+        print("instruction counts: skipped (no valgrind, or BENCH_INSTRUCTIONS=0)")
+        return
+    share = counts["real"] / counts["null"] - 1
+    print(f"instructions per request (callgrind, {COUNTED_REQUESTS} requests each):"
+          f" real {counts['real']:,.0f}, no-op {counts['null']:,.0f};"
+          f" recording adds {share * 100:+.2f}% (target < 2%)")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:2] == ["--counted-side"]:
+        run_counted_side(sys.argv[2], int(sys.argv[3]))
+    else:
+        asyncio.run(main())

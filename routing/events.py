@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import itertools
-import operator
 import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
@@ -27,7 +25,6 @@ DEFAULT_MAX_EVENTS = 1000
 # Steps that end a part or the request: always kept, even past the bound, so a failed
 # chain always says why it failed.
 _ALWAYS_KEPT = frozenset({"error"})
-_by_seq = operator.itemgetter(0)
 
 
 class RouteLog:
@@ -37,17 +34,18 @@ class RouteLog:
     `dropped_steps`, so `dropped_events` is exact and the route statistics (`cached`,
     `fallback_occurred`) stay true even when the chain was truncated.
 
-    Appends come from the event loop and from worker threads without a lock: the
-    sequence number comes from an `itertools.count` and the entry goes in with one
-    `list.append`, each atomic under the GIL. `seq` is the order of recording, so an
-    event kept past the bound (an `error`) carries its true ordinal.
+    Appends come from the event loop and from worker threads without a lock: an entry
+    goes in with one `list.append`, atomic under the GIL, so an event's place in the list
+    *is* its `seq`, the order of recording. An event kept past the bound (an `error`)
+    carries its true ordinal, counting the dropped ones. (Two threads racing at the
+    bound may keep one event more than `max_events`.)
 
     An append stores a tuple around the caller's own keyword dict; the event dicts of
     the chain are built only when someone reads it (`snapshot`, `RecordedChain`), so a
     request nobody explains or stores pays for the recording and nothing else.
     """
 
-    __slots__ = ("entries", "dropped_steps", "max_events", "started", "captures", "_seq", "_steps")
+    __slots__ = ("entries", "dropped_steps", "max_events", "started", "captures")
 
     def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
         self.entries: list[_Entry] = []
@@ -56,17 +54,17 @@ class RouteLog:
         self.started = time.perf_counter()
         # (source, query, items) of every real source answer, for `trace.capture_results`.
         self.captures: list[tuple[str, str, list[Any]]] = []
-        self._seq = itertools.count()
-        self._steps: set[str] = set()  # every step recorded, kept or dropped
 
     def append(self, step: str, part: str, fields: dict[str, Any]) -> None:
-        # Hot path: one counter, one clock read, one tuple, one append.
-        seq = next(self._seq)
-        self._steps.add(step)
-        if seq >= self.max_events and step not in _ALWAYS_KEPT:
+        # Hot path: one clock read, one tuple, one append.
+        entries = self.entries
+        if len(entries) < self.max_events:
+            entries.append((time.perf_counter(), part, step, fields))
+        elif step in _ALWAYS_KEPT:
+            seq = len(entries) + len(self.dropped_steps)
+            entries.append((time.perf_counter(), part, step, fields, seq))
+        else:
             self.dropped_steps.append(step)
-            return
-        self.entries.append((seq, time.perf_counter(), part, step, fields))
 
     @property
     def dropped_events(self) -> int:
@@ -74,7 +72,10 @@ class RouteLog:
 
     def happened(self, step: str) -> bool:
         """Whether `step` was recorded at least once in this request, kept or dropped."""
-        return step in self._steps
+        for entry in self.entries:  # a plain loop: a generator costs more than the scan
+            if entry[2] == step:
+                return True
+        return step in self.dropped_steps
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0
@@ -88,8 +89,9 @@ class RouteLog:
         return self.freeze().events()
 
 
-# (seq, perf_counter at recording, part, step, the keyword fields given to `record`)
-_Entry = tuple[int, float, str, str, dict[str, Any]]
+# (perf_counter at recording, part, step, the keyword fields given to `record`), and
+# past the bound the event's seq (before it, seq is the entry's index).
+_Entry = tuple[Any, ...]
 
 
 class RecordedChain:
@@ -110,13 +112,12 @@ class RecordedChain:
         events = self._events
         if events is None:
             started = self._started
-            # Sorting an already ordered list is one linear pass; it matters only when two
-            # threads raced between taking a seq and appending. Microsecond resolution via
-            # int(): round(x, 3) costs more than the rest of the event.
+            # Microsecond resolution via int(): round(x, 3) costs more than the event.
             events = [
-                {"step": step, "seq": seq, "t_ms": int((at - started) * 1_000_000) / 1000.0,
-                 "part": part, **fields}
-                for seq, at, part, step, fields in sorted(self._entries, key=_by_seq)
+                {"step": entry[2], "seq": entry[4] if len(entry) > 4 else index,
+                 "t_ms": int((entry[0] - started) * 1_000_000) / 1000.0, "part": entry[1],
+                 **entry[3]}
+                for index, entry in enumerate(self._entries)
             ]
             self._events = events  # two racing readers build equal lists; either wins
         return events
