@@ -21,6 +21,8 @@ from routing.text import CLAUSE_TRIM, CLAUSE_WORD
 # Words that open a request on their own: questions, polite forms and imperatives.
 OPENERS = frozenset(
     ["what", "what's", "whats", "who", "who's", "whos", "whom", "whose", "where", "where's", "when", "when's", "which", "why", "how", "how's", "is", "isn't", "are", "aren't", "was", "were", "do", "does", "did", "don't", "can", "can't", "could", "will", "won't", "would", "should", "shall", "may", "might", "has", "have", "had", "am", "i", "i'd", "i'm", "im", "i'll", "i've", "id", "my", "we", "let", "let's", "lets", "please", "pls", "hey", "ok", "okay", "tell", "show", "give", "find", "search", "look", "lookup", "play", "open", "close", "lock", "unlock", "turn", "switch", "set", "dim", "brighten", "raise", "lower", "start", "stop", "pause", "resume", "check", "list", "read", "send", "call", "order", "book", "get", "make", "put", "add", "remove", "remind", "wake", "explain", "define", "describe", "say", "increase", "decrease", "change", "activate", "deactivate", "enable", "disable", "run", "fetch", "translate", "compare", "calculate", "count", "plan", "schedule", "cancel", "need", "want", "rate", "give", "toggle", "ask", "brew", "clean", "vacuum", "delete", "buy", "reserve", "navigate", "skip", "mute", "power", "unmute", "repeat", "shuffle", "google", "any", "whats", "what're", "where're", "how're", "who're", "there's"]
+    # more imperatives: a request to an assistant opens with its verb
+    + ["request", "shut", "minimize", "maximize", "replace", "solve", "broadcast", "favorite", "favourite", "convert", "prepare", "save", "share", "post", "tweet", "email", "text", "message", "notify", "alert", "suggest", "recommend", "update", "create", "edit", "move", "mark", "adjust", "reset", "restart", "reboot", "bring", "take", "keep", "leave", "use", "help", "teach", "pick", "choose", "select", "reply", "respond", "answer", "sing", "write", "note", "record", "measure", "forward", "display", "sort", "download", "upload", "print", "connect", "disconnect", "charge", "water", "heat", "cool", "warm", "boil", "cook", "wash", "dry", "empty", "fill", "feed", "locate", "track", "tweet", "like", "dislike", "email", "spell", "purchase", "hire", "install", "arrange", "organize", "organise", "announce", "whisper", "speak", "name", "identify", "inform", "confirm", "modify", "dim", "lift", "drop", "mute", "silence", "quiet", "slow", "speed", "stream", "watch", "listen", "hear", "remember", "forget", "erase", "clear", "wipe", "reset"]
 )
 
 # "when is ...", "when did ...": a question about a time, not a condition.
@@ -35,13 +37,13 @@ _FILLERS = WAKE_WORDS | frozenset(["please", "so", "well", "now", "um", "uh", "o
 
 # Nouns that head a request on their own: "..., weather in Oslo", "and news from Kenya".
 TOPIC_OPENERS = frozenset(
-    ["weather", "forecast", "news", "headlines", "humidity", "temperature", "traffic", "table", "movie", "movies", "film", "films", "showtimes", "stocks", "stock", "exchange", "scores"]
+    ["weather", "forecast", "news", "headlines", "humidity", "temperature", "traffic", "table", "movie", "movies", "film", "films", "showtimes", "stocks", "stock", "exchange", "scores", "events", "concerts", "restaurants", "prices", "definition", "meaning", "population"]
 )
 
 # Words that may come before a request's topic: "recent tech headlines", "the weather in
 # Oslo", "today's forecast".
 _TOPIC_MODIFIERS = frozenset(
-    ["the", "a", "an", "some", "any", "today's", "tomorrow's", "tonight's", "this", "next", "local", "latest", "recent", "current", "top", "world", "sports", "business", "tech", "hourly", "weekly", "daily", "my"]
+    ["the", "a", "an", "some", "any", "today's", "tomorrow's", "tonight's", "this", "next", "local", "latest", "recent", "current", "top", "world", "sports", "business", "tech", "hourly", "weekly", "daily", "my", "upcoming", "breaking", "entertainment", "political", "celebrity", "financial", "international", "national", "science", "health", "technology"]
 )
 _ARTICLES = frozenset(["the", "a", "an", "some", "any"])
 
@@ -91,6 +93,8 @@ def _topic_phrase(words: list[str]) -> bool:
     """Three words or more whose head is a request's topic: "recent tech headlines",
     "the weather in homestead"; or a verb we don't know (often a typo) before one
     ("fine the movie schedules"). A bare "weather" or "the news" is not enough."""
+    if len(words) == 2:  # "current traffic", "local events", "latest headlines"
+        return words[0] in _TOPIC_MODIFIERS and words[0] not in _ARTICLES and words[1] in TOPIC_OPENERS
     if len(words) < 3:
         return False
     start = 0
@@ -117,7 +121,11 @@ def _can_stand_alone(left: str) -> bool:
         return False
     if words[0] in {"when", "whenever"} and words[1] in QUESTION_AFTER_WHEN:
         return True  # "when will it be hot here": a question, not a condition
-    return words[0] not in CONDITION_OPENERS
+    if words[0] in CONDITION_OPENERS:
+        # "if I have five dollars how much is that in euros": the condition has its
+        # question, so the sentence is complete
+        return any(w in _WH_WORDS for w in words[2:])
+    return True
 
 
 def _trim(query: str, start: int, end: int) -> Span | None:

@@ -45,6 +45,16 @@ from routing.decompose import decompose, is_complete_request
         # ... also after a verb we don't know (a typo of "find")
         ("play a song and fine the movie schedules for the cinema",
          ["play a song", "fine the movie schedules for the cinema"]),
+        # more imperatives open a request
+        ("what is the capital of peru and shut the blinds",
+         ["what is the capital of peru", "shut the blinds"]),
+        ("is it windy today and prepare my morning coffee",
+         ["is it windy today", "prepare my morning coffee"]),
+        # two words: a modifier and a topic ("current traffic", "local events")
+        ("dim the lights and current traffic", ["dim the lights", "current traffic"]),
+        # a premise with its question is a complete sentence
+        ("if i have five dollars how much is that in euros and will it rain tomorrow",
+         ["if i have five dollars how much is that in euros", "will it rain tomorrow"]),
     ],
 )
 def test_compound_queries_split(query: str, parts: list[str]) -> None:
@@ -66,6 +76,8 @@ def test_compound_queries_split(query: str, parts: list[str]) -> None:
         "tell me the news and the weather",  # nor a topic with only an article
         "who wrote romeo and juliet movie times",
         "what is the weather in paris, the capital of france",
+        "if it rains and the windows are open close them",  # a condition without its question
+        "open the app and go to my settings",
     ],
 )
 def test_single_requests_stay_whole(query: str) -> None:

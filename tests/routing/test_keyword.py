@@ -94,3 +94,32 @@ async def test_unserved_ends_at_a_low_confidence_default() -> None:
     steps = [(e["step"], e.get("decision"), e.get("reason")) for e in log.snapshot()]
     assert steps == [("intent_keyword", None, None), ("intent_default", "kiwix", "no_match")]
     assert log.snapshot()[1]["nearest"] == "alarm"
+
+
+def _shipped_rules() -> KeywordRules:
+    import yaml
+    from pathlib import Path
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
+    routing = config["routing"]
+    return KeywordRules(routing["keywords"], routing["keyword_threshold"],
+                        routing["none_keywords"])
+
+
+def test_shipped_definition_frames_outweigh_the_word_defined() -> None:
+    rules = _shipped_rules()
+
+    def shipped(query: str) -> str | None:
+        found = rules.match(query)
+        return found.route if found else None
+
+    # the thing defined may be any word, another route's keyword too
+    assert shipped("what is a podcast") == "kiwix"
+    assert shipped("define the word meeting") == "kiwix"
+    assert shipped("what is a thermostat") == "kiwix"
+    assert shipped("who invented the light bulb") == "kiwix"
+    # ... but "what is a good ..." asks for a recommendation
+    assert shipped("what's a good restaurant around here") == "web"
+    # a room makes a temperature question the home's, not the weather's
+    assert shipped("is it cold in the basement") == "ha"
+    assert shipped("is it cold outside") == "forecast"
