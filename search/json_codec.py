@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse
 
-_OPTIONS = orjson.OPT_NON_STR_KEYS
 _fallback = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False
 ).encode
@@ -25,7 +24,9 @@ _fallback = json.JSONEncoder(
 def dumps(value: Any) -> bytes:
     """`value` as compact UTF-8 JSON; objects JSON has no type for become their `str()`."""
     try:
-        return orjson.dumps(value, default=str, option=_OPTIONS)
+        # Without OPT_NON_STR_KEYS, which costs a third more on every call; the rare
+        # non-string key goes the slow way below.
+        return orjson.dumps(value, default=str)
     except TypeError:
         return _fallback(value).encode("utf-8")
 

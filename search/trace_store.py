@@ -3,10 +3,12 @@
 Why this shape:
 - One file (`trace.path`), WAL mode, so readers (`GET /traces`, `search trace`) never
   block the writer and a killed process loses at most the traces not yet committed.
-- `submit()` only puts the record on a queue; one writer thread (started in `start()`)
-  turns records into rows and commits them in batches. Nothing touches the disk on the
-  event loop, and `aclose()` drains the queue before it returns.
-- What is kept is decided here, at write time: metadata by default (items dropped),
+- `submit()` encodes the record as one JSON line and queues it; a thread pipes queued
+  lines in batches to a writer process (`search.trace_writer`), which turns them into
+  rows and commits them. Row building and SQLite work never hold this process's GIL, so
+  they don't slow the event loop; `aclose()` drains the queue and waits for the commit.
+  A writer process that dies is replaced and the batch resent.
+- What is kept is decided at write time (`search.trace_rows`): metadata by default (items dropped),
   captured source answers only with `capture_results`, query texts as SHA-256 digests
   with `redact`. A record never reaches the file in any other form.
 - The file is created 0600 before SQLite opens it; SQLite gives its -wal/-shm the same mode.
@@ -14,7 +16,8 @@ Why this shape:
 
 from __future__ import annotations
 
-import hashlib
+import fcntl
+import itertools
 import json
 import logging
 import os
@@ -22,6 +25,7 @@ import queue
 import re
 import sqlite3
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -32,70 +36,29 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from routing.events import run_in_thread
-from search.json_codec import dumps_text
 from search.config import ConfigError, TraceConfig
+from search.trace_rows import (  # noqa: F401 - digest, redact, replay_captures: re-exported
+    OUTCOMES,
+    SCHEMA,
+    SCHEMA_VERSION,
+    digest,
+    is_digest,
+    prune,
+    redact,
+    replay_captures,
+    trace_row,
+)
+from search.trace_writer import record_line
 from search.traces import NullTraceSink, TraceRecord, TraceSink
 
 log = logging.getLogger("search.traces")
 
-SCHEMA_VERSION = 1
-DIGEST_PREFIX = "sha256:"
-# Event fields (and nested keys) that hold query text, or text matched against it
-# (keywords, exemplars, earlier queries, prompts); redaction replaces them by digests.
-QUERY_FIELDS = frozenset(
-    {
-        "query", "parts", "condition", "consequence", "remainder", "matched_query", "matched",
-        "previous_query", "nearest", "candidates", "candidate", "exemplar", "text", "prompt",
-        "prompts", "messages", "content", "completion", "response", "raw", "raw_answer",
-    }
-)
-# Free-text fields that may quote a query; redaction replaces any query inside them.
-MESSAGE_FIELDS = frozenset({"message", "detail"})
-OUTCOMES = ("ok", "empty", "error", "timeout", "cached", "skipped")
 MAX_LIMIT = 1000
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS traces (
-    id INTEGER PRIMARY KEY,
-    trace_id TEXT NOT NULL UNIQUE,
-    started_at REAL NOT NULL,
-    query TEXT NOT NULL,
-    status_code INTEGER NOT NULL,
-    duration_ms REAL NOT NULL,
-    failed INTEGER NOT NULL,
-    fallback INTEGER NOT NULL,
-    cached INTEGER NOT NULL,
-    dry_run INTEGER NOT NULL,
-    redacted INTEGER NOT NULL,
-    captured INTEGER NOT NULL,
-    replay_of TEXT,
-    part_count INTEGER NOT NULL,
-    steps TEXT NOT NULL,
-    sources TEXT NOT NULL,
-    outcomes TEXT NOT NULL,
-    dropped_events INTEGER NOT NULL,
-    error TEXT,
-    chain TEXT NOT NULL,
-    results TEXT NOT NULL,
-    captures TEXT
-);
-CREATE INDEX IF NOT EXISTS traces_replay_of ON traces(replay_of) WHERE replay_of IS NOT NULL;
-"""
-# No index on started_at: every index costs each insert, and rows arrive in time order,
-# so "older than" is "before the first young row" in id order (see `_prune`), and a time
-# filter scans at most `max_traces` rows.
-_COLUMNS = (
-    "trace_id", "started_at", "query", "status_code", "duration_ms", "failed", "fallback",
-    "cached", "dry_run", "redacted", "captured", "replay_of", "part_count", "steps", "sources",
-    "outcomes", "dropped_events", "error", "chain", "results", "captures",
-)
-_INSERT = (
-    f"INSERT OR IGNORE INTO traces ({', '.join(_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in _COLUMNS)})"
-)
 _SUMMARY = (
     "id, trace_id, started_at, query, status_code, duration_ms, failed, fallback, cached, "
     "dry_run, redacted, captured, replay_of, part_count, sources"
 )
+
 
 
 class TraceStoreError(ConfigError):
@@ -108,218 +71,6 @@ class FilterError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
-
-
-# --- what is kept --------------------------------------------------------------------
-
-
-def digest(text: str) -> str:
-    return DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def is_digest(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith(DIGEST_PREFIX)
-
-
-class _Redactor:
-    """Replaces query texts by digests, and scrubs them out of free-text messages."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-
-    def text(self, value: Any) -> Any:
-        if isinstance(value, str):
-            if is_digest(value):
-                return value
-            if value.strip():
-                self.seen.add(value)
-            return digest(value)
-        if isinstance(value, list):
-            return [self.text(v) for v in value]
-        if isinstance(value, dict):
-            return self.fields(value)
-        return value
-
-    def fields(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            if key in QUERY_FIELDS:
-                out[key] = self.text(value)
-            elif isinstance(value, dict):
-                out[key] = self.fields(value)
-            elif isinstance(value, list):
-                out[key] = [self.fields(v) if isinstance(v, dict) else v for v in value]
-            else:
-                out[key] = value
-        return out
-
-    def scrub(self, value: Any) -> Any:
-        """Second pass: query texts quoted inside messages become their digests."""
-        if isinstance(value, dict):
-            return {
-                k: self._scrub_text(v) if k in MESSAGE_FIELDS and isinstance(v, str)
-                else self.scrub(v)
-                for k, v in value.items()
-            }
-        if isinstance(value, list):
-            return [self.scrub(v) for v in value]
-        return value
-
-    def _scrub_text(self, text: str) -> str:
-        # Longest first, so a part quoted inside the whole query is not left half-replaced.
-        for query in sorted(self.seen, key=len, reverse=True):
-            if len(query) >= 3:
-                text = re.sub(re.escape(query), digest(query), text, flags=re.IGNORECASE)
-        return text
-
-
-def redact(data: Any) -> Any:
-    """`data` (event, list of events, trace dict) with every query text as a digest."""
-    redactor = _Redactor()
-    return redactor.scrub(redactor.fields(data) if isinstance(data, dict) else redactor.text(data))
-
-
-def _metadata_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Part results without source content: item counts instead of items."""
-    kept: list[dict[str, Any]] = []
-    for result in results:
-        entry = {k: v for k, v in result.items() if k not in ("items", "condition")}
-        entry["item_count"] = len(result.get("items") or [])
-        if isinstance(result.get("condition"), dict):
-            entry["condition"] = _metadata_results([result["condition"]])[0]
-        kept.append(entry)
-    return kept
-
-
-def _flat_results(results: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
-    for result in results:
-        if isinstance(result.get("condition"), dict):
-            yield result["condition"]
-        yield result
-
-
-def _captures_of(record: TraceRecord) -> list[dict[str, Any]]:
-    """The record's captured answers as dicts (kept raw on the record until stored)."""
-    as_dicts = getattr(record, "captures_as_dicts", None)
-    if as_dicts is not None:
-        return list(as_dicts())
-    return [dict(c) for c in record.captures]  # type: ignore[call-overload]
-
-
-def replay_captures(record: TraceRecord) -> list[dict[str, Any]]:
-    """Everything a deterministic replay needs from the sources, in call order.
-
-    The record's own captures are the real answers (ok / empty). Failures are taken from
-    the recorded `source_invoked` events, and answers served from the result cache from
-    the part result they produced, so a replay reproduces those steps too.
-    """
-    captures = _captures_of(record)
-    answered = {(c["source"], c["query"]) for c in captures}
-    for event in record.chain:
-        step = event.get("step")
-        if step == "source_invoked" and event.get("outcome") in ("error", "timeout"):
-            captures.append(
-                {
-                    "source": event.get("source"),
-                    "query": event.get("query"),
-                    "error": {
-                        "outcome": event.get("outcome"),
-                        "reason": event.get("reason") or event.get("outcome"),
-                        "message": event.get("message") or "",
-                    },
-                }
-            )
-        elif step == "result_cache_hit":
-            key = (event.get("source"), event.get("query"))
-            if key in answered:
-                continue
-            for result in _flat_results(record.results):
-                if (result.get("source"), result.get("query")) == key and result.get(
-                    "route"
-                ) == key[0]:
-                    captures.append(
-                        {"source": key[0], "query": key[1], "items": result.get("items", []),
-                         "from_cache": True}
-                    )
-                    answered.add(key)
-                    break
-    return captures
-
-
-def _tokens(values: set[Any]) -> str:
-    """'|a|b|' for instr() filters: exact membership without LIKE wildcards."""
-    unique = sorted(str(v) for v in values if v is not None and v != "")
-    return "|" + "|".join(unique) + "|" if unique else ""
-
-
-_SOURCE_KEYS = ("source", "decision", "from_source", "to_source", "route")
-_OUTCOME_STEPS = frozenset({"source_invoked", "result_cache_hit", "source_skipped"})
-
-
-def _event_outcome(event: dict[str, Any]) -> str | None:
-    step = event.get("step")
-    if step == "source_invoked":
-        return str(event.get("outcome"))
-    if step == "result_cache_hit":
-        return "cached"
-    if step == "source_skipped":
-        return "skipped"
-    return None
-
-
-_dumps = dumps_text
-
-
-def trace_row(record: TraceRecord, config: TraceConfig) -> tuple[Any, ...]:
-    """The row stored for `record` under `config`: the one place that decides what is kept."""
-    chain = record.chain
-    results = record.results
-    failed = record.status_code != 200 or any(
-        r.get("status") == "error" for r in _flat_results(results)
-    )
-    # Comprehensions, not per-event calls: this runs for every request.
-    step_set = {e.get("step") for e in chain}
-    source_set = {e[k] for e in chain for k in _SOURCE_KEYS if k in e}
-    if "fusion" in step_set:
-        source_set.update(s for e in chain if e.get("step") == "fusion" for s in e["sources"])
-    outcome_set = {_event_outcome(e) for e in chain if e.get("step") in _OUTCOME_STEPS}
-    steps, sources, outcomes = _tokens(step_set), _tokens(source_set), _tokens(outcome_set)
-    captures: list[dict[str, Any]] | None = None
-    if config.capture_results and not config.redact:
-        captures = replay_captures(record)
-    query: str = record.query
-    error = record.error
-    stored_results = _metadata_results(results)
-    if config.redact:
-        redactor = _Redactor()
-        query = redactor.text(query)
-        chain = redactor.fields({"chain": chain})["chain"]
-        stored_results = redactor.fields({"r": stored_results})["r"]
-        error = redactor.fields(error) if error else None
-        chain, stored_results, error = redactor.scrub([chain, stored_results, error])
-    return (
-        record.trace_id,
-        record.started_at,
-        query,
-        record.status_code,
-        record.duration_ms,
-        int(failed),
-        int("|fallback|" in steps),
-        int("|result_cache_hit|" in steps),
-        int(record.dry_run),
-        int(config.redact),
-        int(captures is not None),
-        record.replay_of,
-        len(results),
-        steps,
-        sources,
-        outcomes,
-        record.dropped_events,
-        _dumps(error) if error else None,
-        _dumps(chain),
-        _dumps(stored_results),
-        _dumps(captures) if captures is not None else None,
-    )
 
 
 # --- reading -------------------------------------------------------------------------
@@ -530,14 +281,11 @@ class TraceReader(Protocol):
 
 
 WRITER_NICE = 10
+PIPE_BYTES = 1 << 20
 
 
 def _lower_thread_priority(nice: int) -> None:
-    """Make the calling thread a background one (Linux: per-thread nice), best effort.
-
-    The writer's work is off the request path, but on a busy machine it competes with the
-    event loop for cores; at a lower priority the scheduler runs requests first.
-    """
+    """Make the calling thread a background one (Linux: per-thread nice), best effort."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -555,8 +303,80 @@ class _Control:
     stop: bool = False
 
 
+class _WriterProcess:
+    """The `search.trace_writer` child: lines in on its stdin, flush answers on its stdout."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "search.trace_writer", json.dumps(settings)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
+        )
+        self.flushes = itertools.count(1)
+        self._widen_pipe()
+
+    def _widen_pipe(self) -> None:
+        """Room for a whole burst in the pipe (Linux): one write, not a GIL handoff per 64 KiB."""
+        if self.proc.stdin is None or not hasattr(fcntl, "F_SETPIPE_SZ"):
+            return
+        try:
+            fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass  # over /proc/sys/fs/pipe-max-size: the default size still works
+
+    def send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)  # blocks (without the GIL) while the child catches up
+        self.proc.stdin.flush()
+
+    def flush(self) -> tuple[int, int]:
+        """Wait until the child committed everything sent; its (written, failed) totals."""
+        number = next(self.flushes)
+        self.send(f'["flush",{number}]\n'.encode())
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise BrokenPipeError("the trace writer process exited")
+            answer = json.loads(line)
+            if answer[:2] == ["flushed", number]:
+                return int(answer[2]), int(answer[3])
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU time the child has used so far (Linux), for the benchmarks."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def close(self, timeout: float) -> None:
+        """End of input: the child commits what it has and exits."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.error("trace store: the writer process did not finish in %.0fs; killed", timeout)
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
 class SQLiteTraceStore:
-    """`TraceSink` + `TraceReader` over one SQLite file."""
+    """`TraceSink` + `TraceReader` over one SQLite file.
+
+    Writing: `submit()` queues the record; a thread of this process encodes queued records
+    as JSON lines (a few microseconds each) and pipes them to the writer process
+    (`search.trace_writer`), which turns them into rows and commits them. So the row
+    building and SQLite work never hold the GIL the event loop needs.
+    """
 
     def __init__(
         self,
@@ -574,16 +394,20 @@ class SQLiteTraceStore:
         self.batch_max = batch_max
         self.max_pending = max_pending
         self.clock = clock
-        self._queue: queue.SimpleQueue[TraceRecord | _Control] = queue.SimpleQueue()
+        # Encoded traces (one JSON line each) and controls, in submission order.
+        self._queue: queue.SimpleQueue[bytes | _Control] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._process: _WriterProcess | None = None
         self._closed = False
         self._read_conn: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
         self._open_lock = threading.Lock()
-        self.written = 0
         self.dropped = 0
-        self.failed_writes = 0
+        self._lost = 0  # traces that never reached a writer process
+        # Totals of writer processes that were replaced, and the current one's last report.
+        self._done_before = (0, 0)
+        self._reported = (0, 0)
 
     # -- opening
 
@@ -609,9 +433,9 @@ class SQLiteTraceStore:
                         f"trace.path: {self.path} was written by a newer version "
                         f"(schema {version})"
                     )
-                conn.executescript(_SCHEMA)
+                conn.executescript(SCHEMA)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                self._prune(conn)
+                prune(conn, self.clock(), self.config.max_age_days, self.config.max_traces)
             finally:
                 conn.close()
             _private_sidecars(self.path)
@@ -627,18 +451,24 @@ class SQLiteTraceStore:
             if self._thread is not None or self._closed:
                 return
             self.open_sync()
-            conn = self._connect()
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA secure_delete = FAST")
-            self._thread = threading.Thread(
-                target=self._writer, args=(conn,), name="trace-writer", daemon=True
-            )
+            self._thread = threading.Thread(target=self._writer, name="trace-writer", daemon=True)
             self._thread.start()
+
+    def _settings(self) -> dict[str, Any]:
+        return {"path": str(self.path), "max_traces": self.config.max_traces,
+                "max_age_days": self.config.max_age_days, "redact": self.config.redact,
+                "capture_results": self.config.capture_results}
 
     # -- writing
 
     def submit(self, trace: TraceRecord) -> None:
-        """Queue `trace`; never blocks. Dropped (and counted) if the writer is far behind."""
+        """Queue `trace` as its line for the writer process; never blocks.
+
+        Encoding here, on the caller's thread, costs a few microseconds and means the
+        writer thread only joins bytes and writes them: a thread that did Python work per
+        trace would take the GIL from the event loop over and over under load.
+        Dropped (and counted) if the writer is far behind.
+        """
         if self._closed:
             self.dropped += 1
             return
@@ -647,9 +477,15 @@ class SQLiteTraceStore:
             if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
                 log.warning("trace store is behind; %d traces dropped so far", self.dropped)
             return
-        self._queue.put(trace)
+        try:
+            line = record_line(trace, self.config.capture_results)
+        except Exception:  # one odd record must not fail the request
+            log.exception("trace store: dropping trace %s", trace.trace_id)
+            self._lost += 1
+            return
+        self._queue.put(line)
 
-    def _writer(self, conn: sqlite3.Connection) -> None:
+    def _writer(self) -> None:
         _lower_thread_priority(WRITER_NICE)
         try:
             while True:
@@ -657,64 +493,70 @@ class SQLiteTraceStore:
                 first = self._queue.get()
                 if not isinstance(first, _Control) and self.linger_s > 0:
                     self._wake.wait(self.linger_s)  # a flush or close ends the wait early
-                batch: list[TraceRecord | _Control] = [first]
+                batch: list[bytes | _Control] = [first]
                 while len(batch) < self.batch_max:
                     try:
                         batch.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                records = [b for b in batch if isinstance(b, TraceRecord)]
-                if records:
-                    self._write(conn, records)
-                stop = False
-                for control in batch:
-                    if isinstance(control, _Control):
-                        stop = stop or control.stop
-                        control.done.set()
-                if stop:
+                if self._send(batch):
                     return
         finally:
-            conn.close()
+            if self._process is not None:
+                self._process.close(30.0)
+                self._process = None
 
-    def _write(self, conn: sqlite3.Connection, records: list[TraceRecord]) -> None:
-        rows = []
-        for index, record in enumerate(records, start=1):
+    def _send(self, batch: list[bytes | _Control]) -> bool:
+        """Pipe `batch` to the writer process; answer its controls. True: stop."""
+        lines = [item for item in batch if isinstance(item, bytes)]
+        count = len(lines)
+        lines.insert(0, f'["now",{self.clock()!r}]\n'.encode())
+        controls = [item for item in batch if isinstance(item, _Control)]
+        data = b"".join(lines)
+        for attempt in (1, 2):  # a writer process that died is replaced, the batch resent
             try:
-                rows.append(trace_row(record, self.config))
-            except Exception:  # one odd record must not stop the writer
-                log.exception("trace store: dropping trace %s", record.trace_id)
-                self.failed_writes += 1
-            if index % 8 == 0:
-                # Hand the GIL back now and then: serialising is pure Python, and without
-                # this a big batch could hold the event loop off for a switch interval.
-                time.sleep(0)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(_INSERT, rows)
-            self._prune(conn)
-            conn.execute("COMMIT")
-            self.written += len(rows)
-        except sqlite3.Error:
-            log.exception("trace store: writing %d traces failed", len(rows))
-            self.failed_writes += len(rows)
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+                if self._process is None:
+                    self._process = _WriterProcess(self._settings())
+                self._process.send(data)
+                if controls:
+                    self._reported = self._process.flush()
+                break
+            except OSError:
+                self._retire_process()
+                if attempt == 2:
+                    log.exception("trace store: the writer process failed; %d traces lost",
+                                  count)
+                    self._lost += count
+                else:
+                    log.warning("trace store: the writer process ended; starting a new one")
+        stop = False
+        for control in controls:
+            stop = stop or control.stop
+            control.done.set()
+        return stop
 
-    def _prune(self, conn: sqlite3.Connection) -> None:
-        """Retention: younger than `max_age_days`, and only the newest `max_traces`."""
-        oldest = self.clock() - self.config.max_age_days * 86400.0
-        conn.execute(
-            "DELETE FROM traces WHERE id < COALESCE("
-            "(SELECT id FROM traces WHERE started_at >= ? ORDER BY id LIMIT 1), "
-            "(SELECT MAX(id) + 1 FROM traces))",
-            (oldest,),
-        )
-        conn.execute(
-            "DELETE FROM traces WHERE id <= (SELECT MAX(id) FROM traces) - ?",
-            (self.config.max_traces,),
-        )
+    def _retire_process(self) -> None:
+        """Forget a failed writer process, keeping its reported totals."""
+        if self._process is not None:
+            self._process.close(5.0)
+            self._process = None
+        self._done_before = (self._done_before[0] + self._reported[0],
+                             self._done_before[1] + self._reported[1])
+        self._reported = (0, 0)
+
+    @property
+    def written(self) -> int:
+        """Traces committed, as the writer process last reported (at a flush)."""
+        return self._done_before[0] + self._reported[0]
+
+    @property
+    def failed_writes(self) -> int:
+        return self._lost + self._done_before[1] + self._reported[1]
+
+    def writer_cpu_seconds(self) -> float | None:
+        """CPU time the writer process has used (Linux), or None when not running."""
+        process = self._process
+        return None if process is None else process.cpu_seconds()
 
     def _control(self, stop: bool = False) -> threading.Event | None:
         if self._thread is None or not self._thread.is_alive():

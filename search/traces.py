@@ -21,8 +21,18 @@ class TraceRecord:
     """
 
     __slots__ = (
-        "trace_id", "started_at", "query", "status_code", "duration_ms", "_chain",
-        "dropped_events", "error", "results", "dry_run", "replay_of", "captures",
+        "_chain",
+        "captures",
+        "dropped_events",
+        "dry_run",
+        "duration_ms",
+        "error",
+        "query",
+        "replay_of",
+        "results",
+        "started_at",
+        "status_code",
+        "trace_id",
     )
 
     def __init__(
@@ -61,9 +71,12 @@ class TraceRecord:
         return chain.events() if isinstance(chain, RecordedChain) else chain
 
     def captures_as_dicts(self) -> list[dict[str, Any]]:
+        """The captures as stored; a record read back (in the writer) has dicts already."""
         return [
-            {"source": source, "query": query, "items": [item.to_dict() for item in items]}
-            for source, query, items in self.captures
+            capture if isinstance(capture, dict) else
+            {"source": capture[0], "query": capture[1],
+             "items": [item.to_dict() for item in capture[2]]}
+            for capture in self.captures
         ]
 
 

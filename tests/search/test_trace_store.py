@@ -439,3 +439,27 @@ def test_redact_covers_keywords_prompts_and_candidates_but_keeps_routes() -> Non
     assert (out["decision"], out["matched"]) == ("ha", True)
     keyword = redact({"step": "intent_keyword", "query": "hallway", "matched": ["hallway"]})
     assert keyword["matched"] == [digest("hallway")]
+
+
+async def test_a_writer_process_that_dies_is_replaced_and_the_batch_resent(tmp_path: Path) -> None:
+    """The rows are written by a child process (`search.trace_writer`); killing it loses
+    nothing that was flushed, and the next batch goes to a fresh one."""
+    db = tmp_path / "traces.db"
+    store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=0)
+    await store.start()
+    for n in range(20):
+        store.submit(make_record(f"{n:032x}"))
+    await store.flush()
+    first = store._process
+    assert first is not None and first.proc.pid != os.getpid()
+    first.proc.kill()
+    first.proc.wait()
+    for n in range(20, 50):
+        store.submit(make_record(f"{n:032x}"))
+    await store.flush()
+    assert store._process is not None and store._process.proc.pid != first.proc.pid
+    assert store.written == 50 and store.failed_writes == 0
+    await store.aclose()
+    reader = SQLiteTraceStore(TraceConfig(path=str(db)))
+    assert reader.count() == 50
+    reader.close_sync()

@@ -1,0 +1,303 @@
+"""What a trace becomes on disk: the table, and the row a finished request is turned into.
+
+The one place that decides what is kept: metadata by default (items dropped), captured
+source answers only with `capture_results`, query texts as SHA-256 digests with `redact`.
+It imports nothing heavy, because the trace writer process (`search.trace_writer`) runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from search.json_codec import dumps_text
+from search.traces import TraceRecord
+
+
+class RowPolicy(Protocol):
+    """The `trace:` settings a row depends on (`TraceConfig` has them)."""
+
+    capture_results: bool
+    redact: bool
+
+
+SCHEMA_VERSION = 1
+DIGEST_PREFIX = "sha256:"
+# Event fields (and nested keys) that hold query text, or text matched against it
+# (keywords, exemplars, earlier queries, prompts); redaction replaces them by digests.
+QUERY_FIELDS = frozenset(
+    {
+        "query", "parts", "condition", "consequence", "remainder", "matched_query", "matched",
+        "previous_query", "nearest", "candidates", "candidate", "exemplar", "text", "prompt",
+        "prompts", "messages", "content", "completion", "response", "raw", "raw_answer",
+    }
+)
+# Free-text fields that may quote a query; redaction replaces any query inside them.
+MESSAGE_FIELDS = frozenset({"message", "detail"})
+OUTCOMES = ("ok", "empty", "error", "timeout", "cached", "skipped")
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS traces (
+    id INTEGER PRIMARY KEY,
+    trace_id TEXT NOT NULL UNIQUE,
+    started_at REAL NOT NULL,
+    query TEXT NOT NULL,
+    status_code INTEGER NOT NULL,
+    duration_ms REAL NOT NULL,
+    failed INTEGER NOT NULL,
+    fallback INTEGER NOT NULL,
+    cached INTEGER NOT NULL,
+    dry_run INTEGER NOT NULL,
+    redacted INTEGER NOT NULL,
+    captured INTEGER NOT NULL,
+    replay_of TEXT,
+    part_count INTEGER NOT NULL,
+    steps TEXT NOT NULL,
+    sources TEXT NOT NULL,
+    outcomes TEXT NOT NULL,
+    dropped_events INTEGER NOT NULL,
+    error TEXT,
+    chain TEXT NOT NULL,
+    results TEXT NOT NULL,
+    captures TEXT
+);
+CREATE INDEX IF NOT EXISTS traces_replay_of ON traces(replay_of) WHERE replay_of IS NOT NULL;
+"""
+# No index on started_at: every index costs each insert, and rows arrive in time order,
+# so "older than" is "before the first young row" in id order (see `_prune`), and a time
+# filter scans at most `max_traces` rows.
+COLUMNS = (
+    "trace_id", "started_at", "query", "status_code", "duration_ms", "failed", "fallback",
+    "cached", "dry_run", "redacted", "captured", "replay_of", "part_count", "steps", "sources",
+    "outcomes", "dropped_events", "error", "chain", "results", "captures",
+)
+INSERT = (
+    f"INSERT OR IGNORE INTO traces ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+)
+
+
+def digest(text: str) -> str:
+    return DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def is_digest(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(DIGEST_PREFIX)
+
+
+class _Redactor:
+    """Replaces query texts by digests, and scrubs them out of free-text messages."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def text(self, value: Any) -> Any:
+        if isinstance(value, str):
+            if is_digest(value):
+                return value
+            if value.strip():
+                self.seen.add(value)
+            return digest(value)
+        if isinstance(value, list):
+            return [self.text(v) for v in value]
+        if isinstance(value, dict):
+            return self.fields(value)
+        return value
+
+    def fields(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in QUERY_FIELDS:
+                out[key] = self.text(value)
+            elif isinstance(value, dict):
+                out[key] = self.fields(value)
+            elif isinstance(value, list):
+                out[key] = [self.fields(v) if isinstance(v, dict) else v for v in value]
+            else:
+                out[key] = value
+        return out
+
+    def scrub(self, value: Any) -> Any:
+        """Second pass: query texts quoted inside messages become their digests."""
+        if isinstance(value, dict):
+            return {
+                k: self._scrub_text(v) if k in MESSAGE_FIELDS and isinstance(v, str)
+                else self.scrub(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self.scrub(v) for v in value]
+        return value
+
+    def _scrub_text(self, text: str) -> str:
+        # Longest first, so a part quoted inside the whole query is not left half-replaced.
+        for query in sorted(self.seen, key=len, reverse=True):
+            if len(query) >= 3:
+                text = re.sub(re.escape(query), digest(query), text, flags=re.IGNORECASE)
+        return text
+
+
+def redact(data: Any) -> Any:
+    """`data` (event, list of events, trace dict) with every query text as a digest."""
+    redactor = _Redactor()
+    return redactor.scrub(redactor.fields(data) if isinstance(data, dict) else redactor.text(data))
+
+
+def _metadata_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Part results without source content: item counts instead of items."""
+    kept: list[dict[str, Any]] = []
+    for result in results:
+        entry = {k: v for k, v in result.items() if k not in ("items", "condition")}
+        entry["item_count"] = len(result.get("items") or [])
+        if isinstance(result.get("condition"), dict):
+            entry["condition"] = _metadata_results([result["condition"]])[0]
+        kept.append(entry)
+    return kept
+
+
+def _flat_results(results: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    for result in results:
+        if isinstance(result.get("condition"), dict):
+            yield result["condition"]
+        yield result
+
+
+def _captures_of(record: TraceRecord) -> list[dict[str, Any]]:
+    """The record's captured answers as dicts (kept raw on the record until stored)."""
+    as_dicts = getattr(record, "captures_as_dicts", None)
+    if as_dicts is not None:
+        return list(as_dicts())
+    return [dict(c) for c in record.captures]  # type: ignore[call-overload]
+
+
+def replay_captures(record: TraceRecord) -> list[dict[str, Any]]:
+    """Everything a deterministic replay needs from the sources, in call order.
+
+    The record's own captures are the real answers (ok / empty). Failures are taken from
+    the recorded `source_invoked` events, and answers served from the result cache from
+    the part result they produced, so a replay reproduces those steps too.
+    """
+    captures = _captures_of(record)
+    answered = {(c["source"], c["query"]) for c in captures}
+    for event in record.chain:
+        step = event.get("step")
+        if step == "source_invoked" and event.get("outcome") in ("error", "timeout"):
+            captures.append(
+                {
+                    "source": event.get("source"),
+                    "query": event.get("query"),
+                    "error": {
+                        "outcome": event.get("outcome"),
+                        "reason": event.get("reason") or event.get("outcome"),
+                        "message": event.get("message") or "",
+                    },
+                }
+            )
+        elif step == "result_cache_hit":
+            key = (event.get("source"), event.get("query"))
+            if key in answered:
+                continue
+            for result in _flat_results(record.results):
+                if (result.get("source"), result.get("query")) == key and result.get(
+                    "route"
+                ) == key[0]:
+                    captures.append(
+                        {"source": key[0], "query": key[1], "items": result.get("items", []),
+                         "from_cache": True}
+                    )
+                    answered.add(key)
+                    break
+    return captures
+
+
+def _tokens(values: set[Any]) -> str:
+    """'|a|b|' for instr() filters: exact membership without LIKE wildcards."""
+    unique = sorted(str(v) for v in values if v is not None and v != "")
+    return "|" + "|".join(unique) + "|" if unique else ""
+
+
+_SOURCE_KEYS = ("source", "decision", "from_source", "to_source", "route")
+_OUTCOME_STEPS = frozenset({"source_invoked", "result_cache_hit", "source_skipped"})
+
+
+def _event_outcome(event: dict[str, Any]) -> str | None:
+    step = event.get("step")
+    if step == "source_invoked":
+        return str(event.get("outcome"))
+    if step == "result_cache_hit":
+        return "cached"
+    if step == "source_skipped":
+        return "skipped"
+    return None
+
+
+_dumps = dumps_text
+
+
+def trace_row(record: TraceRecord, config: RowPolicy) -> tuple[Any, ...]:
+    """The row stored for `record` under `config`: the one place that decides what is kept."""
+    chain = record.chain
+    results = record.results
+    failed = record.status_code != 200 or any(
+        r.get("status") == "error" for r in _flat_results(results)
+    )
+    # Comprehensions, not per-event calls: this runs for every request.
+    step_set = {e.get("step") for e in chain}
+    source_set = {e[k] for e in chain for k in _SOURCE_KEYS if k in e}
+    if "fusion" in step_set:
+        source_set.update(s for e in chain if e.get("step") == "fusion" for s in e["sources"])
+    outcome_set = {_event_outcome(e) for e in chain if e.get("step") in _OUTCOME_STEPS}
+    steps, sources, outcomes = _tokens(step_set), _tokens(source_set), _tokens(outcome_set)
+    captures: list[dict[str, Any]] | None = None
+    if config.capture_results and not config.redact:
+        captures = replay_captures(record)
+    query: str = record.query
+    error = record.error
+    stored_results = _metadata_results(results)
+    if config.redact:
+        redactor = _Redactor()
+        query = redactor.text(query)
+        chain = redactor.fields({"chain": chain})["chain"]
+        stored_results = redactor.fields({"r": stored_results})["r"]
+        error = redactor.fields(error) if error else None
+        chain, stored_results, error = redactor.scrub([chain, stored_results, error])
+    return (
+        record.trace_id,
+        record.started_at,
+        query,
+        record.status_code,
+        record.duration_ms,
+        int(failed),
+        int("|fallback|" in steps),
+        int("|result_cache_hit|" in steps),
+        int(record.dry_run),
+        int(config.redact),
+        int(captures is not None),
+        record.replay_of,
+        len(results),
+        steps,
+        sources,
+        outcomes,
+        record.dropped_events,
+        _dumps(error) if error else None,
+        _dumps(chain),
+        _dumps(stored_results),
+        _dumps(captures) if captures is not None else None,
+    )
+
+
+def prune(conn: sqlite3.Connection, now: float, max_age_days: float, max_traces: int) -> None:
+    """Retention: younger than `max_age_days`, and only the newest `max_traces`."""
+    oldest = now - max_age_days * 86400.0
+    conn.execute(
+        "DELETE FROM traces WHERE id < COALESCE("
+        "(SELECT id FROM traces WHERE started_at >= ? ORDER BY id LIMIT 1), "
+        "(SELECT MAX(id) + 1 FROM traces))",
+        (oldest,),
+    )
+    conn.execute(
+        "DELETE FROM traces WHERE id <= (SELECT MAX(id) FROM traces) - ?",
+        (max_traces,),
+    )
