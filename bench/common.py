@@ -85,3 +85,38 @@ def scripted_config(
         "sources": {name: {"type": "scripted", **entry} for name, entry in sources.items()},
         "trace": trace or {"enabled": False},
     })
+
+
+def count_instructions(script: Path, sides: Sequence[str], n: int) -> dict[str, float] | None:
+    """Instructions per request of each side of `script`, counted by valgrind's callgrind.
+
+    `script --counted-side SIDE N` must warm up, then run its N requests inside
+    `operator.call(...)`: only instructions executed within that call are collected, so
+    start-up and warm-up don't count. Instruction counts don't move with the load of this
+    shared machine, which timings do by several percent. The sides run at once, each with
+    PYTHONHASHSEED=0. None without valgrind or with BENCH_INSTRUCTIONS=0.
+    """
+    import re
+    import shutil
+    import subprocess
+
+    if os.environ.get("BENCH_INSTRUCTIONS", "1") == "0" or shutil.which("valgrind") is None:
+        return None
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    procs = {
+        side: subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--collect-atstart=no",
+             "--toggle-collect=_operator_call", "--callgrind-out-file=/dev/null",
+             sys.executable, str(script), "--counted-side", side, str(n)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        for side in sides
+    }
+    counts: dict[str, float] = {}
+    for side, proc in procs.items():
+        _, err = proc.communicate(timeout=1800)
+        found = re.search(r"Collected : (\d+)", err)
+        if proc.returncode != 0 or found is None:
+            raise RuntimeError(f"callgrind run ({side}) failed: {err[-2000:]}")
+        counts[side] = int(found.group(1)) / n
+    return counts

@@ -7,9 +7,9 @@ Prints, measured side by side in one run (interleaved rounds, medians):
   3. the same request counted in CPU instructions under valgrind's callgrind, real against
      no-op recorder: instruction counts do not depend on what else this shared machine is
      doing, so they settle what timings on 2 noisy cores leave within their noise. Each
-     side runs in its own process (PYTHONHASHSEED=0), collecting only inside the timed
-     loop (`--toggle-collect` on `operator.call`, which wraps it); skipped without
-     valgrind or with BENCH_INSTRUCTIONS=0.
+     side runs in its own process, collecting only inside the timed loop
+     (`bench.common.count_instructions`); skipped without valgrind or with
+     BENCH_INSTRUCTIONS=0.
 Target: recording adds under 2% to that request.
 """
 
@@ -19,10 +19,7 @@ import asyncio
 import gc
 import operator
 import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.asgi_call import post_json  # noqa: E402
+from bench.common import count_instructions, emit  # noqa: E402
 from routing.events import NullRouteLog, RouteLog, record, route_log  # noqa: E402
 from search.app import create_app  # noqa: E402
 from search.config import parse_config  # noqa: E402
@@ -96,30 +94,6 @@ def run_counted_side(kind: str, n: int) -> None:
     operator.call(asyncio.run, time_requests(app, n))
 
 
-def instructions_per_request(n: int) -> dict[str, float] | None:
-    """Instructions per request of each side, counted by callgrind (both run at once)."""
-    if os.environ.get("BENCH_INSTRUCTIONS", "1") == "0" or shutil.which("valgrind") is None:
-        return None
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    procs = {
-        kind: subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--collect-atstart=no",
-             "--toggle-collect=_operator_call", "--callgrind-out-file=/dev/null",
-             sys.executable, __file__, "--counted-side", kind, str(n)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        for kind in ("real", "null")
-    }
-    counts: dict[str, float] = {}
-    for kind, proc in procs.items():
-        _, err = proc.communicate(timeout=1800)
-        found = re.search(r"Collected : (\d+)", err)
-        if proc.returncode != 0 or found is None:
-            raise RuntimeError(f"callgrind run ({kind}) failed: {err[-2000:]}")
-        counts[kind] = int(found.group(1)) / n
-    return counts
-
-
 async def main() -> None:
     live, floor = event_cost_ns()
     print(f"one recorded event: {live:.0f} ns (record() outside a request: {floor:.0f} ns)")
@@ -146,14 +120,18 @@ async def main() -> None:
     print(f"cache-hit /search, no-op recorder: {n:8.1f} us/request")
     print(f"recording overhead: {(ratio - 1) * 100:+.2f}% (median of per-round paired ratios;"
           f" target < 2%)  ratio {ratio:.4f}")
-    counts = instructions_per_request(COUNTED_REQUESTS)
+    result = {"overhead_pct": (ratio - 1) * 100, "ratio": ratio, "real_us": r, "null_us": n,
+              "event_ns": live}
+    counts = count_instructions(Path(__file__), ("real", "null"), COUNTED_REQUESTS)
     if counts is None:
         print("instruction counts: skipped (no valgrind, or BENCH_INSTRUCTIONS=0)")
-        return
-    share = counts["real"] / counts["null"] - 1
-    print(f"instructions per request (callgrind, {COUNTED_REQUESTS} requests each):"
-          f" real {counts['real']:,.0f}, no-op {counts['null']:,.0f};"
-          f" recording adds {share * 100:+.2f}% (target < 2%)")
+    else:
+        share = counts["real"] / counts["null"] - 1
+        print(f"instructions per request (callgrind, {COUNTED_REQUESTS} requests each):"
+              f" real {counts['real']:,.0f}, no-op {counts['null']:,.0f};"
+              f" recording adds {share * 100:+.2f}% (target < 2%)")
+        result.update(instructions=counts, instructions_pct=share * 100)
+    emit("recording_overhead", **result)
 
 
 if __name__ == "__main__":

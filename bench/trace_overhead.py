@@ -7,8 +7,13 @@
    runs during an "off" round. Reported: the median per-request latency of each and
    their ratio; the median over rounds of each round's on/off ratio (the verdict: robust
    to load drifting during the run on a shared machine); and, per round including the
-   flush, the wall time and the process CPU time (the writer thread's whole cost, which
-   is off the request path but competes for cores). Target: under 5% on the request.
+   flush, the wall time and the server process's CPU time (which includes encoding each
+   trace for the writer process), and apart from it the writer process's CPU per trace
+   (`search.trace_writer`: another process, at a lower priority, so it takes no GIL
+   from requests but does compete for cores). Target: under 5% on the request.
+   Also counted in CPU instructions of the server process (callgrind, store on against
+   off, `bench.common.count_instructions`): the in-process cost, free of this shared
+   machine's noise; the writer process is not in it (its CPU is reported above).
 2. Store throughput: traces written per second (submit a burst of real chains, then wait
    for them to be committed), for the default, `redact: true` and `capture_results: true`.
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import os
 import statistics
 import sys
@@ -31,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.asgi_call import post_json  # noqa: E402
+from bench.common import count_instructions  # noqa: E402
 from search.app import create_app  # noqa: E402
 from search.config import parse_config  # noqa: E402
 from search.service import Service  # noqa: E402
@@ -41,6 +48,7 @@ from tests.support import scripted  # noqa: E402
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
 PER_ROUND = int(os.environ.get("BENCH_PER_ROUND", "300"))
 BURST = int(os.environ.get("BENCH_BURST", "20000"))
+COUNTED_REQUESTS = int(os.environ.get("BENCH_COUNTED_REQUESTS", "500"))
 QUERY = {"query": "latest news", "explain": False}
 
 
@@ -81,17 +89,22 @@ async def request_overhead(tmp: Path) -> dict[str, Any]:
     paired: list[float] = []  # per round: median(on) / median(off), robust to slow drift
     per_round: dict[str, list[float]] = {"on": [], "off": []}
     cpu_round: dict[str, list[float]] = {"on": [], "off": []}
+    writer_cpu: list[float] = []  # the writer process's CPU per trace, per "on" round
     for r in range(ROUNDS):
         order = ("on", "off") if r % 2 == 0 else ("off", "on")
         medians: dict[str, float] = {}
         for name in order:
             app = on if name == "on" else off
             start, cpu = time.perf_counter(), time.process_time()
+            writer_before = store.writer_cpu_seconds()
             latencies = await timed_round(app, PER_ROUND)
             lat[name].extend(latencies)
             medians[name] = statistics.median(latencies)
             if name == "on":
                 await store.flush()  # the writer's work for this round, counted here
+                writer_after = store.writer_cpu_seconds()
+                if writer_before is not None and writer_after is not None:
+                    writer_cpu.append((writer_after - writer_before) / PER_ROUND * 1e6)
             per_round[name].append((time.perf_counter() - start) / PER_ROUND * 1e6)
             cpu_round[name].append((time.process_time() - cpu) / PER_ROUND * 1e6)
         paired.append(medians["on"] / medians["off"])
@@ -114,6 +127,7 @@ async def request_overhead(tmp: Path) -> dict[str, Any]:
         "round_ratio": rnd["on"] / rnd["off"],
         "cpu_us_incl_flush": cpu,
         "cpu_ratio": cpu["on"] / cpu["off"],
+        "writer_process_cpu_us_per_trace": statistics.fmean(writer_cpu) if writer_cpu else None,
         "traces_written": written,
     }
 
@@ -159,6 +173,24 @@ async def throughput(tmp: Path, sample: TraceRecord, **trace: Any) -> float:
     return BURST / elapsed
 
 
+def run_counted_side(kind: str, n: int) -> None:
+    """In a child under callgrind: warm up, then `n` requests inside `operator.call`."""
+    with tempfile.TemporaryDirectory(prefix="trace-bench-") as name:
+        trace = {"path": str(Path(name) / "counted.db")} if kind == "on" else {"enabled": False}
+        app = make_app(trace)
+        loop = asyncio.new_event_loop()
+
+        async def warm() -> None:
+            await app.state.service.start()
+            await post_json(app, "/search", QUERY)
+            await timed_round(app, 300)
+
+        loop.run_until_complete(warm())
+        operator.call(loop.run_until_complete, timed_round(app, n))
+        loop.run_until_complete(app.state.service.aclose())
+        loop.close()
+
+
 async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="trace-bench-") as name:
         tmp = Path(name)
@@ -178,8 +210,17 @@ async def main() -> None:
         print(f"  per round incl. the writer's flush: off {rnd['off']:.1f} us, on {rnd['on']:.1f} "
               f"us, ratio {result['round_ratio']:.4f} ({(result['round_ratio'] - 1) * 100:+.2f}%)")
         cpu = result["cpu_us_incl_flush"]
-        print(f"  process CPU per request incl. the writer: off {cpu['off']:.1f} us, on "
+        print(f"  server process CPU per request: off {cpu['off']:.1f} us, on "
               f"{cpu['on']:.1f} us ({(result['cpu_ratio'] - 1) * 100:+.2f}%)")
+        writer = result["writer_process_cpu_us_per_trace"]
+        if writer is not None:
+            print(f"  writer process CPU per trace: {writer:.1f} us (another process, nice 10)")
+        counts = count_instructions(Path(__file__), ("on", "off"), COUNTED_REQUESTS)
+        if counts is not None:
+            share = counts["on"] / counts["off"] - 1
+            result.update(instructions=counts, instructions_pct=share * 100)
+            print(f"  instructions per request in the server process (callgrind): off "
+                  f"{counts['off']:,.0f}, on {counts['on']:,.0f} ({share * 100:+.2f}%)")
         sample = await sample_chain()
         rates = {
             "default": await throughput(tmp, sample),
@@ -197,4 +238,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:2] == ["--counted-side"]:
+        run_counted_side(sys.argv[2], int(sys.argv[3]))
+    else:
+        asyncio.run(main())
