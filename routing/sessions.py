@@ -45,6 +45,9 @@ class SessionStore:
         if session_id and decision.confident:
             self._turns.set(session_id, Turn(query, decision.route, decision.stage))
 
+    def clear(self) -> None:
+        self._turns.clear()
+
     def __len__(self) -> int:
         return len(self._turns)
 

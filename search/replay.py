@@ -14,8 +14,9 @@ import difflib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
+from routing.events import NullRouteLog, route_log
 from routing.text import normalise
 from search.config import Config
 from search.narrative import part_key
@@ -311,6 +312,9 @@ class ReplayOutcome:
     new_chain: list[dict[str, Any]]
     answered: list[Answered]
     parts: list[PartComparison]
+    # Earlier turns of the original's session, routed again (not answered, not stored)
+    # so a follow-up meets the session it had.
+    session_turns: list[str] = field(default_factory=list)
 
     @property
     def divergences(self) -> list[Divergence]:
@@ -325,14 +329,57 @@ class ReplayOutcome:
         return sum(1 for a in self.answered if a.how == "live")
 
 
-class Replayer:
-    """One Service for any number of replays; caches are emptied between them."""
+MAX_SESSION_TURNS = 20
 
-    def __init__(self, config: Config, traces: TraceSink) -> None:
+
+@runtime_checkable
+class SessionHistory(Protocol):
+    """Where the earlier turns of a session are read from (the trace store)."""
+
+    def list_traces(self, filters: Any) -> dict[str, Any]: ...
+
+
+
+class Replayer:
+    """One Service for any number of replays; caches and sessions are emptied between them.
+
+    A trace with a `session_id` is replayed in its session: the session's earlier turns
+    (from `history`, within the session lifetime, at most `MAX_SESSION_TURNS`) are routed
+    again under the current config first, so a follow-up ("what about tomorrow?") inherits
+    what its previous turn would decide now, as it did then.
+    """
+
+    def __init__(
+        self, config: Config, traces: TraceSink, history: SessionHistory | None = None
+    ) -> None:
         self.holder = BookHolder()
+        self.config = config
+        self.history = history if history is not None else (
+            traces if isinstance(traces, SessionHistory) else None)
         self.service = Service(
             config, traces=traces, wrap_source=lambda src: ReplaySource(src, self.holder)
         )
+
+    def _earlier_turns(self, original: dict[str, Any]) -> list[str]:
+        session, started = original.get("session_id"), original.get("started_at")
+        if not session or self.history is None or not isinstance(started, (int, float)):
+            return []
+        from search.trace_store import TraceFilter
+
+        ttl = self.config.routing.session_ttl_s
+        page = self.history.list_traces(TraceFilter(
+            session=str(session), since=started - ttl, until=started, originals_only=True,
+            limit=MAX_SESSION_TURNS + 1,
+        ))
+        turns = [t for t in page["traces"]
+                 if t["trace_id"] != original.get("trace_id") and t["started_at"] < started]
+        return [t["query"] for t in reversed(turns[:MAX_SESSION_TURNS])]
+
+    async def _rebuild_session(self, session: str, turns: list[str]) -> None:
+        """Route the earlier turns (dry run, nothing recorded) to refill the session."""
+        for query in turns:
+            with route_log(factory=NullRouteLog):
+                await self.service.router.run(query, dry_run=True, session_id=session)
 
     async def __aenter__(self) -> Self:
         await self.service.start()
@@ -350,6 +397,12 @@ class Replayer:
         book = CaptureBook(original.get("captures"))
         self.holder.book = book
         self.service.result_cache.clear()
+        sessions = self.service.resolver.sessions
+        if sessions is not None:
+            sessions.clear()
+        turns = self._earlier_turns(original)
+        if turns:
+            await self._rebuild_session(str(original["session_id"]), turns)
         for entry in book.cached:  # answers the original got from the result cache
             items = [Item(i["title"], i["text"], i.get("url")) for i in entry.get("items", [])]
             self.service.result_cache.set(
@@ -358,6 +411,7 @@ class Replayer:
         outcome = await self.service.search(
             original["query"],
             dry_run=bool(original.get("dry_run")),
+            session_id=original.get("session_id"),
             replay_of=original["trace_id"],
         )
         return ReplayOutcome(
@@ -367,4 +421,5 @@ class Replayer:
             new_chain=outcome.chain,
             answered=list(book.log),
             parts=compare(original.get("chain", []), outcome.chain),
+            session_turns=turns,
         )

@@ -245,6 +245,7 @@ class Service:
             dry_run=dry_run,
             replay_of=replay_of,
             captures=chain_log.captures,
+            session_id=session_id,
         )
         self.traces.submit(trace)
         for observer in self.observers:

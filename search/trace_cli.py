@@ -52,6 +52,7 @@ def add_commands(commands: Any) -> dict[str, Handler]:
         "--fallback", action="store_true", help="only requests where a fallback fired"
     )
     listing.add_argument("-q", "--text", help="query text contains")
+    listing.add_argument("--session", help="the turns of this session_id")
     _filter_options(listing)
     listing.add_argument("--limit", default="50", help="page size (1-1000, default 50)")
     listing.add_argument("--offset", help="skip this many")
@@ -137,7 +138,8 @@ def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
         name: str(value)
         for name, value in (
             ("step", args.step), ("source", args.source), ("outcome", args.outcome),
-            ("q", args.text), ("since", args.since), ("until", args.until),
+            ("q", args.text), ("session", args.session), ("since", args.since),
+            ("until", args.until),
             ("limit", args.limit), ("offset", args.offset), ("cursor", args.cursor),
         )
         if value is not None
@@ -255,6 +257,7 @@ def _replay_json(result: Any) -> dict[str, Any]:
     return {
         "original": result.original["trace_id"],
         "new_trace_id": result.new_trace_id,
+        "session_turns": len(result.session_turns),
         "status": {"old": result.original["status_code"], "new": result.new_status},
         "answers": [{"source": a.source, "query": a.query, "from": a.how} for a in result.answered],
         "parts": [
@@ -285,6 +288,11 @@ def _replay_text(result: Any) -> list[str]:
             f"(status {result.new_status})"
         )
     ]
+    if result.session_turns:
+        lines.append(
+            f"session {original.get('session_id')!r}: rebuilt from "
+            f"{len(result.session_turns)} earlier turn(s), routed again under this config"
+        )
     if result.answered:
         lines.append("sources answered:")
         for answer in result.answered:

@@ -156,6 +156,8 @@ def trace_paths() -> dict[str, Any]:
                     _param("since", "Unix seconds, ISO 8601, or an age (2h, 7d).", when),
                     _param("until", "Same forms as since.", when),
                     _param("q", "The query text contains this.", text),
+                    _param("session", "The turns of this session_id.",
+                           {"type": "string", "minLength": 1, "maxLength": 200}),
                     _param("limit", "Page size.", {"type": "integer", "minimum": 1,
                                                    "maximum": 1000, "default": 50}),
                     _param("offset", "Skip this many.", {"type": "integer", "minimum": 0}),

@@ -24,7 +24,7 @@ class RowPolicy(Protocol):
     redact: bool
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DIGEST_PREFIX = "sha256:"
 # Event fields (and nested keys) that hold query text, or text matched against it
 # (keywords, exemplars, earlier queries, prompts); redaction replaces them by digests.
@@ -61,8 +61,10 @@ CREATE TABLE IF NOT EXISTS traces (
     error TEXT,
     chain TEXT NOT NULL,
     results TEXT NOT NULL,
-    captures TEXT
+    captures TEXT,
+    session_id TEXT
 );
+CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) WHERE session_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS traces_replay_of ON traces(replay_of) WHERE replay_of IS NOT NULL;
 """
 # No index on started_at: every index costs each insert, and rows arrive in time order,
@@ -71,8 +73,15 @@ CREATE INDEX IF NOT EXISTS traces_replay_of ON traces(replay_of) WHERE replay_of
 COLUMNS = (
     "trace_id", "started_at", "query", "status_code", "duration_ms", "failed", "fallback",
     "cached", "dry_run", "redacted", "captured", "replay_of", "part_count", "steps", "sources",
-    "outcomes", "dropped_events", "error", "chain", "results", "captures",
+    "outcomes", "dropped_events", "error", "chain", "results", "captures", "session_id",
 )
+# Schema upgrades, applied in order from the file's `user_version` (the CREATE above is
+# the newest shape, for a new file).
+MIGRATIONS: dict[int, str] = {
+    2: "ALTER TABLE traces ADD COLUMN session_id TEXT;"
+       "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "
+       "WHERE session_id IS NOT NULL;",
+}
 INSERT = (
     f"INSERT OR IGNORE INTO traces ({', '.join(COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in COLUMNS)})"
@@ -254,11 +263,13 @@ def trace_row(record: TraceRecord, config: RowPolicy) -> tuple[Any, ...]:
     if config.capture_results and not config.redact:
         captures = replay_captures(record)
     query: str = record.query
+    session_id = record.session_id
     error = record.error
     stored_results = _metadata_results(results)
     if config.redact:
         redactor = _Redactor()
         query = redactor.text(query)
+        session_id = digest(session_id) if session_id else None
         chain = redactor.fields({"chain": chain})["chain"]
         stored_results = redactor.fields({"r": stored_results})["r"]
         error = redactor.fields(error) if error else None
@@ -285,6 +296,7 @@ def trace_row(record: TraceRecord, config: RowPolicy) -> tuple[Any, ...]:
         _dumps(chain),
         _dumps(stored_results),
         _dumps(captures) if captures is not None else None,
+        session_id,
     )
 
 

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from routing.events import run_in_thread
 from search.config import ConfigError, TraceConfig
 from search.trace_rows import (  # noqa: F401 - digest, redact, replay_captures: re-exported
+    MIGRATIONS,
     OUTCOMES,
     SCHEMA,
     SCHEMA_VERSION,
@@ -56,7 +57,7 @@ log = logging.getLogger("search.traces")
 MAX_LIMIT = 1000
 _SUMMARY = (
     "id, trace_id, started_at, query, status_code, duration_ms, failed, fallback, cached, "
-    "dry_run, redacted, captured, replay_of, part_count, sources"
+    "dry_run, redacted, captured, replay_of, part_count, sources, session_id"
 )
 
 
@@ -111,6 +112,7 @@ class TraceFilter:
     since: float | None = None
     until: float | None = None
     text: str | None = None
+    session: str | None = None  # one conversation's turns
     originals_only: bool = False  # leave out replays
     limit: int = 50
     offset: int = 0
@@ -119,8 +121,8 @@ class TraceFilter:
 
 
 _FILTER_PARAMS = {
-    "step", "source", "outcome", "failed", "fallback", "since", "until", "q", "limit",
-    "offset", "cursor",
+    "step", "source", "outcome", "failed", "fallback", "since", "until", "q", "session",
+    "limit", "offset", "cursor",
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -163,6 +165,9 @@ def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceF
     text = params.get("q")
     if text is not None and not text.strip():
         raise FilterError("q", "must not be empty")
+    session = params.get("session")
+    if session is not None and not 0 < len(session) <= 200:
+        raise FilterError("session", "must be a session id (1 to 200 characters)")
     since = parse_when("since", params["since"], now) if "since" in params else None
     until = parse_when("until", params["until"], now) if "until" in params else None
     if since is not None and until is not None and since > until:
@@ -177,6 +182,7 @@ def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceF
         since=since,
         until=until,
         text=text,
+        session=session,
         limit=_int("limit", params["limit"], 1, MAX_LIMIT) if "limit" in params else 50,
         offset=_int("offset", params["offset"], 0) if "offset" in params else 0,
         cursor=_int("cursor", cursor, 1) if cursor is not None else None,
@@ -205,6 +211,10 @@ def _where(f: TraceFilter) -> tuple[str, list[Any]]:
         escaped = f.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         clauses.append("(query LIKE ? ESCAPE '\\' OR query = ?)")
         args.extend([f"%{escaped}%", digest(f.text)])
+    if f.session is not None:
+        # A redacted trace keeps the session id's digest: the exact id still finds it.
+        clauses.append("session_id IN (?, ?)")
+        args.extend([f.session, digest(f.session)])
     if f.originals_only:
         clauses.append("replay_of IS NULL")
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
@@ -229,6 +239,7 @@ def _summary(row: sqlite3.Row) -> dict[str, Any]:
         "redacted": bool(row["redacted"]),
         "captured": bool(row["captured"]),
         "replay_of": row["replay_of"],
+        "session_id": row["session_id"],
         "part_count": row["part_count"],
         "sources": [s for s in row["sources"].split("|") if s],
     }
@@ -433,6 +444,9 @@ class SQLiteTraceStore:
                         f"trace.path: {self.path} was written by a newer version "
                         f"(schema {version})"
                     )
+                for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                    if version:  # an older file: bring it up to date
+                        conn.executescript(MIGRATIONS[target])
                 conn.executescript(SCHEMA)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 prune(conn, self.clock(), self.config.max_age_days, self.config.max_traces)

@@ -8,7 +8,7 @@ priority, does the rest on another core.
 
 Protocol, one JSON array per line on stdin:
 - `["trace", trace_id, started_at, query, status_code, duration_ms, chain, dropped_events,
-  error, results, dry_run, replay_of, captures]`: a finished request;
+  error, results, dry_run, replay_of, captures, session_id]`: a finished request;
 - `["now", unix_seconds]`: the server's clock, for retention by age;
 - `["flush", n]`: answered on stdout by `["flushed", n, written, failed]` once every trace
   before it is committed (totals since start).
@@ -57,15 +57,15 @@ def record_line(record: TraceRecord, capture_results: bool) -> bytes:
     return dumps(
         ["trace", record.trace_id, record.started_at, record.query, record.status_code,
          record.duration_ms, record.chain, record.dropped_events, record.error,
-         record.results, record.dry_run, record.replay_of, captures]
+         record.results, record.dry_run, record.replay_of, captures, record.session_id]
     ) + b"\n"
 
 
 def _record(fields: list[Any]) -> TraceRecord:
     (trace_id, started_at, query, status_code, duration_ms, chain, dropped, error, results,
-     dry_run, replay_of, captures) = fields
+     dry_run, replay_of, captures, session_id) = fields
     return TraceRecord(trace_id, started_at, query, status_code, duration_ms, chain,
-                       dropped, error, results, dry_run, replay_of, captures)
+                       dropped, error, results, dry_run, replay_of, captures, session_id)
 
 
 class Writer:

@@ -17,7 +17,7 @@ class TraceRecord:
     """One finished request, as recorded.
 
     `chain` may be given as the request's `RecordedChain`: its event dicts are then built
-    on first read, by whichever consumer reads first (often the store's writer thread).
+    on first read, by whichever consumer reads first (the response, metrics, the store).
     """
 
     __slots__ = (
@@ -30,6 +30,7 @@ class TraceRecord:
         "query",
         "replay_of",
         "results",
+        "session_id",
         "started_at",
         "status_code",
         "trace_id",
@@ -49,6 +50,7 @@ class TraceRecord:
         dry_run: bool = False,
         replay_of: str | None = None,
         captures: list[tuple[str, str, list[Any]]] | None = None,
+        session_id: str | None = None,
     ) -> None:
         self.trace_id = trace_id
         self.started_at = started_at
@@ -64,6 +66,8 @@ class TraceRecord:
         # (source, query, items) of every real source answer; stored only when
         # `trace.capture_results` is on, so it stays raw (no copying) until then.
         self.captures = captures if captures is not None else []
+        # The conversation it belonged to: replay rebuilds the session from earlier turns.
+        self.session_id = session_id
 
     @property
     def chain(self) -> list[dict[str, Any]]:

@@ -290,3 +290,69 @@ def test_a_stage_that_passed_is_shown_but_is_no_divergence() -> None:
     (part,) = compare(old, new)
     assert part.divergence is None
     assert len(part.rows) == 3 and part.rows[0] == (old[0], None)
+
+
+def test_a_follow_up_is_replayed_in_its_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """"what about tomorrow?" went where the session's previous turn went; replaying it
+    alone would lose that (a false "decision changed"), so replay rebuilds the session from
+    the earlier turns in the store, and a config change reaches the follow-up too."""
+    db = tmp_path / "traces.db"
+    keywords = {"ha": ["lights"], "web": ["news", "weather"]}
+    config_path = write_config(tmp_path / "config.yaml", db, keywords=keywords)
+
+    async def converse() -> list[Any]:
+        service = Service(load_config(config_path))
+        await service.start()
+        try:
+            return [
+                await service.search("latest news", session_id="other-room"),
+                await service.search("weather in paris", session_id="kitchen"),
+                await service.search("what about tomorrow?", session_id="kitchen"),
+            ]
+        finally:
+            await service.aclose()
+
+    *_, follow_up = asyncio.run(converse())
+    assert [e["step"] for e in follow_up.chain][0] == "intent_session"
+    assert stored(db, follow_up.trace_id)["session_id"] == "kitchen"
+
+    code, out = cli(capsys, "replay", follow_up.trace_id, "--config", str(config_path),
+                    "--json")
+    result = json.loads(out)
+    assert code == 0 and result["session_turns"] == 1
+    replayed = stored(db, result["new_trace_id"])
+    assert without_timings(replayed["chain"]) == without_timings(stored(
+        db, follow_up.trace_id)["chain"])
+
+    # Move "weather" to ha: the earlier turn now goes there, and so does the follow-up.
+    moved = write_config(tmp_path / "moved.yaml", db,
+                         keywords={"ha": ["lights", "weather"], "web": ["news"]})
+    code, out = cli(capsys, "replay", follow_up.trace_id, "--config", str(moved))
+    assert code == 1, out
+    assert "rebuilt from 1 earlier turn" in out
+
+
+def test_traces_are_listed_by_session(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    config_path = write_config(tmp_path / "config.yaml", db)
+
+    async def run() -> None:
+        service = Service(load_config(config_path))
+        await service.start()
+        try:
+            await service.search("latest news", session_id="a")
+            await service.search("lights status", session_id="b")
+            await service.search("latest news")
+        finally:
+            await service.aclose()
+
+    asyncio.run(run())
+    store = SQLiteTraceStore(TraceConfig(path=str(db)))
+    try:
+        page = store.list_traces(TraceFilter(session="b"))
+        assert [t["query"] for t in page["traces"]] == ["lights status"]
+        assert page["traces"][0]["session_id"] == "b"
+    finally:
+        store.close_sync()

@@ -291,7 +291,7 @@ async def test_redaction_leaves_no_query_text_anywhere_in_the_file_bytes(tmp_pat
     parts = next(e for e in outcome.chain if e["step"] == "decomposed")["parts"]
     # A hand-made record with the fields a semantic/LLM stage and an error message carry.
     store.submit(make_record(
-        "f" * 32, query="zanzibar quokkas please",
+        "f" * 32, query="zanzibar quokkas please", session_id="quokkas-phone",
         chain=[
             {"step": "intent_semantic", "seq": 0, "t_ms": 1.0, "part": "0",
              "query": "zanzibar quokkas please", "matched_query": "quokkas near zanzibar",
@@ -463,3 +463,33 @@ async def test_a_writer_process_that_dies_is_replaced_and_the_batch_resent(tmp_p
     reader = SQLiteTraceStore(TraceConfig(path=str(db)))
     assert reader.count() == 50
     reader.close_sync()
+
+
+async def test_a_store_written_by_the_previous_schema_is_upgraded_in_place(tmp_path: Path) -> None:
+    from search.trace_rows import SCHEMA
+
+    db = tmp_path / "traces.db"
+    old_schema = SCHEMA.replace(",\n    session_id TEXT", "").split("CREATE INDEX IF NOT "
+                                                                  "EXISTS traces_session")[0]
+    conn = sqlite3.connect(db)
+    conn.executescript(old_schema)
+    conn.execute(
+        "INSERT INTO traces (trace_id, started_at, query, status_code, duration_ms, failed, "
+        "fallback, cached, dry_run, redacted, captured, part_count, steps, sources, outcomes, "
+        "dropped_events, chain, results) VALUES ('a', ?, 'old', 200, 1, 0, 0, 0, 0, 0, 0, 1, "
+        "'', '', '', 0, '[]', '[]')", (time.time(),))
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+    store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=0)
+    await store.start()
+    store.submit(make_record("b" * 32, session_id="kitchen"))
+    await store.aclose()
+    reader = SQLiteTraceStore(TraceConfig(path=str(db)))
+    try:
+        by_id = {t["trace_id"]: t for t in reader.list_traces(TraceFilter())["traces"]}
+        assert by_id["a"]["session_id"] is None and by_id["a"]["query"] == "old"
+        assert by_id["b" * 32]["session_id"] == "kitchen"
+    finally:
+        reader.close_sync()
