@@ -68,19 +68,43 @@
     return "event";
   }
 
+  // The server's bearer token (server.api_token), when it has one: asked for on a 401,
+  // kept for this browser tab only (sessionStorage), sent only to this server.
+  const TOKEN_KEY = "search-router.api-token";
+  const tokenForm = document.getElementById("token-form");
+
+  function token() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (err) { return ""; }
+  }
+
+  function askForToken() {
+    tokenForm.hidden = false;
+    document.getElementById("token-forget").hidden = !token();
+    document.getElementById("api-token").focus();
+  }
+
   async function api(path, options) {
+    const headers = { "Accept": "application/json" };
+    if (token()) headers["Authorization"] = `Bearer ${token()}`;
+    const request = Object.assign({}, options || {});
+    request.headers = Object.assign(headers, (options && options.headers) || {});
     let response;
     try {
-      response = await fetch(path, Object.assign({ headers: { "Accept": "application/json" } }, options));
+      response = await fetch(path, request);
     } catch (err) {
       throw new Error("the server could not be reached");
     }
     let body = null;
     try { body = await response.json(); } catch (err) { body = null; }
+    if (response.status === 401) askForToken();
     return { status: response.status, body: body };
   }
 
   function errorText(result) {
+    if (result.status === 401) {
+      return token() ? "the API token was not accepted: enter it again above"
+                     : "this server needs its API token: enter it above";
+    }
     const error = result.body && result.body.error;
     return error ? `${error.type}: ${error.message}` : `HTTP ${result.status}`;
   }
@@ -455,6 +479,18 @@
   });
   document.getElementById("more").addEventListener("click", () => loadList(new URLSearchParams(listQuery), true));
   document.getElementById("search-form").addEventListener("submit", runSearch);
+  tokenForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = document.getElementById("api-token").value.trim();
+    try { sessionStorage.setItem(TOKEN_KEY, value); } catch (err) { /* private mode */ }
+    document.getElementById("api-token").value = "";
+    tokenForm.hidden = true;
+    route();
+  });
+  document.getElementById("token-forget").addEventListener("click", () => {
+    try { sessionStorage.removeItem(TOKEN_KEY); } catch (err) { /* private mode */ }
+    tokenForm.hidden = true;
+  });
   window.addEventListener("hashchange", route);
   route();
 })();

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import expect
+from pydantic import SecretStr
 
 from search.app import create_app
 from search.config import parse_config
@@ -278,3 +279,40 @@ def test_the_page_is_served_self_contained(site: dict[str, Any]) -> None:
     assert "http" not in page.text.replace('href="#', "")  # no absolute URL anywhere
     assert "innerHTML" not in script.text  # data is only ever set as text
     assert slash.status_code == 308 and slash.headers["location"].endswith("/ui")
+
+
+def test_a_server_with_an_api_token_asks_for_it_and_then_works(
+    browser: Any, tmp_path: Path
+) -> None:
+    """With `server.api_token` set, /ui (static, open) gets 401s from /traces: the page
+    asks for the token, sends it as a bearer token, and keeps it for the tab only."""
+    config = ui_config(tmp_path)
+    config.server.api_token = SecretStr("s3cret-household-token")
+    with uvicorn_server(create_app(config)) as base:
+        with httpx.Client(base_url=base, timeout=30) as http:
+            response = http.post("/search", json={"query": "are the lights on"},
+                                 headers={"Authorization": "Bearer s3cret-household-token"})
+            assert response.status_code == 200
+        context = browser.new_context()
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        authorizations: list[str | None] = []
+        page.on("request", lambda r: authorizations.append(r.headers.get("authorization"))
+                if "/traces" in r.url else None)
+        page.goto(base + "/ui")
+        expect(page.locator("#token-form")).to_be_visible()
+        expect(page.locator("#list-status")).to_contain_text("needs its API token")
+
+        page.fill("#api-token", "wrong")
+        page.click("#token-form button[type=submit]")
+        expect(page.locator("#list-status")).to_contain_text("was not accepted")
+
+        page.fill("#api-token", "s3cret-household-token")
+        page.click("#token-form button[type=submit]")
+        rows = page.locator("#trace-list tbody tr")
+        rows.first.wait_for()
+        assert rows.count() == 1
+        expect(page.locator("#token-form")).to_be_hidden()
+        assert authorizations[-1] == "Bearer s3cret-household-token"
+        assert "s3cret-household-token" not in page.url
+        context.close()
