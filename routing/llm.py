@@ -181,17 +181,17 @@ class LLMStage:
             raise LLMFailure("llm_unusable", "the answer has no text content")
         return LLMAnswer(parse_answer(raw, self.routes), raw, elapsed_ms)
 
-    def _previous(self, context: ResolveContext) -> tuple[str, str] | None:
+    async def _previous(self, context: ResolveContext) -> tuple[str, str] | None:
         if context.discourse is None or self.sessions is None:
             return None
-        turn = self.sessions.last(context.session_id)
+        turn = await self.sessions.recall(context.session_id)
         return (turn.query, turn.route) if turn is not None else None
 
     async def _consult(
         self, query: str, context: ResolveContext, escalated: bool
     ) -> LLMAnswer | None:
         """Ask, recording the outcome; None when the LLM failed (event recorded)."""
-        messages = build_messages(self.routes, query, self._previous(context))
+        messages = build_messages(self.routes, query, await self._previous(context))
         try:
             answer = await self.ask(messages)
         except LLMFailure as failure:

@@ -5,6 +5,11 @@ each session (bounded, expiring: a `TTLCache`); when nothing else decides a part
 like a follow-up ("what about tomorrow?", "and the kitchen"), the session stage routes it
 where the previous turn went and records `intent_session`. The LLM stage also shows the
 previous turn to the model when a query depends on discourse.
+
+With shared state (`cache.redis_url`), a session's last turn also lives in Redis, and
+Redis is asked first: under `search serve --workers N` the next turn of a conversation
+may reach another worker, whose own memory holds an older turn or none. If Redis is
+down, each worker falls back to what it remembers itself.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from routing.discourse import is_follow_up
 from routing.events import record
 from routing.intents import Decision, ResolveContext
+from routing.shared_state import RedisLink, SharedCache
 from routing.ttl_cache import TTLCache
 
 
@@ -32,18 +39,54 @@ class SessionStore:
     """session_id -> the last turn; at most `max_entries` sessions, each forgotten after `ttl_s`."""
 
     def __init__(
-        self, max_entries: int, ttl_s: float, now: Callable[[], float] = time.monotonic
+        self,
+        max_entries: int,
+        ttl_s: float,
+        now: Callable[[], float] = time.monotonic,
+        *,
+        shared: RedisLink | None = None,
+        routes: set[str] | None = None,
     ) -> None:
+        """`routes`: the routes this process has; a shared turn naming another is ignored."""
         self._turns: TTLCache[str, Turn] = TTLCache(max_entries, ttl_s, now)
+        self._routes = routes
+        self.shared: SharedCache[str, Turn] | None = None
+        if shared is not None:
+            self.shared = SharedCache(
+                shared, "sessions", "session", self._turns,
+                encode=lambda t: {"query": t.query, "route": t.route, "stage": t.stage},
+                decode=self._decode,
+            )
+
+    def _decode(self, data: Any) -> Turn:
+        turn = Turn(str(data["query"]), str(data["route"]), str(data["stage"]))
+        if self._routes is not None and turn.route not in self._routes:
+            raise ValueError(f"unknown route {turn.route!r}")
+        return turn
 
     def last(self, session_id: str | None) -> Turn | None:
+        """This process's memory of the session (never waits)."""
         if not session_id:
             return None
         return self._turns.get(session_id)
 
+    async def recall(self, session_id: str | None) -> Turn | None:
+        """The session's last turn: from Redis when shared (another worker may have taken
+        it), else, or when Redis has none or is down, from this process's memory."""
+        if not session_id:
+            return None
+        if self.shared is not None:
+            turn = await self.shared.fetch(session_id)
+            if turn is not None:
+                return turn
+        return self._turns.get(session_id)
+
     def remember(self, session_id: str | None, query: str, decision: Decision) -> None:
         if session_id and decision.confident:
-            self._turns.set(session_id, Turn(query, decision.route, decision.stage))
+            turn = Turn(query, decision.route, decision.stage)
+            self._turns.set(session_id, turn)
+            if self.shared is not None:
+                self.shared.publish(session_id, turn)
 
     def clear(self) -> None:
         self._turns.clear()
@@ -63,7 +106,7 @@ class SessionStage:
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if context.unserved:
             return None  # a stage said no source serves this ("set an alarm"): not a follow-up
-        turn = self.store.last(context.session_id)
+        turn = await self.store.recall(context.session_id)
         if turn is None or not is_follow_up(query):
             return None
         record(

@@ -36,7 +36,9 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
         shared=shared,
         routes=set(routes),
     )
-    sessions = SessionStore(routing.session_max_entries, routing.session_ttl_s)
+    sessions = SessionStore(
+        routing.session_max_entries, routing.session_ttl_s, shared=shared, routes=set(routes)
+    )
     learned = LearnedDecisions(routing.semantic.reuse_max_entries, routing.decision_cache_ttl_s)
 
     semantic: SemanticStage | None = None

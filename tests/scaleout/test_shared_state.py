@@ -116,6 +116,33 @@ async def test_a_decision_made_in_one_service_is_answered_from_the_cache_in_anot
     assert redis.keys("search:decision:*") == ["search:decision:who won the chess olympiad"]
 
 
+async def test_a_conversation_moving_between_services_keeps_its_session(
+    redis: RedisServer,
+) -> None:
+    """Under `--workers N` the turns of one conversation reach different workers: each
+    asks Redis for the session's last turn first, so a worker's own older memory of the
+    session does not win over the turn another worker took since."""
+    cfg = config(redis.url, sources={"kiwix": {}, "web": {}, "ha": {}},
+                 keywords={"web": ["weather"], "ha": ["lights"]})
+    first, second = await started(cfg), await started(cfg)
+    try:
+        await first.search("weather in paris", session_id="kitchen-tablet")
+        await first.shared.drain()
+        moved = await second.search("what about tomorrow?", session_id="kitchen-tablet")
+        await second.search("are the lights on", session_id="kitchen-tablet")
+        await second.shared.drain()
+        back = await first.search("and in the hallway?", session_id="kitchen-tablet")
+    finally:
+        await first.aclose()
+        await second.aclose()
+    [inherited] = events(moved, "intent_session")
+    assert (inherited["decision"], inherited["previous_query"]) == ("web", "weather in paris")
+    [latest] = events(back, "intent_session")
+    assert (latest["decision"], latest["previous_query"]) == ("ha", "are the lights on")
+    assert back.body["results"][0]["source"] == "ha"
+    assert redis.keys("search:session:*") == ["search:session:kitchen-tablet"]
+
+
 async def test_a_result_fetched_by_one_service_is_a_cache_hit_in_another(
     redis: RedisServer,
 ) -> None:
