@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,15 +72,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.config:
         os.environ["SEARCH_CONFIG"] = str(Path(args.config).resolve())
-    uvicorn.run(
-        "search.asgi:app_factory",
-        factory=True,
-        host=host,
-        port=port,
-        workers=args.workers,
-        log_level="info",
-        access_log=False,
-    )
+    from search.metrics import MULTIPROCESS_ENV
+
+    # The workers count /metrics into files here, so any of them can answer for all.
+    with tempfile.TemporaryDirectory(prefix="search-metrics-") as metrics_dir:
+        os.environ.setdefault(MULTIPROCESS_ENV, metrics_dir)
+        uvicorn.run(
+            "search.asgi:app_factory",
+            factory=True,
+            host=host,
+            port=port,
+            workers=args.workers,
+            log_level="info",
+            access_log=False,
+        )
     return EXIT_OK
 
 

@@ -5,15 +5,22 @@ never looks at routing itself, so `/metrics` can't disagree with `/traces` or an
 explanation. Each app gets its own `CollectorRegistry` (not prometheus-client's global
 one), so tests and embedders can build many apps in one process.
 
+Under `search serve --workers N` each worker counts in its own memory-mapped files in a
+directory the parent process creates (prometheus-client's multiprocess mode, chosen by
+`PROMETHEUS_MULTIPROC_DIR`), and `/metrics` from any worker sums them all: a scrape sees
+the whole server, whichever worker answers it.
+
 What a truncated chain means here: events past `routing.max_events` were never stored,
 so they can't be counted; `search_dropped_events_total` says how many were lost.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,7 +28,10 @@ from starlette.routing import Route
 
 from search.traces import TraceRecord
 
-__all__ = ["INTENT_STEPS", "MetricsObserver", "metrics_route"]
+__all__ = ["INTENT_STEPS", "MULTIPROCESS_ENV", "MetricsObserver", "metrics_route"]
+
+# Set (by `search serve --workers N`) before the workers import prometheus-client.
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # The intent steps of the contract; a stage added later is counted under its own step name
 # as long as it starts with "intent_".
@@ -144,9 +154,18 @@ class MetricsObserver:
                 if step == "intent_cached":
                     series(self.cache_hits, "decision").inc()
 
+    def exposition_registry(self) -> CollectorRegistry:
+        """What a scrape reads: this app's registry, or every worker's files summed."""
+        directory = os.environ.get(MULTIPROCESS_ENV)
+        if not directory:
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)
+        return registry
+
     def exposition(self) -> bytes:
         """The Prometheus text format of everything counted so far."""
-        return generate_latest(self.registry)
+        return generate_latest(self.exposition_registry())
 
 
 def metrics_route(observer: MetricsObserver) -> Route:
@@ -157,6 +176,7 @@ def metrics_route(observer: MetricsObserver) -> Route:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         if content_type.startswith("text/plain"):
             content_type = CONTENT_TYPE_PLAIN_0_0_4
-        return Response(encoder(observer.registry), headers={"Content-Type": content_type})
+        registry = observer.exposition_registry()
+        return Response(encoder(registry), headers={"Content-Type": content_type})
 
     return Route("/metrics", metrics, methods=["GET"])

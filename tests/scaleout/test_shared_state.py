@@ -489,6 +489,8 @@ def test_two_worker_processes_share_a_routing_decision(
             while not redis.keys("search:decision:*") and time.monotonic() < deadline:
                 time.sleep(0.02)
             reused = worker_b.post("/search", json=query).json()
+            # /metrics from either worker counts both workers' requests.
+            scrapes = [w.get("/metrics").text for w in (worker_a, worker_b)]
             # Still the same two workers on the same two connections.
             assert worker_a.get("/healthz").json()["pid"] == pid_a
             assert worker_b.get("/healthz").json()["pid"] == pid_b
@@ -509,6 +511,10 @@ def test_two_worker_processes_share_a_routing_decision(
     assert cached["decision"] == "kiwix" and cached["tier"] == "shared"
     assert not any(e["step"] == "intent_llm" for e in reused["explanation"])
     assert len(llm.bodies) == 1  # one LLM call for both workers
+    for scrape in scrapes:
+        assert 'search_requests_total{status="200"} 2.0' in scrape, scrape[:2000]
+        assert 'search_intent_decisions_total{stage="intent_llm"} 1.0' in scrape
+        assert 'search_intent_decisions_total{stage="intent_cached"} 1.0' in scrape
     output = log_path.read_text(errors="replace")
     assert "Started parent process" in output and PASSWORD not in output
 
