@@ -4,8 +4,10 @@ Hard separators (";", "and also", "and then", sentence ends) always split. Soft 
 ("and", "also", ",", "then") split only between two complete requests, so
 "salt and pepper" and "who wrote Romeo and Juliet" stay whole while
 "turn off the lights and what's the weather" splits. A request opens with a question word,
-an imperative, a wake word ("olly, ...") or a request's topic ("weather in Oslo", "the
-latest tech headlines", "today's forecast for Rome"); after a
+an imperative, a wake word ("olly, ..."), a request's topic ("weather in Oslo", "the
+latest tech headlines", "the five day forecast") or a superlative ("best bar in town",
+"tallest building"; not "the fastest and cheapest way"); after "and", a condition with its
+consequence ("and if it rains close the windows") opens one too; after a
 comma, any clause of three words or more that doesn't continue the previous one
 ("in Paris", "or the blue one") counts too. Every part is a substring of the query, and
 splitting a part again returns it unchanged.
@@ -47,6 +49,17 @@ _TOPIC_MODIFIERS = frozenset(
 )
 _ARTICLES = frozenset(["the", "a", "an", "some", "any"])
 
+# A superlative heads a request of its own: "best bar in town", "tallest building",
+# "nearest petrol station" (telegraphic questions, common in spoken requests).
+_SUPERLATIVES = frozenset(
+    ["best", "worst", "cheapest", "nearest", "closest", "largest", "biggest", "smallest", "tallest", "highest", "lowest", "longest", "shortest", "oldest", "youngest", "fastest", "deepest", "richest", "hottest", "coldest", "most", "least", "top-rated"]
+)
+# "ten day forecast", "3 hour forecast": a count and a unit before a topic.
+_NUMBERS = frozenset(
+    ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twelve", "fourteen", "fifteen", "thirty"]
+)
+_PERIODS = frozenset(["day", "days", "hour", "hours", "week", "weeks", "month", "minute"])
+
 _PREPOSITIONS = frozenset(["at", "in", "on", "of", "for", "from", "to", "by", "with"])
 _WH_WORDS = frozenset(["what", "which", "who", "whom", "whose", "where", "when", "how"])
 
@@ -86,6 +99,8 @@ def is_complete_request(text: str) -> bool:
         return True
     if words[0] in _PREPOSITIONS and words[1] in _WH_WORDS:
         return True  # "at what age ...", "in which year ..."
+    if words[0] in _SUPERLATIVES:
+        return True  # "best bar in local area", "largest animal"
     return words[0] in OPENERS or words[0] in TOPIC_OPENERS or _topic_phrase(words)
 
 
@@ -103,9 +118,18 @@ def _topic_phrase(words: list[str]) -> bool:
             return False
         start = 1
     index = start
-    while index < len(words) and index - start < 3 and words[index] in _TOPIC_MODIFIERS:
-        index += 1
+    while index < len(words) and index - start < 4:
+        if words[index] in _TOPIC_MODIFIERS:
+            index += 1
+        elif index + 1 < len(words) and _is_number(words[index]) and words[index + 1] in _PERIODS:
+            index += 2  # "the ten day forecast"
+        else:
+            break
     return index > start and index < len(words) and words[index] in TOPIC_OPENERS
+
+
+def _is_number(word: str) -> bool:
+    return word.isdigit() or word in _NUMBERS
 
 
 def _starts_a_clause(text: str) -> bool:
@@ -128,6 +152,25 @@ def _can_stand_alone(left: str) -> bool:
     return True
 
 
+def _coordinated(left: str, right: str) -> bool:
+    """Two superlatives joined ("the fastest and cheapest way"): one phrase, not two requests."""
+    before, after = _words(left), _words(right)
+    return bool(before and after) and before[-1] in _SUPERLATIVES and after[0] in _SUPERLATIVES
+
+
+def _conditional_request(text: str) -> bool:
+    """After "and": a condition with its consequence opens a request of its own
+    ("turn on the fan and if it rains close the windows"; "... and if i have five dollars
+    how much is that in euros"). A bare condition ("... and if it's dark") stays with the
+    request before it."""
+    words = _words(text)
+    if len(words) < 4 or words[0] not in {"if", "unless"}:
+        return False
+    from routing.conditional import extract_conditional  # it imports this module
+
+    return _can_stand_alone(text) or extract_conditional(text) is not None
+
+
 def _trim(query: str, start: int, end: int) -> Span | None:
     while start < end and query[start] in CLAUSE_TRIM:
         start += 1
@@ -147,14 +190,14 @@ def split_spans(query: str) -> list[Span]:
         right = query[match.end() : next_start]
         if match.group("hard") is not None:
             accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
-        elif not _can_stand_alone(left):
+        elif not _can_stand_alone(left) or _coordinated(left, right):
             accept = False
         elif match.group("soft") == ",":
             accept = is_complete_request(right) or (
                 len(_words(left)) >= 3 and _starts_a_clause(right)
             )
         else:
-            accept = is_complete_request(right)
+            accept = is_complete_request(right) or _conditional_request(right)
         if accept:
             cuts.append((match.start(), match.end()))
             segment_start = match.end()

@@ -55,6 +55,18 @@ from routing.decompose import decompose, is_complete_request
         # a premise with its question is a complete sentence
         ("if i have five dollars how much is that in euros and will it rain tomorrow",
          ["if i have five dollars how much is that in euros", "will it rain tomorrow"]),
+        # a superlative heads a telegraphic request
+        ("how old is the queen and best pizza in town", ["how old is the queen", "best pizza in town"]),
+        ("is it windy outside, highest mountain in spain",
+         ["is it windy outside", "highest mountain in spain"]),
+        # a count and a period before a topic
+        ("dim the lights and the five day forecast", ["dim the lights", "the five day forecast"]),
+        ("open the garage and 3 hour forecast", ["open the garage", "3 hour forecast"]),
+        # a condition with its consequence, after "and", is a request of its own
+        ("turn on the fan and if it rains close the windows",
+         ["turn on the fan", "if it rains close the windows"]),
+        ("dim the lights and if i have ten dollars how much is that in yen",
+         ["dim the lights", "if i have ten dollars how much is that in yen"]),
     ],
 )
 def test_compound_queries_split(query: str, parts: list[str]) -> None:
@@ -78,6 +90,10 @@ def test_compound_queries_split(query: str, parts: list[str]) -> None:
         "what is the weather in paris, the capital of france",
         "if it rains and the windows are open close them",  # a condition without its question
         "open the app and go to my settings",
+        "what's the fastest and cheapest way to get to rome",  # coordinated superlatives
+        "who is the best and worst president",
+        "turn on the lights if it's dark and if it's after six",  # a bare second condition
+        "what's the relationship between inflation and interest rates",
     ],
 )
 def test_single_requests_stay_whole(query: str) -> None:
@@ -91,6 +107,9 @@ def test_complete_request_needs_an_opening_and_substance() -> None:
     assert not is_complete_request("weather")
     assert not is_complete_request("olly please")
     assert not is_complete_request("pepper and salt")
+    assert is_complete_request("largest animal")
+    assert is_complete_request("ten day forecast")
+    assert not is_complete_request("ten day")
 
 
 @pytest.mark.parametrize(
