@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -25,6 +25,7 @@ DEFAULT_MAX_EVENTS = 1000
 # Steps that end a part or the request: always kept, even past the bound, so a failed
 # chain always says why it failed.
 _ALWAYS_KEPT = frozenset({"error"})
+_clock = time.perf_counter
 
 
 class RouteLog:
@@ -56,13 +57,17 @@ class RouteLog:
         self.captures: list[tuple[str, str, list[Any]]] = []
 
     def append(self, step: str, part: str, fields: dict[str, Any]) -> None:
-        # Hot path: one clock read, one tuple, one append.
-        entries = self.entries
-        if len(entries) < self.max_events:
-            entries.append((time.perf_counter(), part, step, fields))
-        elif step in _ALWAYS_KEPT:
-            seq = len(entries) + len(self.dropped_steps)
-            entries.append((time.perf_counter(), part, step, fields, seq))
+        """Add one event (`record` inlines the common case: under the bound)."""
+        if len(self.entries) < self.max_events:
+            self.entries.append((_clock(), part, step, fields))
+        else:
+            self.past_bound(step, part, fields)
+
+    def past_bound(self, step: str, part: str, fields: dict[str, Any]) -> None:
+        """An event past `max_events`: counted, and kept only if it must be."""
+        if step in _ALWAYS_KEPT:
+            seq = len(self.entries) + len(self.dropped_steps)
+            self.entries.append((_clock(), part, step, fields, seq))
         else:
             self.dropped_steps.append(step)
 
@@ -97,38 +102,52 @@ _Entry = tuple[Any, ...]
 class RecordedChain:
     """A finished request's entries; `events()` builds (once) the chain's event dicts.
 
-    Readers that need the chain (the response when explained, the trace store's writer,
-    the metrics) call `events()`; whoever comes first pays, in their own thread.
+    Readers that need the chain as dicts (the response when explained, the trace store's
+    writer process) call `events()`; readers that only count steps (the metrics) use
+    `step_fields()`, which builds nothing.
     """
 
-    __slots__ = ("_entries", "_started", "_events")
+    __slots__ = ("entries", "started", "_events")
 
     def __init__(self, entries: list[_Entry], started: float) -> None:
-        self._entries = entries
-        self._started = started
+        """`entries` as `RouteLog` holds them (tuples, or lists read back from JSON)."""
+        self.entries = entries
+        self.started = started
         self._events: list[dict[str, Any]] | None = None
+
+    def step_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(step, the event's own fields) per event, in order, without building events."""
+        for entry in self.entries:
+            yield entry[2], entry[3]
 
     def events(self) -> list[dict[str, Any]]:
         events = self._events
         if events is None:
-            started = self._started
+            started = self.started
             # Microsecond resolution via int(): round(x, 3) costs more than the event.
             events = [
                 {"step": entry[2], "seq": entry[4] if len(entry) > 4 else index,
                  "t_ms": int((entry[0] - started) * 1_000_000) / 1000.0, "part": entry[1],
                  **entry[3]}
-                for index, entry in enumerate(self._entries)
+                for index, entry in enumerate(self.entries)
             ]
             self._events = events  # two racing readers build equal lists; either wins
         return events
 
 
 class NullRouteLog(RouteLog):
-    """A recorder that keeps nothing: the baseline for measuring what recording costs."""
+    """A recorder that keeps nothing: the baseline for measuring what recording costs.
+
+    Every event finds it "past its bound" and is thrown away there, so `record` does all
+    its work up to the point of storing the event.
+    """
 
     __slots__ = ()
 
-    def append(self, step: str, part: str, fields: dict[str, Any]) -> None:
+    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+        super().__init__(0)
+
+    def past_bound(self, step: str, part: str, fields: dict[str, Any]) -> None:
         return None
 
 
@@ -139,8 +158,14 @@ _part: contextvars.ContextVar[str] = contextvars.ContextVar("route_part", defaul
 def record(step: str, **fields: Any) -> None:
     """Append one event to the current request's chain; a no-op outside a request."""
     log = _log.get()
-    if log is not None:
-        log.append(step, _part.get(), fields)
+    if log is None:
+        return
+    # `RouteLog.append`, inlined: this runs for every event of every request.
+    entries = log.entries
+    if len(entries) < log.max_events:
+        entries.append((_clock(), _part.get(), step, fields))
+    else:
+        log.past_bound(step, _part.get(), fields)
 
 
 def capture(source: str, query: str, items: list[Any]) -> None:

@@ -123,8 +123,7 @@ class MetricsObserver:
         self.request_seconds.observe(max(trace.duration_ms, 0.0) / 1000.0)
         if trace.dropped_events:
             self.dropped_events.inc(trace.dropped_events)
-        for event in trace.chain:
-            step = event.get("step")
+        for step, event in trace.step_fields():
             if step == "source_invoked":
                 labels = (str(event.get("source")), str(event.get("outcome")))
                 series(self.source_calls, *labels).inc()

@@ -16,12 +16,11 @@ Why this shape:
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
-import itertools
 import json
 import logging
 import os
-import queue
 import re
 import sqlite3
 import stat
@@ -291,27 +290,8 @@ class TraceReader(Protocol):
     async def flush(self) -> None: ...
 
 
-WRITER_NICE = 10
 PIPE_BYTES = 1 << 20
-
-
-def _lower_thread_priority(nice: int) -> None:
-    """Make the calling thread a background one (Linux: per-thread nice), best effort."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), nice))
-    except (AttributeError, OSError):
-        pass
-
-
-@dataclass(slots=True)
-class _Control:
-    """A marker in the write queue: set `done` once everything before it is committed."""
-
-    done: threading.Event
-    stop: bool = False
+MAX_REPLACEMENTS = 10  # writer processes started after the first, before giving up
 
 
 class _WriterProcess:
@@ -325,27 +305,23 @@ class _WriterProcess:
             [sys.executable, "-m", "search.trace_writer", json.dumps(settings)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
         )
-        self.flushes = itertools.count(1)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.fd = self.proc.stdin.fileno()
+        os.set_blocking(self.fd, False)  # written from the event loop, never waited on
         self._widen_pipe()
 
     def _widen_pipe(self) -> None:
-        """Room for a whole burst in the pipe (Linux): one write, not a GIL handoff per 64 KiB."""
-        if self.proc.stdin is None or not hasattr(fcntl, "F_SETPIPE_SZ"):
+        """Room for a whole burst in the pipe (Linux): fewer, larger writes."""
+        if not hasattr(fcntl, "F_SETPIPE_SZ"):
             return
         try:
-            fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
             pass  # over /proc/sys/fs/pipe-max-size: the default size still works
 
-    def send(self, data: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(data)  # blocks (without the GIL) while the child catches up
-        self.proc.stdin.flush()
-
-    def flush(self) -> tuple[int, int]:
-        """Wait until the child committed everything sent; its (written, failed) totals."""
-        number = next(self.flushes)
-        self.send(f'["flush",{number}]\n'.encode())
+    def read_ack(self, number: int) -> tuple[int, int]:
+        """Block (in a worker thread) until the child answers flush `number`; its
+        (written, failed) totals."""
         assert self.proc.stdout is not None
         while True:
             line = self.proc.stdout.readline()
@@ -364,7 +340,7 @@ class _WriterProcess:
             return None
 
     def close(self, timeout: float) -> None:
-        """End of input: the child commits what it has and exits."""
+        """End of input: the child commits what it has and exits (blocks: use a thread)."""
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
@@ -383,10 +359,11 @@ class _WriterProcess:
 class SQLiteTraceStore:
     """`TraceSink` + `TraceReader` over one SQLite file.
 
-    Writing: `submit()` queues the record; a thread of this process encodes queued records
-    as JSON lines (a few microseconds each) and pipes them to the writer process
-    (`search.trace_writer`), which turns them into rows and commits them. So the row
-    building and SQLite work never hold the GIL the event loop needs.
+    Writing: `submit()` encodes the record as a JSON line (a few microseconds); the event
+    loop writes the lines of a burst to the writer process's pipe in one non-blocking
+    write (`search.trace_writer` turns them into rows and commits them). No thread of this
+    process takes part, so row building, SQLite and waiting never compete with requests
+    for the GIL. Writing needs the loop `start()` ran on; reading works from any thread.
     """
 
     def __init__(
@@ -394,7 +371,6 @@ class SQLiteTraceStore:
         config: TraceConfig,
         *,
         linger_s: float = 0.05,
-        batch_max: int = 500,
         max_pending: int = 10_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -402,15 +378,22 @@ class SQLiteTraceStore:
         self.config = config
         self.path = Path(os.path.abspath(os.path.expanduser(config.path)))
         self.linger_s = linger_s
-        self.batch_max = batch_max
         self.max_pending = max_pending
         self.clock = clock
-        # Encoded traces (one JSON line each) and controls, in submission order.
-        self._queue: queue.SimpleQueue[bytes | _Control] = queue.SimpleQueue()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._pending: list[bytes] = []  # encoded traces not yet handed to the pipe
+        self._outbuf = bytearray()  # handed over, not yet taken by the pipe
+        self._in_flight = 0  # traces in `_outbuf`
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._drain_handle: asyncio.TimerHandle | None = None
+        self._watching = False
+        self._written_waiters: list[asyncio.Future[None]] = []
+        self._flush_lock = asyncio.Lock()
+        self._flushes = 0
         self._process: _WriterProcess | None = None
+        self._started = False
         self._closed = False
+        self._replacements = 0
         self._read_conn: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
         self._open_lock = threading.Lock()
@@ -458,35 +441,39 @@ class SQLiteTraceStore:
             raise TraceStoreError(f"trace.path: cannot open {self.path}: {reason}") from None
 
     async def start(self) -> None:
+        """Open the file and start the writer process; writing happens on this loop."""
         await run_in_thread(self._start_sync)
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        if self._pending:
+            self._schedule_drain()
 
     def _start_sync(self) -> None:
         with self._open_lock:
-            if self._thread is not None or self._closed:
+            if self._started or self._closed:
                 return
             self.open_sync()
-            self._thread = threading.Thread(target=self._writer, name="trace-writer", daemon=True)
-            self._thread.start()
+            self._process = _WriterProcess(self._settings())
+            self._started = True
 
     def _settings(self) -> dict[str, Any]:
         return {"path": str(self.path), "max_traces": self.config.max_traces,
                 "max_age_days": self.config.max_age_days, "redact": self.config.redact,
                 "capture_results": self.config.capture_results}
 
-    # -- writing
+    # -- writing: on the event loop, with no thread of our own (a thread waiting for the
+    # GIL while requests run makes every request pay for waking it)
 
     def submit(self, trace: TraceRecord) -> None:
         """Queue `trace` as its line for the writer process; never blocks.
 
-        Encoding here, on the caller's thread, costs a few microseconds and means the
-        writer thread only joins bytes and writes them: a thread that did Python work per
-        trace would take the GIL from the event loop over and over under load.
-        Dropped (and counted) if the writer is far behind.
+        Encoding here costs a few microseconds; the lines go to the pipe in one write per
+        burst (`linger_s`). Dropped (and counted) if the writer is far behind.
         """
         if self._closed:
             self.dropped += 1
             return
-        if self._queue.qsize() >= self.max_pending:
+        if len(self._pending) + self._in_flight >= self.max_pending:
             self.dropped += 1
             if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
                 log.warning("trace store is behind; %d traces dropped so far", self.dropped)
@@ -497,66 +484,168 @@ class SQLiteTraceStore:
             log.exception("trace store: dropping trace %s", trace.trace_id)
             self._lost += 1
             return
-        self._queue.put(line)
+        self._pending.append(line)
+        if self._drain_handle is None and self._loop is not None:
+            if threading.get_ident() == self._loop_thread:
+                self._schedule_drain()
+            else:
+                self._loop.call_soon_threadsafe(self._schedule_drain)
 
-    def _writer(self) -> None:
-        _lower_thread_priority(WRITER_NICE)
-        try:
-            while True:
-                self._wake.clear()
-                first = self._queue.get()
-                if not isinstance(first, _Control) and self.linger_s > 0:
-                    self._wake.wait(self.linger_s)  # a flush or close ends the wait early
-                batch: list[bytes | _Control] = [first]
-                while len(batch) < self.batch_max:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                if self._send(batch):
-                    return
-        finally:
-            if self._process is not None:
-                self._process.close(30.0)
-                self._process = None
+    def _schedule_drain(self) -> None:
+        if self._drain_handle is None and self._loop is not None and not self._closed:
+            self._drain_handle = self._loop.call_later(self.linger_s, self._drain)
 
-    def _send(self, batch: list[bytes | _Control]) -> bool:
-        """Pipe `batch` to the writer process; answer its controls. True: stop."""
-        lines = [item for item in batch if isinstance(item, bytes)]
-        count = len(lines)
-        lines.insert(0, f'["now",{self.clock()!r}]\n'.encode())
-        controls = [item for item in batch if isinstance(item, _Control)]
-        data = b"".join(lines)
-        for attempt in (1, 2):  # a writer process that died is replaced, the batch resent
+    def _drain(self) -> None:
+        """Pending lines (after the clock, for retention by age) into the pipe."""
+        self._drain_handle = None
+        if not self._pending or self._process is None:
+            return
+        self._pending.insert(0, f'["now",{self.clock()!r}]\n'.encode())
+        self._in_flight += len(self._pending) - 1
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._send(data)
+
+    def _send(self, data: bytes) -> None:
+        """`data` into the pipe now if it takes it (the usual case: one write, no copy),
+        else after what is already waiting."""
+        process = self._process
+        if not self._outbuf and process is not None:
             try:
-                if self._process is None:
-                    self._process = _WriterProcess(self._settings())
-                self._process.send(data)
-                if controls:
-                    self._reported = self._process.flush()
-                break
-            except OSError:
-                self._retire_process()
-                if attempt == 2:
-                    log.exception("trace store: the writer process failed; %d traces lost",
-                                  count)
-                    self._lost += count
-                else:
-                    log.warning("trace store: the writer process ended; starting a new one")
-        stop = False
-        for control in controls:
-            stop = stop or control.stop
-            control.done.set()
-        return stop
+                written = os.write(process.fd, data)
+            except (BlockingIOError, OSError):
+                written = 0  # a dead writer process is dealt with in `_write_some`
+            data = data[written:]
+            if not data:
+                self._write_some()  # settles the waiters
+                return
+        self._outbuf += data
+        self._write_some()
 
-    def _retire_process(self) -> None:
-        """Forget a failed writer process, keeping its reported totals."""
-        if self._process is not None:
-            self._process.close(5.0)
-            self._process = None
+    def _write_some(self) -> None:
+        """As much of the buffer as the pipe takes now; the loop calls back for the rest."""
+        process = self._process
+        if process is None:
+            return
+        while self._outbuf:
+            try:
+                written = os.write(process.fd, self._outbuf)
+            except BlockingIOError:
+                break
+            except OSError:  # the writer process died: a fresh one gets the rest
+                log.warning("trace store: the writer process ended; starting a new one")
+                self._replace_process()
+                process = self._process
+                if process is None:
+                    return
+                continue
+            del self._outbuf[:written]
+        if self._loop is None:
+            return
+        if self._outbuf:
+            if not self._watching:
+                self._loop.add_writer(process.fd, self._write_some)
+                self._watching = True
+            return
+        if self._watching:
+            self._loop.remove_writer(process.fd)
+            self._watching = False
+        self._in_flight = 0
+        for waiter in self._written_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._written_waiters.clear()
+
+    def _replace_process(self) -> None:
+        """Forget a dead writer process (keeping its reported totals); start another."""
+        old = self._process
+        if old is not None:
+            if self._watching and self._loop is not None:
+                self._loop.remove_writer(old.fd)
+                self._watching = False
+            try:
+                old.proc.kill()
+                old.proc.poll()  # reap it if it is gone already
+            except OSError:
+                pass
         self._done_before = (self._done_before[0] + self._reported[0],
                              self._done_before[1] + self._reported[1])
         self._reported = (0, 0)
+        self._process = None
+        if self._replacements >= MAX_REPLACEMENTS:
+            log.error("trace store: the writer process keeps dying; %d traces lost",
+                      self._in_flight + len(self._pending))
+            self._lost += self._in_flight + len(self._pending)
+            self._in_flight = 0
+            self._pending.clear()
+            self._outbuf.clear()
+            return
+        self._replacements += 1
+        try:
+            self._process = _WriterProcess(self._settings())
+        except OSError:
+            log.exception("trace store: cannot start the writer process")
+
+    async def _all_written(self) -> None:
+        if not self._outbuf or self._loop is None:
+            return
+        waiter = self._loop.create_future()
+        self._written_waiters.append(waiter)
+        await waiter
+
+    async def flush(self) -> None:
+        """Wait until every trace submitted so far is committed."""
+        if not self._started or self._loop is None:
+            return
+        async with self._flush_lock:
+            if self._drain_handle is not None:
+                self._drain_handle.cancel()
+            self._drain()
+            if self._process is None:
+                return
+            self._flushes += 1
+            number = self._flushes
+            self._send(f'["flush",{number}]\n'.encode())
+            await self._all_written()
+            process = self._process
+            if process is None:
+                return
+            try:
+                self._reported = await run_in_thread(process.read_ack, number)
+            except (OSError, ValueError):
+                log.warning("trace store: the writer process ended before a flush")
+                self._replace_process()
+
+    async def aclose(self) -> None:
+        """Commit everything submitted, stop the writer process, close the files."""
+        if self._closed:
+            await run_in_thread(self.close_sync)
+            return
+        if not self._started and self._pending:
+            try:
+                await self.start()  # submitted but never started: still keep them
+            except TraceStoreError:
+                log.exception("trace store: %d traces could not be kept", len(self._pending))
+        await self.flush()
+        self._closed = True
+        if self._drain_handle is not None:
+            self._drain_handle.cancel()
+            self._drain_handle = None
+        process, self._process = self._process, None
+        if process is not None:
+            if self._watching and self._loop is not None:
+                self._loop.remove_writer(process.fd)
+                self._watching = False
+            await run_in_thread(process.close, 30.0)
+        await run_in_thread(self.close_sync)
+
+    def close_sync(self, timeout: float = 30.0) -> None:
+        """Close the reading side (a store only read from, as the CLI does)."""
+        self._closed = True
+        with self._read_lock:
+            if self._read_conn is not None:
+                self._read_conn.close()
+                self._read_conn = None
 
     @property
     def written(self) -> int:
@@ -571,46 +660,6 @@ class SQLiteTraceStore:
         """CPU time the writer process has used (Linux), or None when not running."""
         process = self._process
         return None if process is None else process.cpu_seconds()
-
-    def _control(self, stop: bool = False) -> threading.Event | None:
-        if self._thread is None or not self._thread.is_alive():
-            return None
-        done = threading.Event()
-        self._queue.put(_Control(done, stop))
-        self._wake.set()
-        return done
-
-    def flush_sync(self, timeout: float = 30.0) -> None:
-        """Block until every trace submitted so far is committed."""
-        done = self._control()
-        if done is not None:
-            done.wait(timeout)
-
-    async def flush(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            await run_in_thread(self.flush_sync)
-
-    async def aclose(self) -> None:
-        """Commit everything submitted, stop the writer, close the files."""
-        await run_in_thread(self.close_sync)
-
-    def close_sync(self, timeout: float = 30.0) -> None:
-        pending = not self._queue.empty()
-        if self._thread is None and pending and not self._closed:
-            try:
-                self._start_sync()  # submitted but never started: still keep them
-            except TraceStoreError:
-                log.exception("trace store: %d traces could not be kept", self._queue.qsize())
-        self._closed = True
-        done = self._control(stop=True)
-        if done is not None:
-            done.wait(timeout)
-        if self._thread is not None:
-            self._thread.join(timeout)
-        with self._read_lock:
-            if self._read_conn is not None:
-                self._read_conn.close()
-                self._read_conn = None
 
     # -- reading (sync: call from a thread, or from the CLI)
 
@@ -671,7 +720,8 @@ class SQLiteTraceStore:
 
     def stats(self) -> dict[str, Any]:
         return {"path": str(self.path), "written": self.written, "dropped": self.dropped,
-                "failed_writes": self.failed_writes, "pending": self._queue.qsize()}
+                "failed_writes": self.failed_writes,
+                "pending": len(self._pending) + self._in_flight}
 
 
 def open_trace_sink(config: TraceConfig) -> TraceSink:

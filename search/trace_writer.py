@@ -8,7 +8,9 @@ priority, does the rest on another core.
 
 Protocol, one JSON array per line on stdin:
 - `["trace", trace_id, started_at, query, status_code, duration_ms, chain, dropped_events,
-  error, results, dry_run, replay_of, captures, session_id]`: a finished request;
+  error, results, dry_run, replay_of, captures, session_id]`: a finished request, its
+  chain either `["raw", started, entries]` (as `routing.events` recorded it) or
+  `["events", [event, ...]]`;
 - `["now", unix_seconds]`: the server's clock, for retention by age;
 - `["flush", n]`: answered on stdout by `["flushed", n, written, failed]` once every trace
   before it is committed (totals since start).
@@ -31,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from routing.events import RecordedChain
 from search.json_codec import dumps
 from search.trace_rows import INSERT, prune, trace_row
 from search.traces import TraceRecord
@@ -52,19 +55,29 @@ class WriterSettings:
 
 
 def record_line(record: TraceRecord, capture_results: bool) -> bytes:
-    """The line the server sends for `record` (captures only when they will be stored)."""
+    """The line the server sends for `record` (captures only when they will be stored).
+
+    The chain goes as the request recorded it (`["raw", started, entries]`) when it came
+    straight from one: the event dicts are built here, in this process, not in the server.
+    """
     captures = record.captures_as_dicts() if capture_results else []
-    return dumps(
-        ["trace", record.trace_id, record.started_at, record.query, record.status_code,
-         record.duration_ms, record.chain, record.dropped_events, record.error,
-         record.results, record.dry_run, record.replay_of, captures, record.session_id]
-    ) + b"\n"
+    recorded = record.recorded
+    chain: list[Any] = (["raw", recorded.started, recorded.entries] if recorded is not None
+                        else ["events", record.chain])
+    message = ["trace", record.trace_id, record.started_at, record.query, record.status_code,
+               record.duration_ms, chain, record.dropped_events, record.error, record.results,
+               record.dry_run, record.replay_of, captures, record.session_id]
+    try:
+        return orjson.dumps(message, default=str, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # an integer beyond 64 bits, a non-string key: the slow way
+        return dumps(message) + b"\n"
 
 
 def _record(fields: list[Any]) -> TraceRecord:
     (trace_id, started_at, query, status_code, duration_ms, chain, dropped, error, results,
      dry_run, replay_of, captures, session_id) = fields
-    return TraceRecord(trace_id, started_at, query, status_code, duration_ms, chain,
+    events = RecordedChain(chain[2], chain[1]) if chain[0] == "raw" else chain[1]
+    return TraceRecord(trace_id, started_at, query, status_code, duration_ms, events,
                        dropped, error, results, dry_run, replay_of, captures, session_id)
 
 

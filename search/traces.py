@@ -8,6 +8,7 @@ last N in memory.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from routing.events import RecordedChain
@@ -73,6 +74,19 @@ class TraceRecord:
     def chain(self) -> list[dict[str, Any]]:
         chain = self._chain
         return chain.events() if isinstance(chain, RecordedChain) else chain
+
+    @property
+    def recorded(self) -> RecordedChain | None:
+        """The raw recording, when the chain came straight from a request."""
+        chain = self._chain
+        return chain if isinstance(chain, RecordedChain) else None
+
+    def step_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(step, fields) per event without building the event dicts (for counting)."""
+        chain = self._chain
+        if isinstance(chain, RecordedChain):
+            return chain.step_fields()
+        return ((str(event.get("step")), event) for event in chain)
 
     def captures_as_dicts(self) -> list[dict[str, Any]]:
         """The captures as stored; a record read back (in the writer) has dicts already."""
