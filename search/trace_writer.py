@@ -109,8 +109,10 @@ class Writer:
                 elif kind == "flush":
                     flushes.append(int(message[1]))
             except Exception:  # one odd line must not stop the writer
-                log.exception("trace writer: dropping an unreadable trace")
                 self.failed += 1
+                if self.failed <= 3 or self.failed % 1000 == 0:  # a systematic fault: no flood
+                    log.exception("trace writer: dropping an unreadable trace (%d so far)",
+                                  self.failed)
         if rows or self.now is not None:
             self._commit(rows)
         return flushes

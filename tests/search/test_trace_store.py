@@ -493,3 +493,31 @@ async def test_a_store_written_by_the_previous_schema_is_upgraded_in_place(tmp_p
         assert by_id["b" * 32]["session_id"] == "kitchen"
     finally:
         reader.close_sync()
+
+
+def test_the_writer_process_skips_unreadable_lines_without_flooding_its_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A line the writer process cannot read (a half-written one after a crash, another
+    version's) is counted and skipped; the traces around it are still committed."""
+    import io
+    import json
+
+    from search.trace_writer import WriterSettings, record_line, serve
+
+    db = tmp_path / "traces.db"
+    SQLiteTraceStore(TraceConfig(path=str(db))).open_sync()
+    good = [record_line(make_record(f"{n:032x}"), False) for n in range(3)]
+    data = good[0] + b"not json\n" * 50 + good[1] + b'["trace", "short"]\n' + good[2]
+    data += b'["flush", 1]\n'
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)
+    os.close(write_end)
+    answers = io.StringIO()
+    settings = WriterSettings(path=str(db), max_traces=100, max_age_days=30)
+    with caplog.at_level("ERROR", logger="search.traces"):
+        serve(settings, read_end, answers, linger_s=0)
+    os.close(read_end)
+    assert json.loads(answers.getvalue().splitlines()[0]) == ["flushed", 1, 3, 51]
+    assert len([r for r in caplog.records if "unreadable" in r.getMessage()]) == 3
+    assert SQLiteTraceStore(TraceConfig(path=str(db))).count() == 3
