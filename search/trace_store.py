@@ -500,11 +500,11 @@ class SQLiteTraceStore:
         self._drain_handle = None
         if not self._pending or self._process is None:
             return
-        self._pending.insert(0, f'["now",{self.clock()!r}]\n'.encode())
-        self._in_flight += len(self._pending) - 1
-        data = b"".join(self._pending)
-        self._pending.clear()
-        self._send(data)
+        # Swap the list first: a line submitted from another thread meanwhile lands in
+        # one list or the other, never in neither.
+        pending, self._pending = self._pending, []
+        self._in_flight += len(pending)
+        self._send(f'["now",{self.clock()!r}]\n'.encode() + b"".join(pending))
 
     def _send(self, data: bytes) -> None:
         """`data` into the pipe now if it takes it (the usual case: one write, no copy),

@@ -521,3 +521,23 @@ def test_the_writer_process_skips_unreadable_lines_without_flooding_its_log(
     assert json.loads(answers.getvalue().splitlines()[0]) == ["flushed", 1, 3, 51]
     assert len([r for r in caplog.records if "unreadable" in r.getMessage()]) == 3
     assert SQLiteTraceStore(TraceConfig(path=str(db))).count() == 3
+
+
+async def test_traces_submitted_from_worker_threads_are_all_kept(tmp_path: Path) -> None:
+    """Writing runs on the event loop; a trace submitted from another thread joins the
+    next burst, including while a burst is being written."""
+    db = tmp_path / "traces.db"
+    store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=0.001)
+    await store.start()
+
+    def submit_many(offset: int) -> None:
+        for n in range(offset, offset + 200):
+            store.submit(make_record(f"{n:032x}"))
+            if n % 50 == 0:
+                time.sleep(0.002)  # let the loop drain in between
+
+    await asyncio.gather(*(asyncio.to_thread(submit_many, k * 1000) for k in range(3)),
+                         asyncio.sleep(0.05))
+    await store.flush()
+    assert store.written == 600 and store.failed_writes == 0
+    await store.aclose()
