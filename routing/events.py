@@ -56,15 +56,9 @@ class RouteLog:
         # (source, query, items) of every real source answer, for `trace.capture_results`.
         self.captures: list[tuple[str, str, list[Any]]] = []
 
-    def append(self, step: str, part: str, fields: dict[str, Any]) -> None:
-        """Add one event (`record` inlines the common case: under the bound)."""
-        if len(self.entries) < self.max_events:
-            self.entries.append((_clock(), part, step, fields))
-        else:
-            self.past_bound(step, part, fields)
-
     def past_bound(self, step: str, part: str, fields: dict[str, Any]) -> None:
-        """An event past `max_events`: counted, and kept only if it must be."""
+        """An event past `max_events` (`record` appends the others itself): counted, and
+        kept only if it must be."""
         if step in _ALWAYS_KEPT:
             seq = len(self.entries) + len(self.dropped_steps)
             self.entries.append((_clock(), part, step, fields, seq))
@@ -160,7 +154,7 @@ def record(step: str, **fields: Any) -> None:
     log = _log.get()
     if log is None:
         return
-    # `RouteLog.append`, inlined: this runs for every event of every request.
+    # Inline, no method call: this runs for every event of every request.
     entries = log.entries
     if len(entries) < log.max_events:
         entries.append((_clock(), _part.get(), step, fields))

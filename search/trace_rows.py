@@ -173,14 +173,6 @@ def _flat_results(results: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         yield result
 
 
-def _captures_of(record: TraceRecord) -> list[dict[str, Any]]:
-    """The record's captured answers as dicts (kept raw on the record until stored)."""
-    as_dicts = getattr(record, "captures_as_dicts", None)
-    if as_dicts is not None:
-        return list(as_dicts())
-    return [dict(c) for c in record.captures]  # type: ignore[call-overload]
-
-
 def replay_captures(record: TraceRecord) -> list[dict[str, Any]]:
     """Everything a deterministic replay needs from the sources, in call order.
 
@@ -188,7 +180,7 @@ def replay_captures(record: TraceRecord) -> list[dict[str, Any]]:
     the recorded `source_invoked` events, and answers served from the result cache from
     the part result they produced, so a replay reproduces those steps too.
     """
-    captures = _captures_of(record)
+    captures = record.captures_as_dicts()
     answered = {(c["source"], c["query"]) for c in captures}
     for event in record.chain:
         step = event.get("step")

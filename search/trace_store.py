@@ -36,17 +36,14 @@ from typing import Any, Protocol
 
 from routing.events import run_in_thread
 from search.config import ConfigError, TraceConfig
-from search.trace_rows import (  # noqa: F401 - digest, redact, replay_captures: re-exported
+from search.trace_rows import (  # noqa: F401 - redact: re-exported for its callers
     MIGRATIONS,
     OUTCOMES,
     SCHEMA,
     SCHEMA_VERSION,
     digest,
-    is_digest,
     prune,
     redact,
-    replay_captures,
-    trace_row,
 )
 from search.trace_writer import record_line
 from search.traces import NullTraceSink, TraceRecord, TraceSink
