@@ -7,7 +7,9 @@ their first letter far more often than not, and the first-letter guard keeps "fl
 from meaning "lights" and "train" from meaning "rain".
 
 A `*` in a phrase stands for one to four words, so a question's frame can be a rule
-("what does * mean", "how old is *") without naming what it is about.
+("what does * mean", "how old is *") without naming what it is about. A word written
+`=play` matches only itself, no inflection and no typo: a command's imperative ("play the
+movie") is not its participle ("is the movie playing at the cinema").
 
 Each matched phrase adds its weight to its route's score: its number of words, or the
 weight written after a caret ("tell me about ^0.5": a question's frame should lose to a
@@ -26,6 +28,8 @@ from rapidfuzz import fuzz
 
 NONE = "none"
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|\*")
+_RULE_WORD = re.compile(r"=?[a-z0-9]+(?:'[a-z]+)?|\*")
+_EXACT = "="  # the prefix of a rule word that matches only itself
 _MIN_FUZZY_LEN = 5  # shorter words must match exactly ("rain" vs "ruin")
 # Inflections a rule word may carry: "rain" matches "rains", "raining", "rainy".
 _SUFFIXES = ("s", "es", "ed", "ing", "y", "er", "ier", "est", "iest", "d", "ning", "ny")
@@ -42,7 +46,7 @@ _WEIGHT = re.compile(r"^(?P<phrase>.*?)\s*\^\s*(?P<weight>[0-9]+(?:\.[0-9]+)?)\s
 
 
 def _rule_words(phrase: str) -> tuple[str, ...]:
-    return tuple(_WORD.findall(phrase.lower().replace("’", "'")))
+    return tuple(_RULE_WORD.findall(phrase.lower().replace("’", "'")))
 
 
 def parse_rule(text: str) -> tuple[tuple[str, ...], float | None, str]:
@@ -101,7 +105,7 @@ class KeywordRules:
             for word in literal:
                 if word not in self._vocab:
                     self._vocab.add(word)
-                    if len(word) >= _MIN_FUZZY_LEN:
+                    if len(word) >= _MIN_FUZZY_LEN and word[0] != _EXACT:
                         self._fuzzy_by_letter.setdefault(word[0], []).append(word)
         self._word_cache: dict[str, frozenset[str]] = {}
 
@@ -110,7 +114,7 @@ class KeywordRules:
         found = self._word_cache.get(query_word)
         if found is not None:
             return found
-        hits = {query_word} & self._vocab
+        hits = {query_word, _EXACT + query_word} & self._vocab
         for suffix in _SUFFIXES:
             stem = query_word[: -len(suffix)]
             if query_word.endswith(suffix) and len(stem) >= 3 and stem in self._vocab:
@@ -127,6 +131,8 @@ class KeywordRules:
     def _word_matches(self, query_word: str, rule_word: str) -> bool:
         if query_word == rule_word:
             return True
+        if rule_word[0] == _EXACT:
+            return query_word == rule_word[1:]
         if (
             len(rule_word) >= 3
             and query_word.startswith(rule_word)
@@ -183,7 +189,8 @@ class KeywordRules:
     def _exact(self, words: list[str], positions: tuple[int, ...], phrase: tuple[str, ...]) -> bool:
         literal = [w for w in phrase if w != "*"]
         return all(
-            words[p] == w or (words[p].startswith(w) and words[p][len(w):] in _SUFFIXES)
+            words[p] == w.lstrip(_EXACT)
+            or (words[p].startswith(w) and words[p][len(w):] in _SUFFIXES)
             for p, w in zip(positions, literal, strict=True)
         )
 

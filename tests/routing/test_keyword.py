@@ -69,6 +69,16 @@ def test_none_rules_mark_requests_no_source_serves() -> None:
     assert route("play the news on spotify") == "none"  # none phrases weigh one more
 
 
+def test_an_exact_word_matches_only_itself() -> None:
+    rules = KeywordRules({"ha": ["=play * movie ^2.5"], "web": ["cinema"]})
+    found = rules.match("play the new movie")
+    assert found is not None and found.route == "ha" and found.matched == ("=play * movie",)
+    assert rules.match("is the movie playing") is None  # no inflection
+    assert rules.match("which cinema plays the new movie").route == "web"  # type: ignore[union-attr]
+    assert rules.match("plya the movie") is None  # no typo either
+    assert parse_rule("=play * movie ^2.5")[0] == ("=play", "*", "movie")
+
+
 def test_parse_rule_reads_weights() -> None:
     assert parse_rule("tell me about ^0.5") == (("tell", "me", "about"), 0.5, "tell me about")
     assert parse_rule("what does * mean") == (("what", "does", "*", "mean"), None,
@@ -123,3 +133,6 @@ def test_shipped_definition_frames_outweigh_the_word_defined() -> None:
     # a room makes a temperature question the home's, not the weather's
     assert shipped("is it cold in the basement") == "ha"
     assert shipped("is it cold outside") == "forecast"
+    # a film playing at a cinema is not a film to play on the TV
+    assert shipped("what movies are playing at the movies tonight") == "web"
+    assert shipped("play the movie inception on the tv") == "ha"
