@@ -7,7 +7,8 @@ Hard separators (";", "and also", "and then", sentence ends) always split. Soft 
 an imperative, a wake word ("olly, ..."), a request's topic ("weather in Oslo", "the
 latest tech headlines", "the five day forecast") or a superlative ("best bar in town",
 "tallest building"; not "the fastest and cheapest way"); after "and", a condition with its
-consequence ("and if it rains close the windows") opens one too; after a
+consequence ("and if it rains close the windows") opens one too, while a verb and a
+pronoun ("and use it", ", turn it up") continue the request before; after a
 comma, any clause of three words or more that doesn't continue the previous one
 ("in Paris", "or the blue one") counts too. Every part is a substring of the query, and
 splitting a part again returns it unchanged.
@@ -37,9 +38,10 @@ QUESTION_AFTER_WHEN = frozenset(
 WAKE_WORDS = frozenset(["hey", "hi", "ok", "okay", "olly", "alexa", "siri", "google", "computer", "jarvis", "assistant"])
 _FILLERS = WAKE_WORDS | frozenset(["please", "so", "well", "now", "um", "uh", "oh", "and"])
 
-# Nouns that head a request on their own: "..., weather in Oslo", "and news from Kenya".
+# Nouns that head a request on their own: "..., weather in Oslo", "and news from Kenya",
+# "and lights down to seven".
 TOPIC_OPENERS = frozenset(
-    ["weather", "forecast", "news", "headlines", "humidity", "temperature", "traffic", "table", "movie", "movies", "film", "films", "showtimes", "stocks", "stock", "exchange", "scores", "events", "concerts", "restaurants", "prices", "definition", "meaning", "population"]
+    ["weather", "forecast", "news", "headlines", "humidity", "temperature", "traffic", "table", "movie", "movies", "film", "films", "showtimes", "stocks", "stock", "exchange", "scores", "events", "concerts", "restaurants", "prices", "definition", "meaning", "population", "lights", "lamps", "heating", "thermostat", "blinds", "curtains"]
 )
 
 # Words that may come before a request's topic: "recent tech headlines", "the weather in
@@ -158,6 +160,21 @@ def _coordinated(left: str, right: str) -> bool:
     return bool(before and after) and before[-1] in _SUPERLATIVES and after[0] in _SUPERLATIVES
 
 
+_PRONOUNS = frozenset(["it", "them", "that", "this", "one"])
+_PARTICLES = frozenset(["on", "off", "up", "down", "out", "again", "please", "now", "too"])
+
+
+def _refers_back(text: str) -> bool:
+    """A verb and a pronoun ("use it", "turn them off"): the thing is in the request before,
+    so the clause continues it ("activate the vacuum cleaner and use it")."""
+    words = _words(text)
+    return (
+        2 <= len(words) <= 4
+        and words[1] in _PRONOUNS
+        and all(w in _PARTICLES for w in words[2:])
+    )
+
+
 def _conditional_request(text: str) -> bool:
     """After "and": a condition with its consequence opens a request of its own
     ("turn on the fan and if it rains close the windows"; "... and if i have five dollars
@@ -190,7 +207,7 @@ def split_spans(query: str) -> list[Span]:
         right = query[match.end() : next_start]
         if match.group("hard") is not None:
             accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
-        elif not _can_stand_alone(left) or _coordinated(left, right):
+        elif not _can_stand_alone(left) or _coordinated(left, right) or _refers_back(right):
             accept = False
         elif match.group("soft") == ",":
             accept = is_complete_request(right) or (

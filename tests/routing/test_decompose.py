@@ -67,6 +67,9 @@ from routing.decompose import decompose, is_complete_request
          ["turn on the fan", "if it rains close the windows"]),
         ("dim the lights and if i have ten dollars how much is that in yen",
          ["dim the lights", "if i have ten dollars how much is that in yen"]),
+        # a device heads a request ("and lights down to seven")
+        ("recommend a pub on mg road and lights down to seven",
+         ["recommend a pub on mg road", "lights down to seven"]),
     ],
 )
 def test_compound_queries_split(query: str, parts: list[str]) -> None:
@@ -94,6 +97,10 @@ def test_compound_queries_split(query: str, parts: list[str]) -> None:
         "who is the best and worst president",
         "turn on the lights if it's dark and if it's after six",  # a bare second condition
         "what's the relationship between inflation and interest rates",
+        # a verb and a pronoun continue the request before: alone, they name nothing
+        "activate the vacuum cleaner and use it",
+        "put on some music, turn it up",
+        "open the blinds and close them again",
     ],
 )
 def test_single_requests_stay_whole(query: str) -> None:
