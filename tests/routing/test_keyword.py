@@ -136,3 +136,9 @@ def test_shipped_definition_frames_outweigh_the_word_defined() -> None:
     # a film playing at a cinema is not a film to play on the TV
     assert shipped("what movies are playing at the movies tonight") == "web"
     assert shipped("play the movie inception on the tv") == "ha"
+    # a media player's "play the Queen album" is the home's; a music request is unserved
+    assert shipped("play the Queen album") == "ha"
+    assert shipped("please play an album from 1987") == "none"
+    assert shipped("play the best album from the seventies") == "none"
+    # a name that looks like a frame word ("anthony", "antonym") is not that frame
+    assert shipped("add jency anthony to my playlist") == "none"
