@@ -10,13 +10,17 @@ latest tech headlines", "the five day forecast") or a superlative ("best bar in 
 consequence ("and if it rains close the windows") opens one too, while a verb and a
 pronoun ("and use it", ", turn it up") continue the request before; after a
 comma, any clause of three words or more that doesn't continue the previous one
-("in Paris", "or the blue one") counts too. Every part is a substring of the query, and
-splitting a part again returns it unchanged.
+("in Paris", "or the blue one") counts too. Where the grammar sees one request, the
+routing rules may still see two: given `claims` (the keyword stage's verdict on a clause), a
+soft separator between two clauses claimed by different routes splits ("what will the
+weather be in Lago Vista and the last hawk gets three out of six stars"). Every part is a
+substring of the query, and splitting a part again returns it unchanged.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from routing.text import CLAUSE_TRIM, CLAUSE_WORD
@@ -196,8 +200,24 @@ def _trim(query: str, start: int, end: int) -> Span | None:
     return Span(start, end) if end > start else None
 
 
-def split_spans(query: str) -> list[Span]:
-    """The parts of `query` as spans into it, in order."""
+Claims = Callable[[str], "str | None"]
+
+
+def _claimed_apart(left: str, right: str, claims: Claims | None) -> bool:
+    """Two sides the routing rules give to different routes ("what will the weather be in
+    Lago Vista and the last hawk gets three out of six stars"): two requests, even where the
+    grammar above saw one."""
+    if claims is None:
+        return False
+    mine, theirs = claims(left), claims(right)
+    return mine is not None and theirs is not None and mine != theirs
+
+
+def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
+    """The parts of `query` as spans into it, in order.
+
+    `claims` (optional) names the route the keyword rules give a clause, or None: a soft
+    separator the grammar rejected still splits two clauses claimed by different routes."""
     cuts: list[tuple[int, int]] = []  # separator spans that were accepted
     candidates = list(_SEPARATORS.finditer(query))
     segment_start = 0
@@ -215,6 +235,14 @@ def split_spans(query: str) -> list[Span]:
             )
         else:
             accept = is_complete_request(right) or _conditional_request(right)
+        if (
+            not accept
+            and match.group("soft") is not None
+            and len(_words(left)) >= 2
+            and len(_words(right)) >= 2
+            and not _refers_back(right)
+        ):
+            accept = _claimed_apart(left, right, claims)
         if accept:
             cuts.append((match.start(), match.end()))
             segment_start = match.end()
@@ -231,9 +259,9 @@ def split_spans(query: str) -> list[Span]:
     return spans
 
 
-def decompose(query: str) -> list[str]:
+def decompose(query: str, claims: Claims | None = None) -> list[str]:
     """The parts of `query`; a query with no separator comes back as one part."""
-    spans = split_spans(query)
+    spans = split_spans(query, claims)
     if not spans:
         return [query.strip()] if query.strip() else []
     return [query[s.start : s.end] for s in spans]

@@ -11,6 +11,7 @@ escalated to the LLM when one is configured (`discourse_escalated` on both event
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
@@ -70,6 +71,9 @@ class Escalation(Protocol):
         """A fresh decision (its event recorded), or None to keep the keyword's."""
 
 
+CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
+
+
 class KeywordStage:
     """Rules from `routing.keywords`; discourse-dependent matches go on to the LLM if any."""
 
@@ -79,6 +83,14 @@ class KeywordStage:
         self.rules = rules
         self.escalation = escalation
         self._match = lru_cache(maxsize=_MEMO_SIZE)(rules.match)
+
+    def claim(self, text: str) -> str | None:
+        """The route (or "none") the rules give `text` alone by more than a hint ("nearby"
+        weighs less than a topic); records nothing."""
+        match = self._match(text)
+        if match is None or match.scores[match.route] < CLAIM_WEIGHT:
+            return None
+        return match.route
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         match = self._match(query)
@@ -132,6 +144,13 @@ class Resolver:
         self.default_route = default_route
         self.sessions = sessions
         self.fallback_reason = fallback_reason
+
+    def keyword_claims(self) -> Callable[[str], str | None] | None:
+        """What the keyword stage would say of a clause, for decomposition (None without one)."""
+        for stage in self.stages:
+            if isinstance(stage, KeywordStage):
+                return stage.claim
+        return None
 
     async def start(self) -> None:
         """Load what stages need (models, clients) once; never at import time."""

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from routing.conditional import Conditional, extract_conditional
-from routing.decompose import CONDITION_OPENERS, decompose
+from routing.decompose import CONDITION_OPENERS, Claims, decompose
 from routing.dispatch import Answer, Dispatcher
 from routing.events import part_scope, record
 from routing.intents import ResolveContext, Resolver
@@ -67,11 +67,13 @@ _MEMO_SIZE = 2048
 
 
 @lru_cache(maxsize=_MEMO_SIZE)
-def _top_level(query: str) -> tuple[Conditional | None, tuple[str, ...]]:
+def _top_level(
+    query: str, claims: Claims | None = None
+) -> tuple[Conditional | None, tuple[str, ...]]:
     """A leading condition (if any) and the parts of the rest."""
     found = extract_conditional(query) if _starts_with_condition(query) else None
     rest = found.remainder if found is not None else query
-    return found, tuple(decompose(rest)) if rest.strip() else ()
+    return found, tuple(decompose(rest, claims)) if rest.strip() else ()
 
 
 _conditional_in = lru_cache(maxsize=_MEMO_SIZE)(extract_conditional)
@@ -83,9 +85,10 @@ class Router:
     def __init__(self, resolver: Resolver, dispatcher: Dispatcher) -> None:
         self.resolver = resolver
         self.dispatcher = dispatcher
+        self.claims: Claims | None = resolver.keyword_claims()
 
     def _units(self, query: str) -> list[_Unit]:
-        found, parts = _top_level(query)
+        found, parts = _top_level(query, self.claims)
         units: list[_Unit] = []
         if found is not None:
             record(

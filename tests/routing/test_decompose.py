@@ -134,3 +134,32 @@ def test_a_condition_about_the_asker_is_a_premise_not_a_condition(query: str) ->
 def test_a_condition_about_the_world_is_still_extracted() -> None:
     found = extract_conditional("turn on the heating if it is cold")
     assert found is not None and found.condition == "it is cold"
+
+
+def _keyword_claims() -> object:
+    from routing.intents import KeywordStage
+    from routing.keyword import KeywordRules
+
+    rules = KeywordRules(
+        {"forecast": ["weather"], "ha": ["lights", "lamp"], "web": ["news", "nearby ^0.75"]},
+        none_rules=["out of * stars"],
+    )
+    return KeywordStage(rules).claim
+
+
+def test_clauses_claimed_by_different_routes_split() -> None:
+    claims = _keyword_claims()
+    query = "what will the weather be in lago vista and the last hawk gets 3 out of 6 stars"
+    assert decompose(query) == [query]  # the grammar alone sees one request
+    assert decompose(query, claims) == [  # type: ignore[arg-type]
+        "what will the weather be in lago vista", "the last hawk gets 3 out of 6 stars"]
+    assert decompose("tell me the news and the weather", claims) == [  # type: ignore[arg-type]
+        "tell me the news", "the weather"]
+
+
+def test_clauses_claimed_alike_or_by_a_hint_stay_whole() -> None:
+    claims = _keyword_claims()
+    for query in ("dim the lights and the lamp",  # one route
+                  "how is the weather at the lake and nearby right now",  # "nearby" is a hint
+                  "salt and pepper"):  # nobody's
+        assert decompose(query, claims) == [query]  # type: ignore[arg-type]
