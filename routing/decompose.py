@@ -238,7 +238,8 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
         if (
             not accept
             and match.group("soft") is not None
-            and len(_words(left)) >= 2
+            and _can_stand_alone(left)  # not a condition waiting for its consequence
+            and not _coordinated(left, right)
             and len(_words(right)) >= 2
             and not _refers_back(right)
         ):

@@ -160,6 +160,7 @@ def test_clauses_claimed_by_different_routes_split() -> None:
 def test_clauses_claimed_alike_or_by_a_hint_stay_whole() -> None:
     claims = _keyword_claims()
     for query in ("dim the lights and the lamp",  # one route
+                  "if the weather is bad, the lights",  # a condition and its consequence
                   "how is the weather at the lake and nearby right now",  # "nearby" is a hint
                   "salt and pepper"):  # nobody's
         assert decompose(query, claims) == [query]  # type: ignore[arg-type]
