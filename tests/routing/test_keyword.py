@@ -107,8 +107,9 @@ async def test_unserved_ends_at_a_low_confidence_default() -> None:
 
 
 def _shipped_rules() -> KeywordRules:
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
     routing = config["routing"]
