@@ -28,9 +28,9 @@ SLACK = 0.015
 
 # Held-out accuracy today (see the module docstring), per file and expected label.
 FLOORS: dict[str, dict[str, float]] = {
-    "ha_intents_tests.jsonl": {"ha": 0.956, "forecast": 1.0},
+    "ha_intents_tests.jsonl": {"ha": 0.960, "forecast": 1.0},
     "slurp_devel.jsonl": {"forecast": 0.950, "ha": 0.981, "kiwix": 0.884, "web": 0.983},
-    "slurp_devel_compound.jsonl": {"*": 0.904},
+    "slurp_devel_compound.jsonl": {"*": 0.913},
     "mixsnips_dev.jsonl": {"*": 0.938},
 }
 NONE_CONFIDENT_CEILING = {"slurp_devel.jsonl": 0.065, "ha_intents_tests.jsonl": 0.0}
