@@ -86,6 +86,9 @@ _SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<soft>{_SOFT})", re.IGNORECASE)
 class Span:
     start: int
     end: int
+    # Split from the part before only because the keyword rules claim the two for
+    # different routes: (the route before, this part's route). None: the grammar split.
+    claimed: tuple[str, str] | None = None
 
 
 def _words(text: str) -> list[str]:
@@ -192,25 +195,29 @@ def _conditional_request(text: str) -> bool:
     return _can_stand_alone(text) or extract_conditional(text) is not None
 
 
-def _trim(query: str, start: int, end: int) -> Span | None:
+def _trim(
+    query: str, start: int, end: int, claimed: tuple[str, str] | None = None
+) -> Span | None:
     while start < end and query[start] in CLAUSE_TRIM:
         start += 1
     while end > start and query[end - 1] in CLAUSE_TRIM:
         end -= 1
-    return Span(start, end) if end > start else None
+    return Span(start, end, claimed) if end > start else None
 
 
 Claims = Callable[[str], "str | None"]
 
 
-def _claimed_apart(left: str, right: str, claims: Claims | None) -> bool:
-    """Two sides the routing rules give to different routes ("what will the weather be in
-    Lago Vista and the last hawk gets three out of six stars"): two requests, even where the
-    grammar above saw one."""
+def _claimed_apart(left: str, right: str, claims: Claims | None) -> tuple[str, str] | None:
+    """The two routes, when the routing rules give the sides to different ones ("what will
+    the weather be in Lago Vista and the last hawk gets three out of six stars"): two
+    requests, even where the grammar above saw one."""
     if claims is None:
-        return False
+        return None
     mine, theirs = claims(left), claims(right)
-    return mine is not None and theirs is not None and mine != theirs
+    if mine is not None and theirs is not None and mine != theirs:
+        return mine, theirs
+    return None
 
 
 def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
@@ -218,7 +225,8 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
 
     `claims` (optional) names the route the keyword rules give a clause, or None: a soft
     separator the grammar rejected still splits two clauses claimed by different routes."""
-    cuts: list[tuple[int, int]] = []  # separator spans that were accepted
+    # separator spans that were accepted, with the claimed routes when the rules split it
+    cuts: list[tuple[int, int, tuple[str, str] | None]] = []
     candidates = list(_SEPARATORS.finditer(query))
     segment_start = 0
     for index, match in enumerate(candidates):
@@ -235,6 +243,7 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
             )
         else:
             accept = is_complete_request(right) or _conditional_request(right)
+        claimed = None
         if (
             not accept
             and match.group("soft") is not None
@@ -243,18 +252,21 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
             and len(_words(right)) >= 2
             and not _refers_back(right)
         ):
-            accept = _claimed_apart(left, right, claims)
+            claimed = _claimed_apart(left, right, claims)
+            accept = claimed is not None
         if accept:
-            cuts.append((match.start(), match.end()))
+            cuts.append((match.start(), match.end(), claimed))
             segment_start = match.end()
     spans: list[Span] = []
     position = 0
-    for cut_start, cut_end in cuts:
-        span = _trim(query, position, cut_start)
+    claimed_next: tuple[str, str] | None = None
+    for cut_start, cut_end, claimed in cuts:
+        span = _trim(query, position, cut_start, claimed_next)
         if span:
             spans.append(span)
         position = cut_end
-    last = _trim(query, position, len(query))
+        claimed_next = claimed
+    last = _trim(query, position, len(query), claimed_next)
     if last:
         spans.append(last)
     return spans
@@ -262,7 +274,15 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
 
 def decompose(query: str, claims: Claims | None = None) -> list[str]:
     """The parts of `query`; a query with no separator comes back as one part."""
+    return [text for text, _ in decompose_claimed(query, claims)]
+
+
+def decompose_claimed(
+    query: str, claims: Claims | None = None
+) -> list[tuple[str, tuple[str, str] | None]]:
+    """The parts, each with the routes the rules claimed when only they split it from the
+    part before (see `Span.claimed`), so the `decomposed` event can say why."""
     spans = split_spans(query, claims)
     if not spans:
-        return [query.strip()] if query.strip() else []
-    return [query[s.start : s.end] for s in spans]
+        return [(query.strip(), None)] if query.strip() else []
+    return [(query[s.start : s.end], s.claimed) for s in spans]

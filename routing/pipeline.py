@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from routing.conditional import Conditional, extract_conditional
-from routing.decompose import CONDITION_OPENERS, Claims, decompose
+from routing.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.dispatch import Answer, Dispatcher
 from routing.events import part_scope, record
 from routing.intents import ResolveContext, Resolver
@@ -66,14 +66,23 @@ def _starts_with_condition(text: str) -> bool:
 _MEMO_SIZE = 2048
 
 
+Claimed = tuple[tuple[int, str, str], ...]  # (part index, route before, its route)
+
+
 @lru_cache(maxsize=_MEMO_SIZE)
 def _top_level(
     query: str, claims: Claims | None = None
-) -> tuple[Conditional | None, tuple[str, ...]]:
-    """A leading condition (if any) and the parts of the rest."""
+) -> tuple[Conditional | None, tuple[str, ...], Claimed]:
+    """A leading condition (if any), the parts of the rest, and the parts the keyword rules
+    alone split off (with the routes they claimed)."""
     found = extract_conditional(query) if _starts_with_condition(query) else None
     rest = found.remainder if found is not None else query
-    return found, tuple(decompose(rest, claims)) if rest.strip() else ()
+    pieces = decompose_claimed(rest, claims) if rest.strip() else []
+    offset = 1 if found is not None else 0  # the condition is unit 0
+    claimed = tuple(
+        (index + offset, *routes) for index, (_, routes) in enumerate(pieces) if routes
+    )
+    return found, tuple(text for text, _ in pieces), claimed
 
 
 _conditional_in = lru_cache(maxsize=_MEMO_SIZE)(extract_conditional)
@@ -88,7 +97,7 @@ class Router:
         self.claims: Claims | None = resolver.keyword_claims()
 
     def _units(self, query: str) -> list[_Unit]:
-        found, parts = _top_level(query, self.claims)
+        found, parts, claimed = _top_level(query, self.claims)
         units: list[_Unit] = []
         if found is not None:
             record(
@@ -102,7 +111,14 @@ class Router:
         units.extend(_Unit(part) for part in parts)
         if len(units) > 1:
             shown = [u.conditional.consequence if u.conditional else u.text for u in units]
-            record("decomposed", query=query, parts=shown)
+            if claimed:
+                # split where the grammar saw one request: the keyword rules claimed the
+                # part for a different route than the part before
+                record("decomposed", query=query, parts=shown, claimed=[
+                    {"part": index, "routes": [before, after]} for index, before, after in claimed
+                ])
+            else:
+                record("decomposed", query=query, parts=shown)
         return units
 
     async def run(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from routing.conditional import extract_conditional
-from routing.decompose import decompose, is_complete_request
+from routing.decompose import decompose, decompose_claimed, is_complete_request
 
 
 @pytest.mark.parametrize(
@@ -155,6 +155,9 @@ def test_clauses_claimed_by_different_routes_split() -> None:
         "what will the weather be in lago vista", "the last hawk gets 3 out of 6 stars"]
     assert decompose("tell me the news and the weather", claims) == [  # type: ignore[arg-type]
         "tell me the news", "the weather"]
+    assert decompose_claimed(query, claims) == [  # type: ignore[arg-type]
+        ("what will the weather be in lago vista", None),
+        ("the last hawk gets 3 out of 6 stars", ("forecast", "none"))]
 
 
 def test_clauses_claimed_alike_or_by_a_hint_stay_whole() -> None:

@@ -289,3 +289,21 @@ async def test_an_api_token_is_required_everywhere_but_healthz() -> None:
     assert right.status_code == 200
     assert health.status_code == 200
     assert schema.status_code == 401
+
+
+async def test_a_split_made_by_the_keyword_rules_says_so_in_the_chain() -> None:
+    """The grammar keeps "... and hall lights too" with the question before it; the
+    rules claim the two sides for forecast and ha, so it splits, and `decomposed` says why."""
+    app = build_app(home_config())
+    async with asgi_client(app) as client:
+        claimed = (await post(client, {"query": "will it rain in oslo and hall lights too",
+                                       "explain": True, "dry_run": True})).json()
+        grammar = (await post(client, {"query": "will it rain in oslo and turn on the lights",
+                                       "explain": True, "dry_run": True})).json()
+    (event,) = [e for e in claimed["explanation"] if e["step"] == "decomposed"]
+    assert event["parts"] == ["will it rain in oslo", "hall lights too"]
+    assert event["claimed"] == [{"part": 1, "routes": ["forecast", "ha"]}]
+    assert [r["route"] for r in claimed["results"]] == ["forecast", "ha"]
+    (event,) = [e for e in grammar["explanation"] if e["step"] == "decomposed"]
+    assert event["parts"] == ["will it rain in oslo", "turn on the lights"]
+    assert "claimed" not in event  # the grammar split this one
