@@ -70,6 +70,10 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         text = f"the query was split into {count} parts"
         if with_text and parts:
             text += ": " + ", ".join(_quote(p) for p in parts)
+        for claim in event.get("claimed") or []:
+            routes = claim.get("routes") or ["?", "?"]
+            text += (f" (part {claim.get('part')} split off because the keyword rules claim it"
+                     f" for {routes[-1]}, the part before for {routes[0]})")
         return text
     if step == "conditional_detected":
         if with_text:

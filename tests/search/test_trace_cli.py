@@ -149,3 +149,17 @@ def test_the_narrative_reads_stages_that_passed_and_follow_ups() -> None:
                     "'weather today'; forecast timed out after 5000 ms")
     (safe,) = narrative(chain, with_text=False)
     assert "tomorrow" not in safe and "weather today" not in safe
+
+
+def test_the_narrative_says_why_the_rules_split_a_query() -> None:
+    from search.narrative import sentence
+
+    event = {"step": "decomposed", "seq": 0, "t_ms": 0.1, "part": "",
+             "query": "will it rain and hall lights too",
+             "parts": ["will it rain", "hall lights too"],
+             "claimed": [{"part": 1, "routes": ["forecast", "ha"]}]}
+    assert sentence(event) == (
+        "the query was split into 2 parts: 'will it rain', 'hall lights too' (part 1 split off "
+        "because the keyword rules claim it for ha, the part before for forecast)")
+    assert sentence({**event, "claimed": None}) == (
+        "the query was split into 2 parts: 'will it rain', 'hall lights too'")
