@@ -45,6 +45,7 @@ BENCHES: dict[str, tuple[str, dict[str, str]]] = {
     "memory": ("memory.py", {}),
     "llm_overhead": ("llm_overhead.py", {}),
     "semantic_stage": ("semantic_stage.py", {}),
+    "route_batch": ("route_batch.py", {}),
 }
 
 
@@ -152,6 +153,11 @@ def main_rows(r: dict[str, dict[str, Any]]) -> list[Row]:
         f"semantic stage, {d['calls']} unseen eval utterances (issue 3)", "—",
         f"p50 **{d['p50_ms']:.1f} ms**, p99 {d['p99_ms']:.1f} ms", "p50 ≤ 25 ms",
         verdict(d["p50_ms"] <= 25)))
+    add("route_batch", lambda d: (
+        f"`search route --input`, {d['queries']:,} eval utterances, a fresh process (issue 3)",
+        f"one query alone (start-up, model load): {d['load_s']:.1f} s",
+        f"**{d['batch_s']:.1f} s** (routing ~{d['routing_ms_per_query']:.1f} ms/query)",
+        "< 60 s incl. model load", verdict(d["batch_s"] < 60)))
     add("scaling", lambda d: (
         "decision-cache lookup, 10,000 / 100,000 entries (issue 3)", "—",
         (f"{d['decisions']['10000']['lookup_hit_ns'] / 1000:.1f} µs / "

@@ -1,0 +1,90 @@
+"""`search route --input` over 1,000 queries, as a user runs it: a fresh process, model load included.
+
+    .venv/bin/python bench/route_batch.py [--config config.yaml] [--queries 1000]
+
+The queries are distinct utterances from the eval sets (`../shared/eval/*.jsonl`, single and
+compound, in a fixed order), written to a temporary file. Two runs of the real CLI, side
+by side: the batch, and one query alone (the same start-up and model load with nothing to
+route), so the report separates what loading costs from what routing 1,000 queries costs.
+Target (issue 3): the batch in under 60 s including model load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import JSON_PREFIX  # noqa: E402
+from bench.routing_quality import default_eval_dir, load_rows  # noqa: E402
+
+TARGET_S = 60.0
+
+
+def eval_queries(count: int) -> list[str]:
+    """`count` distinct eval utterances in a fixed, mixed order (by a hash of the text)."""
+    texts = {row.text for rows in load_rows(default_eval_dir()).values() for row in rows}
+    ordered = sorted(texts, key=lambda t: hashlib.md5(t.encode("utf-8")).digest())
+    if len(ordered) < count:
+        raise SystemExit(f"only {len(ordered)} eval utterances, asked for {count}")
+    return ordered[:count]
+
+
+def run_cli(args: list[str]) -> tuple[float, str]:
+    """Wall time of one `search ...` process and its stdout."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "search", *args], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=600, check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"search {' '.join(args[:2])} failed:\n{done.stderr[-2000:]}")
+    return elapsed, done.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(ROOT / "config.yaml"))
+    parser.add_argument("--queries", type=int, default=1000)
+    args = parser.parse_args(argv)
+
+    queries = eval_queries(args.queries)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "queries.txt"
+        path.write_text("\n".join(queries) + "\n", encoding="utf-8")
+        # one alone first, then the batch, then one alone again: the load figure is their mean
+        alone_a, _ = run_cli(["route", queries[0], "--json", "--config", args.config])
+        batch_s, out = run_cli(["route", "--input", str(path), "--config", args.config])
+        alone_b, _ = run_cli(["route", queries[0], "--json", "--config", args.config])
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    if len(lines) != len(queries):
+        raise SystemExit(f"expected {len(queries)} plans, got {len(lines)}")
+    load_s = (alone_a + alone_b) / 2
+    routing_ms = max(0.0, batch_s - load_s) * 1000 / len(queries)
+    print(f"search route --input, {len(queries)} queries: {batch_s:.1f} s "
+          f"(target < {TARGET_S:.0f} s, model load included)")
+    print(f"one query alone (start-up and model load): {load_s:.1f} s "
+          f"({alone_a:.1f} s, {alone_b:.1f} s)")
+    print(f"routing alone: ~{routing_ms:.1f} ms per query")
+    result = {
+        "bench": "route_batch", "queries": len(queries), "batch_s": batch_s, "load_s": load_s,
+        "routing_ms_per_query": routing_ms, "target_s": TARGET_S, "passed": batch_s < TARGET_S,
+    }
+    print(JSON_PREFIX + json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
