@@ -233,27 +233,21 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
         next_start = candidates[index + 1].start() if index + 1 < len(candidates) else len(query)
         left = query[segment_start : match.start()]
         right = query[match.end() : next_start]
+        claimed = None
         if match.group("hard") is not None:
             accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
         elif not _can_stand_alone(left) or _coordinated(left, right) or _refers_back(right):
-            accept = False
-        elif match.group("soft") == ",":
-            accept = is_complete_request(right) or (
-                len(_words(left)) >= 3 and _starts_a_clause(right)
-            )
+            accept = False  # e.g. a condition still waiting for its consequence
         else:
-            accept = is_complete_request(right) or _conditional_request(right)
-        claimed = None
-        if (
-            not accept
-            and match.group("soft") is not None
-            and _can_stand_alone(left)  # not a condition waiting for its consequence
-            and not _coordinated(left, right)
-            and len(_words(right)) >= 2
-            and not _refers_back(right)
-        ):
-            claimed = _claimed_apart(left, right, claims)
-            accept = claimed is not None
+            if match.group("soft") == ",":
+                accept = is_complete_request(right) or (
+                    len(_words(left)) >= 3 and _starts_a_clause(right)
+                )
+            else:
+                accept = is_complete_request(right) or _conditional_request(right)
+            if not accept and len(_words(right)) >= 2:
+                claimed = _claimed_apart(left, right, claims)
+                accept = claimed is not None
         if accept:
             cuts.append((match.start(), match.end(), claimed))
             segment_start = match.end()
