@@ -111,14 +111,10 @@ class Router:
         units.extend(_Unit(part) for part in parts)
         if len(units) > 1:
             shown = [u.conditional.consequence if u.conditional else u.text for u in units]
-            if claimed:
-                # split where the grammar saw one request: the keyword rules claimed the
-                # part for a different route than the part before
-                record("decomposed", query=query, parts=shown, claimed=[
-                    {"part": index, "routes": [before, after]} for index, before, after in claimed
-                ])
-            else:
-                record("decomposed", query=query, parts=shown)
+            # a split where the grammar saw one request says which routes the rules claimed
+            why = {"claimed": [{"part": index, "routes": [before, after]}
+                               for index, before, after in claimed]} if claimed else {}
+            record("decomposed", query=query, parts=shown, **why)
         return units
 
     async def run(
