@@ -143,3 +143,6 @@ def test_shipped_definition_frames_outweigh_the_word_defined() -> None:
     assert shipped("play the best album from the seventies") == "none"
     # a name that looks like a frame word ("anthony", "antonym") is not that frame
     assert shipped("add jency anthony to my playlist") == "none"
+    # ... nor is a country a currency ("france", "francs")
+    assert shipped("tell me about france") == "kiwix"
+    assert shipped("what is twenty dollars in francs") == "web"
