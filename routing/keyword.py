@@ -2,9 +2,10 @@
 
 A rule is a word or short phrase per route. A query word matches a rule word when they
 are equal, when the query word is the rule word plus an inflection ("rain" -> "raining"),
-or when they start with the same letter and `fuzz.ratio` clears the threshold: typos keep
-their first letter far more often than not, and the first-letter guard keeps "flights"
-from meaning "lights" and "train" from meaning "rain".
+or when they start with the same letter, differ in length by one letter at most and
+`fuzz.ratio` clears the threshold: typos keep their first letter far more often than not,
+and are one slip, not two. The guards keep "flights" from meaning "lights", "train" from
+meaning "rain" and "forest" from meaning "forecast".
 
 A `*` in a phrase stands for one to four words, so a question's frame can be a rule
 ("what does * mean", "how old is *") without naming what it is about. A word written
@@ -143,6 +144,7 @@ class KeywordRules:
             len(rule_word) < _MIN_FUZZY_LEN
             or len(query_word) < _MIN_FUZZY_LEN
             or query_word[0] != rule_word[0]
+            or abs(len(query_word) - len(rule_word)) > 1  # a typo is one slip, not two
         ):
             return False
         key = (query_word, rule_word)

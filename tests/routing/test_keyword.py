@@ -146,3 +146,12 @@ def test_shipped_definition_frames_outweigh_the_word_defined() -> None:
     # ... nor is a country a currency ("france", "francs")
     assert shipped("tell me about france") == "kiwix"
     assert shipped("what is twenty dollars in francs") == "web"
+    assert shipped("who is the prince of wales") != "web"  # not "price of"
+    assert shipped("what is the largest forest in the world") != "forecast"  # two slips
+
+
+def test_a_typo_is_one_slip() -> None:
+    rules = KeywordRules({"forecast": ["forecast", "weather"]})
+    assert rules.match("whats the forcast") is not None  # one letter missing
+    assert rules.match("the wheather today") is not None  # one letter more
+    assert rules.match("the largest forest") is None  # two letters apart
