@@ -148,6 +148,9 @@ def test_shipped_definition_frames_outweigh_the_word_defined() -> None:
     assert shipped("what is twenty dollars in francs") == "web"
     assert shipped("who is the prince of wales") != "web"  # not "price of"
     assert shipped("what is the largest forest in the world") != "forecast"  # two slips
+    # the verb "call" is a phone call; "what do you call" asks for a word
+    assert shipped("call mom") == "none"
+    assert shipped("what do you call a baby kangaroo") == "kiwix"
 
 
 def test_a_typo_is_one_slip() -> None:
