@@ -40,9 +40,16 @@ _PREMISE_SUBJECTS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Conditional:
+    """`negated` for "unless": the consequence is meant when the condition does NOT hold."""
+
     condition: str
     consequence: str
     remainder: str
+    negated: bool = False
+
+
+def _negates(opener: str) -> bool:
+    return opener.strip().lower() == "unless"
 
 
 def _clean(text: str) -> str:
@@ -89,7 +96,9 @@ def extract_conditional(text: str) -> Conditional | None:
         consequence, remainder = (rest[: end.start()], rest[end.end() :]) if end else (rest, "")
         condition, consequence = _clean(condition), _clean(consequence)
         if condition and consequence:
-            return Conditional(condition, consequence, _clean(remainder))
+            head = _LEADING.match(text)
+            negated = head is not None and _negates(head.group())
+            return Conditional(condition, consequence, _clean(remainder), negated)
         return None
     sentence_end = _CONSEQUENCE_END.search(text)
     sentence = text[: sentence_end.start()] if sentence_end else text
@@ -104,4 +113,4 @@ def extract_conditional(text: str) -> Conditional | None:
     condition = _clean(sentence[trailing.end() :])
     if not condition or _is_premise(condition):
         return None
-    return Conditional(condition, consequence, _clean(remainder))
+    return Conditional(condition, consequence, _clean(remainder), _negates(trailing.group()))

@@ -7,21 +7,35 @@ moves on, `fusion` when a fusion route fans out.
 With shared state (`cache.redis_url`), a local result-cache miss asks the Redis tier and
 the circuit breakers are asked through Redis (`routing.shared_state`); without it these
 paths are the plain local ones, with nothing awaited.
+
+A part whose words are a command to an acting source goes through `_command`, the only
+place that calls `act`: the control gate (`routing.control`) decides first, and a
+command is never answered from the result cache, never fused and never sent down a
+fallback chain (an unlock that failed must not turn into a web search). A command that ran
+drops that source's cached answers, here and in the shared tier.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 
 from routing.breaker import CircuitBreaker
+from routing.control import (
+    REASON_WORDS,
+    Circumstances,
+    deferral,
+    withheld_reasons,
+    without_deferral,
+)
 from routing.events import capture, record
 from routing.fusion import reciprocal_rank_fusion
 from routing.shared_state import SharedBreaker, SharedCache
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
-from sources.base import Item, Source, SourceDisabled, SourceError
+from sources.base import ActingSource, Command, Item, Source, SourceDisabled, SourceError
 
 
 @dataclass(slots=True)
@@ -29,9 +43,10 @@ class Answer:
     """What a route produced for one part."""
 
     source: str | None
-    status: str  # "ok" | "empty" | "error"
+    status: str  # "ok" | "empty" | "error" | "withheld"
     items: list[Item] = field(default_factory=list)
     error: dict[str, str] | None = None
+    withheld: dict[str, object] | None = None  # why a command did not run, and what it was
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +87,11 @@ class Dispatcher:
         cache_ttl_s: dict[str, float | None] | None = None,
         shared_results: SharedCache[tuple[str, str], list[Item]] | None = None,
         shared_breakers: dict[str, SharedBreaker] | None = None,
+        acting: bool = True,
     ) -> None:
         """`shared_results` is the Redis tier behind `result_cache`; `shared_breakers`
-        hold the same local breakers as `breakers`, with their state in Redis."""
+        hold the same local breakers as `breakers`, with their state in Redis. With
+        `acting` false (a replay) no command ever runs."""
         self.sources = sources
         self.fusion = fusion
         self.result_cache = result_cache
@@ -86,14 +103,117 @@ class Dispatcher:
         self.cache_ttl_s = cache_ttl_s or {}
         self.shared_results = shared_results
         self.shared_breakers = shared_breakers or {}
+        self.acting = acting
 
     def routes(self) -> list[str]:
         return [*self.enabled, *self.fusion]
 
-    async def answer(self, route: str, query: str) -> Answer:
+    def command_for(self, route: str, query: str) -> tuple[str, Command, str | None] | None:
+        """(source, command, time qualifier) when `query` asks the route's source to change
+        something; None for a question, a fusion route or a source that cannot act."""
+        source = self.sources.get(route)
+        if source is None or route in self.fusion:
+            return None
+        command = source.command(query)
+        when = deferral(query)
+        if command is None and when is not None:  # "in ten minutes, turn off the oven"
+            command = source.command(without_deferral(query))
+        if command is None:
+            return None
+        return route, command, when
+
+    def withhold_plan(self, route: str, query: str, circumstances: Circumstances) -> bool:
+        """On a dry run: record why a command in the plan would not run now; True if any."""
+        found = self.command_for(route, query)
+        if found is None:
+            return False
+        self._withheld(*found, query, circumstances)
+        return True
+
+    async def answer(
+        self, route: str, query: str, circumstances: Circumstances | None = None
+    ) -> Answer:
+        found = self.command_for(route, query)
+        if found is not None:
+            return await self._command(*found, query, circumstances or Circumstances())
         if route in self.fusion:
             return await self._fuse(route, query)
         return await self._with_fallback(route, query)
+
+    def _withheld(
+        self, name: str, command: Command, when: str | None, query: str,
+        circumstances: Circumstances,
+    ) -> Answer | None:
+        """The gate: records `control_withheld` and answers "withheld", or None to act."""
+        source = self.sources[name]
+        allowed = isinstance(source, ActingSource) and source.allow_control
+        reasons = withheld_reasons(
+            allowed=allowed, acting=self.acting, deferred=when is not None,
+            circumstances=circumstances,
+        )
+        if not reasons:
+            return None
+        fields: dict[str, object] = {"when": when} if when is not None else {}
+        record("control_withheld", query=query, source=name, reason=reasons[0].value,
+               reasons=[r.value for r in reasons], command=command.to_dict(), **fields)
+        words = "; ".join(REASON_WORDS[r] for r in reasons)
+        item = Item(
+            title="Not carried out",
+            text=f"Would {command.describe()} with {name}, but did nothing: {words}.",
+        )
+        return Answer(name, "withheld", [item], withheld={
+            "reason": reasons[0].value, "reasons": [r.value for r in reasons],
+            "command": command.to_dict(),
+        })
+
+    async def _command(
+        self, name: str, command: Command, when: str | None, query: str,
+        circumstances: Circumstances,
+    ) -> Answer:
+        """A command through the gate: once, never cached, fused or fallen back from."""
+        withheld = self._withheld(name, command, when, query, circumstances)
+        if withheld is not None:
+            return withheld
+        source = self.sources[name]
+        assert isinstance(source, ActingSource)  # the gate allowed only an acting source
+        if not self.enabled.get(name, True):
+            record("source_skipped", source=name, query=query, reason="disabled")
+            return Answer(None, "error", [], {"type": "disabled",
+                                              "message": f"{name} is disabled in config"})
+        async with self._slots[name]:
+            started = time.perf_counter()
+            error: SourceError | None = None
+            items: list[Item] = []
+            try:
+                async with asyncio.timeout(source.timeout_s):
+                    items = await source.act(command)
+                outcome = "ok" if items else "empty"
+            except TimeoutError:
+                outcome, error = "timeout", SourceError(f"{name} took over {source.timeout_s}s")
+            except SourceError as exc:
+                outcome, error = ("timeout" if exc.reason == "timeout" else "error"), exc
+            except Exception as exc:  # a buggy source must not take the request down
+                outcome, error = "error", SourceError(f"{type(exc).__name__}: {exc}")
+            elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
+        reason = "timeout" if outcome == "timeout" else (error.reason if error else "")
+        fields: dict[str, object] = {}
+        if error is not None:
+            fields = {"reason": reason, "message": str(error)}
+        record("source_invoked", source=name, query=query, elapsed_ms=elapsed_ms,
+               outcome=outcome, result_count=len(items), operation="act",
+               command=command.to_dict(), **fields)
+        # Even a call that failed or came late may have changed something: what was read
+        # of this source before is no longer to be trusted.
+        await self.forget(name)
+        if error is not None:
+            return Answer(None, "error", [], {"type": reason, "message": str(error)})
+        return Answer(name, outcome, items)
+
+    async def forget(self, name: str) -> None:
+        """Drop every cached answer of source `name` (this process and the shared tier)."""
+        self.result_cache.discard_where(lambda key: key[0] == name)
+        if self.shared_results is not None:
+            await self.shared_results.discard_prefix("[" + json.dumps(name, ensure_ascii=False) + ",")
 
     async def _with_fallback(self, name: str, query: str) -> Answer:
         chain = self.chains[name]
@@ -118,14 +238,13 @@ class Dispatcher:
         return Answer(None, "error", [], {"type": last.reason, "message": last.message})
 
     async def _call(self, name: str, query: str) -> _Outcome:
-        """One source, through the result cache, timed around the call itself.
-
-        A call that changes state ("turn off the light") is never answered from the cache,
-        or it would silently not happen the second time.
+        """One source's `search` (it only reads), through the result cache, timed around
+        the call itself. The words of a command are never cached even here (a fusion member
+        reading them): their answer describes a state that is about to change.
         """
         key = (name, normalise(query))
         source = self.sources.get(name)
-        cacheable = source is not None and not source.is_control(query)
+        cacheable = source is not None and source.command(query) is None
         cached = self.result_cache.get(key) if cacheable else None
         if cached is not None:
             record("result_cache_hit", source=name, query=query, result_count=len(cached))

@@ -33,9 +33,13 @@ if TYPE_CHECKING:
 class Decision:
     """Where a part goes (a source or fusion route), and which stage said so."""
 
-    route: str
+    route: str | None  # None: no configured source serves it (`unserved`)
     stage: str
     confident: bool = True
+
+    @property
+    def unserved(self) -> bool:
+        return self.route is None
 
 
 @dataclass(slots=True)
@@ -187,6 +191,12 @@ class Resolver:
                 if self.sessions is not None:
                     self.sessions.remember(context.session_id, query, decision)
                 return decision
+        if context.unserved:
+            # A stage judged it something no source serves ("set an alarm"): no source is
+            # asked, rather than the default answering with whatever it finds.
+            record("intent_default", query=query, decision=None, reason="unserved",
+                   outcome="unserved", **context.default_fields)
+            return Decision(None, "intent_default", confident=False)
         reason = context.default_reason or self.default_reason()
         record(
             "intent_default",

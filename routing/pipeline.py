@@ -3,6 +3,11 @@
 Parts run concurrently (`asyncio.gather`); each runs inside `part_scope(path)` so its
 events carry its part path. A part that fails gets status "error" and the others still
 answer; the caller decides what a request where every part failed means.
+
+A condition is looked up, never evaluated: its consequence is answered beside it, so a
+consequence that is a command ("if it rains, close the windows") is withheld by the
+control gate (`routing.control`) rather than carried out whatever the weather. A part no
+source serves ("set an alarm") is answered as such: status "unserved", no source called.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from routing.conditional import Conditional, extract_conditional
+from routing.control import Circumstances
 from routing.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.dispatch import Answer, Dispatcher
 from routing.events import part_scope, record
@@ -25,12 +31,13 @@ class PartResult:
 
     query: str
     source: str | None
-    status: str  # ok | empty | error | planned
+    status: str  # ok | empty | error | planned | unserved | withheld
     items: list[dict[str, Any]] = field(default_factory=list)
     route: str | None = None
     stage: str | None = None
     error: dict[str, str] | None = None
     condition: PartResult | None = None
+    withheld: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -42,6 +49,8 @@ class PartResult:
         }
         if self.error is not None:
             data["error"] = self.error
+        if self.withheld is not None:
+            data["withheld"] = self.withheld
         if self.condition is not None:
             data["condition"] = self.condition.to_dict()
         return data
@@ -106,6 +115,7 @@ class Router:
                 condition=found.condition,
                 consequence=found.consequence,
                 remainder=found.remainder,
+                negated=found.negated,
             )
             units.append(_Unit(query, found))
         units.extend(_Unit(part) for part in parts)
@@ -141,6 +151,7 @@ class Router:
                         condition=conditional.condition,
                         consequence=conditional.consequence,
                         remainder=conditional.remainder,
+                        negated=conditional.negated,
                     )
                 else:
                     return [await self._run_part(unit.text, context)]
@@ -153,24 +164,33 @@ class Router:
     async def _run_conditional(
         self, path: str, conditional: Conditional, context: ResolveContext
     ) -> PartResult:
-        """The condition runs first; its result rides along with the consequence's."""
+        """The condition runs first; its result rides along with the consequence's, which
+        is answered as under a condition (a command in it is withheld)."""
         with part_scope(f"{path}.0"):
             condition = await self._run_part(conditional.condition, context)
         with part_scope(f"{path}.1"):
-            consequence = await self._run_part(conditional.consequence, context)
+            consequence = await self._run_part(conditional.consequence, context,
+                                               conditional=True)
         consequence.condition = condition
         return consequence
 
-    async def _run_part(self, text: str, shared: ResolveContext) -> PartResult:
+    async def _run_part(
+        self, text: str, shared: ResolveContext, *, conditional: bool = False
+    ) -> PartResult:
         # Stages note things on the context, and parts run concurrently: one per part.
         context = ResolveContext(session_id=shared.session_id, dry_run=shared.dry_run)
         try:
             decision = await self.resolver.resolve(text, context)
+            if decision.route is None:
+                return PartResult(text, None, "unserved", stage=decision.stage)
+            circumstances = Circumstances(dry_run=context.dry_run, conditional=conditional,
+                                          confident=decision.confident)
             if context.dry_run:
                 record("planned", query=text, route=decision.route, stage=decision.stage)
+                self.dispatcher.withhold_plan(decision.route, text, circumstances)
                 return PartResult(text, decision.route, "planned", route=decision.route,
                                   stage=decision.stage)
-            answer: Answer = await self.dispatcher.answer(decision.route, text)
+            answer: Answer = await self.dispatcher.answer(decision.route, text, circumstances)
         except Exception as exc:  # noqa: BLE001 - one part's bug must not hide the others
             message = str(exc) or type(exc).__name__
             record("error", query=text, error_type=type(exc).__name__, message=message)
@@ -187,4 +207,5 @@ class Router:
             route=decision.route,
             stage=decision.stage,
             error=answer.error,
+            withheld=answer.withheld,
         )

@@ -286,6 +286,29 @@ class SharedCache(Generic[K, V]):
         ttl_ms = max(1, int(ttl * 1000))
         self.link.spawn(self.component, lambda client: client.set(name, payload, px=ttl_ms))
 
+    async def discard_prefix(self, prefix: str) -> None:
+        """Delete every shared entry whose key starts with `prefix` (the encoded key, e.g.
+        one source's results after it changed something). Awaited, not spawned: a read
+        that follows must not find what this removes."""
+        pattern = self.link.key(self.namespace, _glob_escape(prefix)) + "*"
+
+        async def op(client: Redis) -> None:
+            batch: list[Any] = []
+            async for name in client.scan_iter(match=pattern, count=500):
+                batch.append(name)
+                if len(batch) >= 500:
+                    await client.delete(*batch)
+                    batch.clear()
+            if batch:
+                await client.delete(*batch)
+
+        await self.link.call(self.component, op)
+
+
+def _glob_escape(text: str) -> str:
+    """`text` as a literal inside a Redis MATCH pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
 
 # KEYS: failures, open, tripped, probe. ARGV: stale_ms, threshold, cooldown_ms.
 # One failure: count it; open the circuit when the count reaches the threshold or when it

@@ -47,6 +47,13 @@ class TTLCache(Generic[K, V]):
         while len(self._data) > self.max_entries:
             self._data.popitem(last=False)
 
+    def discard_where(self, stale: Callable[[K], bool]) -> int:
+        """Forget every entry whose key `stale` picks; how many were dropped."""
+        keys = [key for key in self._data if stale(key)]
+        for key in keys:
+            del self._data[key]
+        return len(keys)
+
     def clear(self) -> None:
         self._data.clear()
 

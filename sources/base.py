@@ -1,9 +1,13 @@
 """The one interface every source implements, and the typed failures it may raise.
 
 Modelled on httpx's transport interface: a source is a small object with a name, a
-per-source timeout and one async method. Everything else (caching, timing, fallback,
-fusion, event recording) lives in `routing.dispatch`, so a source never records events
-and never needs to know about the explanation chain.
+per-source timeout and one async method, `search`, which only ever reads. Everything else
+(caching, timing, fallback, fusion, event recording) lives in `routing.dispatch`, so a
+source never records events and never needs to know about the explanation chain.
+
+Changing the world is a different operation: an `ActingSource` (Home Assistant) also
+reads a `Command` out of a query and carries it out with `act`. Only the dispatcher's
+control gate calls `act`, so there is one place that decides whether a command runs.
 """
 
 from __future__ import annotations
@@ -79,6 +83,32 @@ class SourceDisabled(SourceError):
     reason = "disabled"
 
 
+class ControlNotAllowed(SourceError):
+    """An acting source was asked to act while its config does not allow control."""
+
+    reason = "not_allowed"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A state change a query asks for, read from its words before anything is called.
+
+    `action` is in the source's own vocabulary ("unlock", "on"); `target` is what the
+    query aims it at, as worded; `query` is the text it was read from, which `act` parses
+    again to find the devices.
+    """
+
+    action: str
+    target: str
+    query: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"action": self.action, "target": self.target}
+
+    def describe(self) -> str:
+        return f"{self.action} {self.target}"
+
+
 class Source(ABC):
     """A place that can answer a query. Subclasses implement `search`.
 
@@ -98,9 +128,13 @@ class Source(ABC):
     async def search(self, query: str) -> list[Item]:
         """Answer `query`; [] when nothing was found."""
 
-    def is_control(self, query: str) -> bool:
-        """Whether answering `query` changes state (a service call): never cached."""
-        return False
+    def command(self, query: str) -> Command | None:
+        """The state change `query` asks of this source, or None for a question.
+
+        Pure (reads the words, calls nothing), so a dry run, a replay or a withheld command
+        can say what would have happened. A source that cannot act never has one.
+        """
+        return None
 
     async def start(self) -> None:
         """Open pooled clients or files. Called once, in the app's lifespan."""
@@ -111,3 +145,22 @@ class Source(ABC):
     async def info(self) -> dict[str, Any]:
         """Facts for `/healthz` (version, book count...). Must not contain secrets."""
         return {"type": self.kind}
+
+
+class ActingSource(Source):
+    """A source that can also change state. `search` still only reads; `act` acts.
+
+    `allow_control` is the user's switch (config); the control gate checks it before
+    calling `act`, and `act` refuses again on its own (`ControlNotAllowed`) should anything
+    else ever reach it.
+    """
+
+    allow_control: bool = False
+
+    @abstractmethod
+    def command(self, query: str) -> Command | None:
+        """The state change `query` asks for, or None."""
+
+    @abstractmethod
+    async def act(self, command: Command) -> list[Item]:
+        """Carry `command` out; an item per device it reached, saying what it did."""

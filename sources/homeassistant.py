@@ -10,9 +10,14 @@ template (`POST /api/template`, read-only, admin tokens only) cached for a few m
 and are simply absent when that is refused.
 
 Control ("turn on the kitchen light", "close the garage door") changes the world, so it
-runs only with `allow_control: true`, is never retried (a service call is not idempotent)
-and resolves to exactly one device unless the query says "all". `is_control(query)` lets
-the dispatcher know before calling that a query would change state.
+is not `search` at all: `command(query)` reads the `Command` out of the words and `act`
+carries it out, called only through the dispatcher's control gate. It runs only with
+`allow_control: true`, is never retried (a service call is not idempotent) and resolves to
+exactly one device unless the query says "all". `search` on a command's words only reads:
+it reports the state of the devices the command names.
+
+Answers about the home go stale the moment something changes, so by default they are not
+kept in the result cache (`cache_ttl_s: 0`); a user who sets a lifetime opts in.
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ from pydantic import Field, SecretStr
 from rapidfuzz import fuzz
 
 from sources import http
-from sources.base import Item, Source, SourceBadResponse, SourceError
+from sources.base import (
+    ActingSource,
+    Command,
+    ControlNotAllowed,
+    Item,
+    Source,
+    SourceBadResponse,
+    SourceError,
+)
 from sources.registry import HttpUrl, SourceConfig
 
 AREA_CACHE_S = 300.0
@@ -54,6 +67,10 @@ class Config(SourceConfig):
         default=False, description="Allow service calls that change device state."
     )
     max_results: int = Field(default=10, ge=1, le=200)
+    cache_ttl_s: float | None = Field(
+        default=0.0, ge=0,
+        description="Result cache lifetime (default 0: the home's state is always read fresh).",
+    )
 
 
 
@@ -331,7 +348,7 @@ def describe(state: dict[str, Any], area: str | None, temp_unit: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-class HomeAssistantSource(Source):
+class HomeAssistantSource(ActingSource):
     """Answers device-status questions from a Home Assistant; controls devices if allowed."""
 
     kind = "homeassistant"
@@ -413,9 +430,13 @@ class HomeAssistantSource(Source):
 
     # -- the interface --
 
-    def is_control(self, query: str) -> bool:
-        """Whether answering `query` would call a state-changing service."""
-        return parse_control(query) is not None
+    def command(self, query: str) -> Command | None:
+        """The service call `query` asks for ("unlock the front door"), or None."""
+        parsed = parse_control(query)
+        if parsed is None:
+            return None
+        action, target = parsed
+        return Command(action=action, target=target.strip(), query=query)
 
     async def info(self) -> dict[str, Any]:
         facts: dict[str, Any] = {"type": self.kind, "allow_control": self.allow_control}
@@ -432,8 +453,9 @@ class HomeAssistantSource(Source):
         request = parse_request(query)
         states = await self._states()
         areas = await self._area_map()
-        if request.action:
-            return await self._control(query, request, states, areas)
+        if request.action:  # reading a command's words: the state of what it names
+            request = Request(domains=request.domains, device_class=None, state=None,
+                              names=request.names, entity_id=request.entity_id, all=request.all)
         matches = match_entities(states, areas, request)
         if not matches:
             return []
@@ -444,6 +466,16 @@ class HomeAssistantSource(Source):
                  url=self._history_url(m.entity_id))
             for m in matches[: self.max_results]
         ]
+
+    async def act(self, command: Command) -> list[Item]:
+        """Call the service `command` asks for on the one device it names (or all, if it
+        says so); an ambiguous or unmatched command changes nothing and says so."""
+        if not self.allow_control:
+            raise ControlNotAllowed(f"source '{self.name}' does not allow control")
+        request = parse_request(command.query)
+        states = await self._states()
+        areas = await self._area_map()
+        return await self._control(command.query, request, states, areas)
 
     async def _control(
         self, query: str, request: Request, states: list[dict[str, Any]],
@@ -467,16 +499,6 @@ class HomeAssistantSource(Source):
                 return [self._ambiguous(query, best)]
             matches = best
         matches = matches[: self.max_results]
-        plan = "; ".join(
-            f"{m.domain}.{SERVICES[(action, m.domain)]} on {m.name} ({m.entity_id})"
-            for m in matches
-        )
-        if not self.allow_control:
-            return [Item(
-                title="Device control is disabled",
-                text=(f"This would call {plan}, but source '{self.name}' does not allow "
-                      "control (set allow_control: true to enable it). Nothing was changed."),
-            )]
         return [await self._call(action, m) for m in matches]
 
     def _ambiguous(self, query: str, matches: list[Match]) -> Item:

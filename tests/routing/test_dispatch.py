@@ -232,14 +232,16 @@ def test_a_failed_probe_reopens_the_circuit() -> None:
 
 
 async def test_state_changing_calls_are_never_served_from_the_cache() -> None:
-    config = scripted_config({"ha": {"control_prefix": "turn"}})
+    config = scripted_config({"ha": {"control_prefix": "turn", "allow_control": True}},
+                             keywords={"ha": ["turn off"]})
     service = Service(config)
     for _ in range(2):
         result = await ask(service, "turn off the kitchen light")
         assert "result_cache_hit" not in steps(result.chain)
+    assert len(service.sources["ha"].acted) == 2
     status = [await ask(service, "kitchen light status") for _ in range(2)]
     assert "result_cache_hit" in steps(status[1].chain)
-    assert service.sources["ha"].calls == 3
+    assert service.sources["ha"].calls == 1
 
 
 async def test_a_source_can_opt_out_of_the_result_cache() -> None:

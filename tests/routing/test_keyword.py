@@ -96,13 +96,14 @@ async def test_stage_records_its_decision() -> None:
     assert event["matched"] == ["rain"]
 
 
-async def test_unserved_ends_at_a_low_confidence_default() -> None:
+async def test_unserved_is_decided_as_no_source_at_all() -> None:
     resolver = Resolver([KeywordStage(RULES)], "kiwix")
     with route_log() as log:
         decision = await resolver.resolve("wake me up with an alarm at 7", ResolveContext())
     assert decision.stage == "intent_default" and decision.confident is False
+    assert decision.unserved and decision.route is None
     steps = [(e["step"], e.get("decision"), e.get("reason")) for e in log.snapshot()]
-    assert steps == [("intent_keyword", None, None), ("intent_default", "kiwix", "no_match")]
+    assert steps == [("intent_keyword", None, None), ("intent_default", None, "unserved")]
     assert log.snapshot()[1]["nearest"] == "alarm"
 
 

@@ -191,9 +191,9 @@ async def test_an_unreachable_server_is_llm_failed() -> None:
 async def test_none_means_no_source_fits(service: Service, server: ChatServer) -> None:
     server.reply = '{"source": "none"}'
     outcome = await route(service, "set an alarm for seven")
-    assert [(p.route, p.stage) for p in outcome.results] == [("kiwix", "intent_default")]
+    assert [(p.route, p.status) for p in outcome.results] == [(None, "unserved")]
     assert event(outcome, "intent_llm")["decision"] is None
-    assert event(outcome, "intent_default")["reason"] == "no_match"
+    assert event(outcome, "intent_default")["reason"] == "unserved"
 
 
 async def test_prompts_are_kept_only_when_configured(server: ChatServer) -> None:

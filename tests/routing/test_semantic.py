@@ -108,12 +108,12 @@ async def test_a_miss_lists_the_candidates_and_defaults(service: Service) -> Non
     assert only(outcome, "intent_default")["reason"] == "llm_unconfigured"
 
 
-async def test_what_no_source_serves_is_a_low_confidence_default(service: Service) -> None:
+async def test_what_no_source_serves_is_answered_as_unserved(service: Service) -> None:
     outcome = await route(service, "please set an alarm for 6 am")
-    assert [(r.route, r.stage) for r in outcome.results] == [("kiwix", "intent_default")]
+    assert [(r.route, r.status) for r in outcome.results] == [(None, "unserved")]
     assert only(outcome, "intent_semantic")["outcome"] == "unserved"
     default = only(outcome, "intent_default")
-    assert default["reason"] == "no_match"
+    assert default["reason"] == "unserved" and default["decision"] is None
     assert default["nearest"] == "set an alarm for 7 am" and default["similarity"] >= 0.5
 
 

@@ -32,7 +32,10 @@ CONTRACT_FIELDS: dict[str, set[str]] = {
     "fallback": {"from_source", "to_source", "query", "reason"},
     "fusion": {"query", "sources"},
     "error": {"query", "error_type", "message"},
+    "control_withheld": {"query", "source", "reason"},
 }
+WITHHELD_REASONS = {"not_allowed", "dry_run", "replay", "conditional", "deferred",
+                    "low_confidence"}
 
 
 def assert_contract_event(event: dict[str, Any]) -> None:
@@ -46,6 +49,10 @@ def assert_contract_event(event: dict[str, Any]) -> None:
     if event["step"] == "source_invoked":
         assert event["outcome"] in {"ok", "empty", "error", "timeout"}
         assert isinstance(event["elapsed_ms"], float)
+    if event["step"] == "control_withheld":
+        assert event["reason"] in WITHHELD_REASONS
+    if event["step"] == "conditional_detected":
+        assert isinstance(event.get("negated"), bool)
 
 
 def scripted_config(

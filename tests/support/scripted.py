@@ -13,7 +13,7 @@ import time
 from typing import Literal
 
 from routing.events import record, run_in_thread
-from sources.base import Item, Source, SourceError, SourceUnavailable
+from sources.base import ActingSource, Command, Item, Source, SourceError, SourceUnavailable
 from sources.registry import SourceConfig, register_kind
 
 
@@ -23,16 +23,21 @@ class Config(SourceConfig):
     delay_s: float = 0.0
     fail: Literal["error", "unavailable", "empty", "crash", "hang"] | None = None
     record_in_thread: bool = False
-    control_prefix: str | None = None  # queries starting with it "change state"
+    control_prefix: str | None = None  # queries starting with it are commands
+    allow_control: bool = False
 
 
-class ScriptedSource(Source):
+class ScriptedSource(ActingSource):
+    """Answers made-up items; with `control_prefix`, queries starting with it are commands,
+    and `acted` lists every command `act` carried out (the tests' witness of the world)."""
     kind = "scripted"
 
     def __init__(self, name: str, config: Config) -> None:
         super().__init__(name, config.timeout_s, config.description)
         self.config = config
+        self.allow_control = config.allow_control
         self.calls = 0
+        self.acted: list[Command] = []
 
     async def search(self, query: str) -> list[Item]:
         self.calls += 1
@@ -56,9 +61,19 @@ class ScriptedSource(Source):
             for i in range(self.config.items)
         ]
 
-    def is_control(self, query: str) -> bool:
+    def command(self, query: str) -> Command | None:
         prefix = self.config.control_prefix
-        return bool(prefix) and query.lower().startswith(prefix)
+        if not prefix or not query.lower().startswith(prefix):
+            return None
+        return Command(action=prefix, target=query[len(prefix):].strip(), query=query)
+
+    async def act(self, command: Command) -> list[Item]:
+        if self.config.delay_s:
+            await asyncio.sleep(self.config.delay_s)
+        if self.config.fail == "error":
+            raise SourceError(f"{self.name} failed on purpose")
+        self.acted.append(command)
+        return [Item(f"{self.name} did {command.describe()}", "done")]
 
     def _blocking_work(self, query: str) -> None:
         time.sleep(0.001)

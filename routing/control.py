@@ -1,0 +1,114 @@
+"""The one gate a state-changing command passes through, and why it may not.
+
+Reading is not acting: the router sits next to a household's locks, so a command ("unlock
+the front door") runs only when nothing about the request makes it doubtful. The gate is
+asked by the dispatcher, the only caller of a source's `act`; every reason that holds is
+returned, the first one names the `control_withheld` event, and when in doubt nothing
+happens:
+
+- `not_allowed`: the source's config does not allow control (`allow_control`);
+- `dry_run`: the request asked for a plan, not an action;
+- `replay`: a replay re-routes a recorded request; it never repeats what that request did;
+- `conditional`: the command is the consequence of a condition ("if ...", "unless ...")
+  that the router does not evaluate, so it cannot know the command is meant now;
+- `deferred`: the command is for later ("in an hour", "tomorrow", "at 7", "tonight");
+  the router has no scheduler, and doing it now is doing something nobody asked for;
+- `low_confidence`: the part was not decided confidently (it ended at the default).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Withheld(StrEnum):
+    """Why a command was not carried out, in the order they are reported."""
+
+    NOT_ALLOWED = "not_allowed"
+    DRY_RUN = "dry_run"
+    REPLAY = "replay"
+    CONDITIONAL = "conditional"
+    DEFERRED = "deferred"
+    LOW_CONFIDENCE = "low_confidence"
+
+
+@dataclass(frozen=True, slots=True)
+class Circumstances:
+    """What the gate must know about a part besides its words."""
+
+    dry_run: bool = False
+    conditional: bool = False  # the consequence of a condition (or a negated one)
+    confident: bool = True
+
+
+_NUMBER = (r"(?:\d+(?:[.,]\d+)?|a|an|one|two|three|four|five|six|seven|eight|nine|ten|"
+           r"fifteen|twenty|thirty|forty|forty-five|sixty|a few|a couple of|half an?)")
+_UNIT = r"(?:sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hours?|days?|weeks?|months?)"
+_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)"
+_PART_OF_DAY = r"(?:morning|afternoon|evening|night|noon|midnight|sunrise|sunset|dawn|dusk)"
+_CLOCK = r"\d{1,2}(?:[:.]\d{2})?\s*(?:am|pm|a\.m\.|p\.m\.|o'?clock|h)?"
+# A time qualifier anywhere in the part: the command is for another time than now.
+_DEFERRAL = re.compile(
+    r"\b(?:"
+    rf"in\s+{_NUMBER}\s+{_UNIT}(?:\s+(?:and\s+)?(?:a\s+half|{_NUMBER}\s+{_UNIT}))?"
+    rf"|(?:for|after|within)\s+{_NUMBER}\s+{_UNIT}\s+from\s+now"
+    rf"|{_NUMBER}\s+{_UNIT}\s+from\s+now"
+    r"|tomorrow|tonight|later(?:\s+on|\s+today)?|overnight"
+    rf"|at\s+(?:{_CLOCK}|{_PART_OF_DAY})"
+    rf"|(?:this|tomorrow|every|each)\s+{_PART_OF_DAY}"
+    rf"|(?:on|next|this|every|each)\s+{_WEEKDAY}s?"
+    r"|next\s+(?:week|month|time)"
+    r"|every\s+(?:day|hour|week|minute|\d+\s+\w+)|daily|hourly|weekly"
+    r"|(?:when|whenever|once|after|before|until|till|as\s+soon\s+as)\s+(?!\d)\w+"
+    r"|by\s+\d"
+    r")\b",
+    re.IGNORECASE,
+)
+
+
+def deferral(text: str) -> str | None:
+    """The time qualifier in `text` ("in an hour", "at 7 pm", "when I get home"), if any."""
+    found = _DEFERRAL.search(text)
+    return found.group(0) if found else None
+
+
+def without_deferral(text: str) -> str:
+    """`text` with its time qualifiers cut out, so "in ten minutes turn off the oven" still
+    reads as the command it holds (and is then withheld as deferred)."""
+    cut = _DEFERRAL.sub(" ", text)
+    return re.sub(r"\s{2,}", " ", cut).strip(" ,")
+
+
+def withheld_reasons(
+    *, allowed: bool, acting: bool, deferred: bool, circumstances: Circumstances
+) -> list[Withheld]:
+    """Every reason that keeps a command from running, in reporting order; [] to act.
+
+    `acting` is false for a replay; `deferred` when the part carries a time qualifier.
+    """
+    reasons: list[Withheld] = []
+    if not allowed:
+        reasons.append(Withheld.NOT_ALLOWED)
+    if circumstances.dry_run:
+        reasons.append(Withheld.DRY_RUN)
+    if not acting:
+        reasons.append(Withheld.REPLAY)
+    if circumstances.conditional:
+        reasons.append(Withheld.CONDITIONAL)
+    if deferred:
+        reasons.append(Withheld.DEFERRED)
+    if not circumstances.confident:
+        reasons.append(Withheld.LOW_CONFIDENCE)
+    return reasons
+
+
+REASON_WORDS: dict[str, str] = {
+    Withheld.NOT_ALLOWED: "control is not allowed for this source (allow_control is off)",
+    Withheld.DRY_RUN: "this was a dry run",
+    Withheld.REPLAY: "a replay never acts",
+    Withheld.CONDITIONAL: "it depends on a condition the router does not evaluate",
+    Withheld.DEFERRED: "it is meant for later, and the router does not schedule commands",
+    Withheld.LOW_CONFIDENCE: "the router was not confident the request was meant for it",
+}
