@@ -39,6 +39,12 @@ class CircuitBreaker:
         self.opened_at: float | None = None
         self._probe_at: float | None = None  # when the current probe was let through
 
+    def reset(self) -> None:
+        """Closed, with no failures counted: as new."""
+        self.failures = 0
+        self.opened_at = None
+        self._probe_at = None
+
     @property
     def state(self) -> str:
         if self.opened_at is None:

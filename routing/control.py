@@ -13,7 +13,9 @@ happens:
   that the router does not evaluate, so it cannot know the command is meant now;
 - `deferred`: the command is for later ("in an hour", "tomorrow", "at 7", "tonight");
   the router has no scheduler, and doing it now is doing something nobody asked for;
-- `low_confidence`: the part was not decided confidently (it ended at the default).
+- `low_confidence`: the part was not decided confidently (it ended at the default);
+- `read_only`: the request came through a surface that promises not to act (the MCP
+  `search` tool, annotated read-only; control has a tool of its own).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Withheld(StrEnum):
     CONDITIONAL = "conditional"
     DEFERRED = "deferred"
     LOW_CONFIDENCE = "low_confidence"
+    READ_ONLY = "read_only"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,7 @@ class Circumstances:
     dry_run: bool = False
     conditional: bool = False  # the consequence of a condition (or a negated one)
     confident: bool = True
+    read_only: bool = False  # the surface the request came through must not act
 
 
 _NUMBER = (r"(?:\d+(?:[.,]\d+)?|a|an|one|two|three|four|five|six|seven|eight|nine|ten|"
@@ -101,6 +105,8 @@ def withheld_reasons(
         reasons.append(Withheld.DEFERRED)
     if not circumstances.confident:
         reasons.append(Withheld.LOW_CONFIDENCE)
+    if circumstances.read_only:
+        reasons.append(Withheld.READ_ONLY)
     return reasons
 
 
@@ -111,4 +117,5 @@ REASON_WORDS: dict[str, str] = {
     Withheld.CONDITIONAL: "it depends on a condition the router does not evaluate",
     Withheld.DEFERRED: "it is meant for later, and the router does not schedule commands",
     Withheld.LOW_CONFIDENCE: "the router was not confident the request was meant for it",
+    Withheld.READ_ONLY: "the request came through a read-only tool",
 }

@@ -96,6 +96,10 @@ class DecisionCacheStage:
     def __init__(self, cache: DecisionCache) -> None:
         self.cache = cache
 
+    def reset(self) -> None:
+        """Forget every remembered decision (a replay starts from nothing)."""
+        self.cache.clear()
+
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if context.discourse is not None:
             # "what about tomorrow?" means something else in every conversation.

@@ -105,6 +105,12 @@ class Dispatcher:
         self.shared_breakers = shared_breakers or {}
         self.acting = acting
 
+    def reset(self) -> None:
+        """Empty the result cache and close every circuit: as at start-up."""
+        self.result_cache.clear()
+        for breaker in self.breakers.values():
+            breaker.reset()
+
     def routes(self) -> list[str]:
         return [*self.enabled, *self.fusion]
 
@@ -145,8 +151,9 @@ class Dispatcher:
         circumstances: Circumstances,
     ) -> Answer | None:
         """The gate: records `control_withheld` and answers "withheld", or None to act."""
-        source = self.sources[name]
-        allowed = isinstance(source, ActingSource) and source.allow_control
+        # What the user's config says (a replay's wrapped source reports it too); whether
+        # the source can act at all is checked again before `act`.
+        allowed = bool(getattr(self.sources[name], "allow_control", False))
         reasons = withheld_reasons(
             allowed=allowed, acting=self.acting, deferred=when is not None,
             circumstances=circumstances,
@@ -175,7 +182,8 @@ class Dispatcher:
         if withheld is not None:
             return withheld
         source = self.sources[name]
-        assert isinstance(source, ActingSource)  # the gate allowed only an acting source
+        if not isinstance(source, ActingSource):  # reads commands but has no way to act
+            return self._cannot_act(name, command, query)
         if not self.enabled.get(name, True):
             record("source_skipped", source=name, query=query, reason="disabled")
             return Answer(None, "error", [], {"type": "disabled",
@@ -208,6 +216,13 @@ class Dispatcher:
         if error is not None:
             return Answer(None, "error", [], {"type": reason, "message": str(error)})
         return Answer(name, outcome, items)
+
+    def _cannot_act(self, name: str, command: Command, query: str) -> Answer:
+        record("control_withheld", query=query, source=name, reason="not_allowed",
+               reasons=["not_allowed"], command=command.to_dict())
+        return Answer(name, "withheld", [Item("Not carried out", f"{name} cannot act.")],
+                      withheld={"reason": "not_allowed", "reasons": ["not_allowed"],
+                                "command": command.to_dict()})
 
     async def forget(self, name: str) -> None:
         """Drop every cached answer of source `name` (this process and the shared tier)."""

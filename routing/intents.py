@@ -48,6 +48,7 @@ class ResolveContext:
 
     session_id: str | None = None
     dry_run: bool = False
+    read_only: bool = False  # commands must not run (see routing.control)
     # Set by a stage that tried and failed (e.g. "llm_failed"), so the default says why.
     default_reason: str | None = None
     # Extra fields for the `intent_default` event (e.g. the nearest "none" exemplar).
@@ -168,6 +169,16 @@ class Resolver:
             close = getattr(stage, "aclose", None)
             if close is not None:
                 await close()
+
+    def reset(self) -> None:
+        """Forget everything earlier requests taught the stages (cached and learned
+        decisions, sessions), so what comes next is decided as if it came first."""
+        for stage in self.stages:
+            reset = getattr(stage, "reset", None)
+            if reset is not None:
+                reset()
+        if self.sessions is not None:
+            self.sessions.clear()
 
     def stage(self, name: str) -> IntentStage | None:
         """The stage called `name` (e.g. "intent_semantic"), if configured."""

@@ -128,10 +128,12 @@ class Router:
         return units
 
     async def run(
-        self, query: str, *, dry_run: bool = False, session_id: str | None = None
+        self, query: str, *, dry_run: bool = False, session_id: str | None = None,
+        read_only: bool = False,
     ) -> list[PartResult]:
+        """`read_only`: the surface promised not to act; every command is withheld."""
         units = self._units(query)
-        context = ResolveContext(session_id=session_id, dry_run=dry_run)
+        context = ResolveContext(session_id=session_id, dry_run=dry_run, read_only=read_only)
         if len(units) == 1:  # no fan-out: skip the task gather would create
             return await self._run_unit("0", units[0], context)
         batches = await asyncio.gather(
@@ -178,13 +180,15 @@ class Router:
         self, text: str, shared: ResolveContext, *, conditional: bool = False
     ) -> PartResult:
         # Stages note things on the context, and parts run concurrently: one per part.
-        context = ResolveContext(session_id=shared.session_id, dry_run=shared.dry_run)
+        context = ResolveContext(session_id=shared.session_id, dry_run=shared.dry_run,
+                                 read_only=shared.read_only)
         try:
             decision = await self.resolver.resolve(text, context)
             if decision.route is None:
                 return PartResult(text, None, "unserved", stage=decision.stage)
             circumstances = Circumstances(dry_run=context.dry_run, conditional=conditional,
-                                          confident=decision.confident)
+                                          confident=decision.confident,
+                                          read_only=context.read_only)
             if context.dry_run:
                 record("planned", query=text, route=decision.route, stage=decision.stage)
                 self.dispatcher.withhold_plan(decision.route, text, circumstances)

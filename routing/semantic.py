@@ -155,6 +155,11 @@ class LearnedDecisions:
     def __len__(self) -> int:
         return len(self._cache)
 
+    def clear(self) -> None:
+        self._cache.clear()
+        self._keys = []
+        self._matrix = None
+
     def add(self, query: str, route: str, vector: np.ndarray) -> None:
         key = normalise(query)
         if not key:
@@ -233,6 +238,11 @@ class SemanticStage:
         if self.embedder is None:
             return None
         return await run_in_thread(self.embedder.encode_one, query)
+
+    def reset(self) -> None:
+        """Forget the earlier decisions it would reuse (a replay starts from nothing)."""
+        if self.learned is not None:
+            self.learned.clear()
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if self.index is None or self.embedder is None:

@@ -1,4 +1,10 @@
-"""The MCP server: `search` and `get_trace` as Model Context Protocol tools.
+"""The MCP server: `search`, `get_trace` and (when allowed) `control` as MCP tools.
+
+`search` is annotated read-only and is: a command in its query is withheld (reason
+`read_only`), whatever the config allows. Changing the home is the separate `control`
+tool, listed only when some source has `allow_control: true` and annotated destructive,
+so a client asks its user before calling it; it passes the same control gate as
+`POST /search` (never from a condition, a time qualifier, an unsure decision...).
 
 Built on the official `mcp` SDK's low-level `Server` (the high-level `MCPServer` calls
 `logging.basicConfig` on construction, which would change logging for the whole app).
@@ -99,12 +105,31 @@ def _sources_line(config: Config) -> str:
     return "Sources: " + "; ".join(described) + "." if described else ""
 
 
+def control_allowed(config: Config) -> bool:
+    """Whether any enabled source may act (only then is the `control` tool offered)."""
+    return any(entry.enabled and getattr(entry, "allow_control", False)
+               for entry in config.sources.values())
+
+
 def tool_list(config: Config) -> list[Tool]:
     search_description = (
         "Search the household's sources and answer with results per part of the query, "
         "the same body as POST /search: query, trace_id, results, cached, "
-        "fallback_occurred, explanation. " + _sources_line(config)
+        "fallback_occurred, explanation. It never changes anything: a command in the "
+        "query is reported as withheld. " + _sources_line(config)
     ).strip()
+    control = [Tool(
+        name="control",
+        description=(
+            "Carry out a command on the home ('turn off the kitchen light', 'lock the front "
+            "door'), as POST /search would: a command under a condition, meant for later, "
+            "or not confidently understood is withheld and nothing changes. Same body as "
+            "search; a result with status 'withheld' says why."
+        ),
+        input_schema=_schema(SearchArgs),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                    idempotent_hint=False, open_world_hint=True),
+    )] if control_allowed(config) else []
     return [
         Tool(
             name="search",
@@ -121,6 +146,7 @@ def tool_list(config: Config) -> list[Tool]:
             input_schema=_schema(TraceArgs),
             annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
         ),
+        *control,
     ]
 
 
@@ -149,8 +175,11 @@ def _parse(model: type[BaseModel], arguments: dict[str, Any] | None) -> BaseMode
         return _error("invalid_arguments", f"{field}: {message}", field)
 
 
-async def run_search(service: Service, arguments: dict[str, Any] | None) -> CallToolResult:
-    """`search`: the same checks and the same Service call as POST /search."""
+async def run_search(
+    service: Service, arguments: dict[str, Any] | None, *, read_only: bool = True
+) -> CallToolResult:
+    """`search` (read-only) and `control`: the same checks and the same Service call as
+    POST /search."""
     args = _parse(SearchArgs, arguments)
     if isinstance(args, CallToolResult):
         return args
@@ -162,7 +191,7 @@ async def run_search(service: Service, arguments: dict[str, Any] | None) -> Call
         return _error(
             "invalid_request", f"query: longer than the maximum of {limit} characters", "query"
         )
-    outcome = await service.search(args.query, explain=args.explain)
+    outcome = await service.search(args.query, explain=args.explain, read_only=read_only)
     return tool_result(outcome.body, is_error=outcome.status_code != 200)
 
 
@@ -235,6 +264,8 @@ def build_mcp_server(service: Service) -> Server[Any]:
             return await run_search(service, params.arguments)
         if params.name == "get_trace":
             return await run_get_trace(service, params.arguments)
+        if params.name == "control" and control_allowed(service.config):
+            return await run_search(service, params.arguments, read_only=False)
         raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}")
 
     return Server(

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from routing.control import REASON_WORDS
+
 # How a failure reason reads after the source's name.
 _FAILURES = {
     "connection_refused": "refused the connection",
@@ -35,7 +37,7 @@ _STRUCTURAL = frozenset(
         "step", "seq", "t_ms", "part", "decision", "source", "sources", "from_source",
         "to_source", "outcome", "result_count", "elapsed_ms", "reason", "error_type",
         "similarity", "discourse_escalated", "route", "stage", "method", "status",
-        "status_code", "item_count", "type",
+        "status_code", "item_count", "type", "reasons", "operation",
     }
 )
 
@@ -76,10 +78,13 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
                      f" for {routes[-1]}, the part before for {routes[0]})")
         return text
     if step == "conditional_detected":
+        word = "unless" if event.get("negated") else "if"
         if with_text:
-            return (f"a condition was found: if {_quote(event.get('condition'))} "
+            return (f"a condition was found: {word} {_quote(event.get('condition'))} "
                     f"then {_quote(event.get('consequence'))}")
-        return "a condition was found"
+        return f"a condition was found ({word})"
+    if step == "control_withheld":
+        return _withheld(event, with_text)
     if isinstance(step, str) and step.startswith("intent_") and decision is None:
         return _no_decision(event, with_text)
     if step == "intent_session":
@@ -109,6 +114,12 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         count = event.get("result_count")
         what = f"answered {_count(count)}" if isinstance(count, int) else "answered"
         return f"{source} {what} from the result cache"
+    if step == "source_invoked" and event.get("operation") == "act":
+        what = _command(event) if with_text else "a command"
+        if event.get("outcome") in ("ok", "empty"):
+            return f"{source} carried out {what} in {_ms(event.get('elapsed_ms'))}"
+        reason = str(event.get("reason") or "error")
+        return f"{source} was asked to {what} and " + _FAILURES.get(reason, f"failed ({reason})")
     if step == "source_invoked":
         outcome = event.get("outcome")
         elapsed = _ms(event.get("elapsed_ms"))
@@ -137,11 +148,28 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
     return f"{step} {target}" if target else str(step)
 
 
+def _command(event: dict[str, Any]) -> str:
+    command = event.get("command")
+    if isinstance(command, dict):
+        return _quote(f"{command.get('action')} {command.get('target')}")
+    return "a command"
+
+
+def _withheld(event: dict[str, Any], with_text: bool) -> str:
+    what = _command(event) if with_text else "a command"
+    reasons = event.get("reasons") or [event.get("reason")]
+    why = " and ".join(REASON_WORDS.get(str(r), str(r)) for r in reasons)
+    when = f" ({_quote(event['when'])})" if with_text and event.get("when") else ""
+    return f"did not {what} with {event.get('source')}: {why}{when}; nothing was changed"
+
+
 def _no_decision(event: dict[str, Any], with_text: bool) -> str:
     """A stage that looked but did not decide (unserved, below threshold, no source)."""
     stage = {"intent_keyword": "the keyword rules", "intent_semantic": "the semantic stage",
              "intent_llm": "the LLM"}.get(str(event.get("step")), str(event.get("step")))
     outcome = event.get("outcome")
+    if event.get("step") == "intent_default" and outcome == "unserved":
+        return "no configured source serves this, so none was asked"
     if outcome in ("unserved", "no_source"):
         return f"{stage} found no source that serves it"
     similarity = event.get("similarity")

@@ -5,6 +5,11 @@ query) and are called live otherwise; every answer is noted as one or the other.
 new run goes through the ordinary `Service`, so it records its own chain and is stored
 as its own trace with `replay_of` set. The comparison aligns old and new chains by part
 and step and names the first divergence in each part.
+
+A replay never acts. Its Service is built with `acting=False`, so the control gate
+withholds every command (reason `replay`), and a `ReplaySource` has no `act` at all, captured
+results or not. What the comparison reports instead is the action the trace would take now
+(the command, had replay not withheld it) against the one it took.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ from search.config import Config
 from search.narrative import part_key
 from search.service import Service
 from search.traces import TraceSink
-from sources.base import Item, Source, SourceError
+from sources.base import Command, Item, Source, SourceError
 
 # Divergences that mean routing changed (the sweep fails on these).
 ROUTING_KINDS = frozenset(
     {"decision", "fallback_gone", "fallback_new", "fallback_changed", "parts", "route", "part_gone",
-     "part_new"}
+     "part_new", "action"}
 )
 
 
@@ -75,15 +80,24 @@ def _replayed_error(error: dict[str, Any]) -> SourceError:
 
 
 class ReplaySource(Source):
-    """Wraps a real source: answers from the book when it can, else calls it (started lazily)."""
+    """Wraps a real source: answers from the book when it can, else calls it (started lazily).
+
+    It reads commands as the real source does (so the replay can say what would be done)
+    and reports the real source's `allow_control`, but it is no `ActingSource`: there is no
+    way through it to the real source's `act`.
+    """
 
     def __init__(self, inner: Source, holder: BookHolder) -> None:
         super().__init__(inner.name, inner.timeout_s, inner.description)
         self.inner = inner
         self.kind = inner.kind  # type: ignore[misc]
+        self.allow_control = bool(getattr(inner, "allow_control", False))
         self.holder = holder
         self._started = False
         self._start_lock = asyncio.Lock()
+
+    def command(self, query: str) -> Command | None:
+        return self.inner.command(query)
 
     async def search(self, query: str) -> list[Item]:
         book = self.holder.book
@@ -138,6 +152,13 @@ def is_attempt(event: dict[str, Any]) -> bool:
     return step.startswith("intent_") and event.get("decision") is None
 
 
+def _command_words(event: dict[str, Any]) -> str:
+    command = event.get("command")
+    if isinstance(command, dict):
+        return f"{command.get('action')} {command.get('target')}"
+    return ""
+
+
 def signature(event: dict[str, Any]) -> tuple[Any, ...]:
     """What must match for two events to mean the same thing (no timings, no stage name).
 
@@ -151,9 +172,16 @@ def signature(event: dict[str, Any]) -> tuple[Any, ...]:
         return ("decomposed", tuple(event.get("parts") or ()))
     if step == "conditional_detected":
         return ("conditional", event.get("condition"), event.get("consequence"),
-                event.get("remainder"))
+                event.get("remainder"), bool(event.get("negated")))
     if isinstance(step, str) and step.startswith("intent_"):
         return ("intent", event.get("query"), event.get("decision"))
+    if step == "source_invoked" and event.get("operation") == "act":
+        return ("action", event.get("source"), _command_words(event), "acts")
+    if step == "control_withheld":
+        # A replay withholds every command; what it would do is what the other reasons say.
+        others = [r for r in event.get("reasons") or [event.get("reason")] if r != "replay"]
+        return ("action", event.get("source"), _command_words(event),
+                "withheld: " + ", ".join(str(r) for r in others) if others else "acts")
     if step == "result_cache_hit":
         return ("answer", event.get("source"), "ok", "")
     if step == "source_invoked":
@@ -251,6 +279,9 @@ def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
             return "decision", f"plan changed: {old.get('route')} -> {new.get('route')}"
         if kind == "fusion":
             return "route", "fusion members changed"
+        if kind == "action":
+            was, now = signature(old), signature(new)
+            return "action", f"{new.get('source')} would {_acting(now)} (it {_acting(was, True)})"
         return "other", f"{old.get('step')} changed"
     if old is not None:
         step = old.get("step")
@@ -272,6 +303,14 @@ def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
     if signature(new)[0] == "intent":
         return "decision", f"now decided ({new.get('decision')})"
     return "other", f"{step} now happens"
+
+
+def _acting(sig: tuple[Any, ...], past: bool = False) -> str:
+    """'unlock front door' or 'not unlock front door (withheld: conditional)'."""
+    _, _, words, how = sig
+    if how == "acts":
+        return f"{'did ' if past else ''}{words}"
+    return f"{'did not' if past else 'not'} {words} ({how})"
 
 
 def compare(
@@ -357,7 +396,8 @@ class Replayer:
         self.history = history if history is not None else (
             traces if isinstance(traces, SessionHistory) else None)
         self.service = Service(
-            config, traces=traces, wrap_source=lambda src: ReplaySource(src, self.holder)
+            config, traces=traces, wrap_source=lambda src: ReplaySource(src, self.holder),
+            acting=False,
         )
 
     def _earlier_turns(self, original: dict[str, Any]) -> list[str]:
@@ -396,10 +436,8 @@ class Replayer:
             )
         book = CaptureBook(original.get("captures"))
         self.holder.book = book
-        self.service.result_cache.clear()
-        sessions = self.service.resolver.sessions
-        if sessions is not None:
-            sessions.clear()
+        # One trace's replay must not steer the next one's.
+        self.service.reset_routing_state()
         turns = self._earlier_turns(original)
         if turns:
             await self._rebuild_session(str(original["session_id"]), turns)

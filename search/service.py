@@ -70,9 +70,11 @@ class Service:
         traces: TraceSink | None = None,
         wrap_source: Callable[[Source], Source] | None = None,
         observers: list[RequestObserver] | None = None,
+        acting: bool = True,
     ) -> None:
         """`wrap_source` lets replay answer from captured results instead of live calls;
-        `observers` (metrics, telemetry) see every finished request's recorded chain."""
+        `observers` (metrics, telemetry) see every finished request's recorded chain;
+        with `acting` false (a replay) no command is ever carried out."""
         self.config = config
         self.recorder = recorder
         self.traces: TraceSink = traces or open_trace_sink(config.trace)
@@ -128,10 +130,17 @@ class Service:
             cache_ttl_s={name: entry.cache_ttl_s for name, entry in config.sources.items()},
             shared_results=shared_results,
             shared_breakers=shared_breakers,
+            acting=acting,
         )
         self.resolver = build_resolver(config, self.shared)
         self.router = Router(self.resolver, self.dispatcher)
         self._started_sources: list[Source] = []
+
+    def reset_routing_state(self) -> None:
+        """Forget what earlier requests left behind: cached results and decisions, learned
+        decisions, sessions, open circuits. A replay does this before each trace."""
+        self.dispatcher.reset()
+        self.resolver.reset()
 
     async def start(self, *, sources: bool = True) -> None:
         """Open sources and load the intent stages' models once, in the app's lifespan."""
@@ -157,7 +166,7 @@ class Service:
         await self.traces.aclose()
 
     async def _route(
-        self, query: str, dry_run: bool, session_id: str | None
+        self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False
     ) -> tuple[int, dict[str, str] | None, list[PartResult]]:
         """Run the router under the request deadline; (status, error, results).
 
@@ -170,7 +179,8 @@ class Service:
         status_code = 200
         try:
             async with asyncio.timeout(deadline_s):
-                results = await self.router.run(query, dry_run=dry_run, session_id=session_id)
+                results = await self.router.run(query, dry_run=dry_run, session_id=session_id,
+                                                read_only=read_only)
         except TimeoutError:
             status_code = 504
             error = {
@@ -200,13 +210,17 @@ class Service:
         dry_run: bool = False,
         session_id: str | None = None,
         replay_of: str | None = None,
+        read_only: bool = False,
     ) -> SearchOutcome:
+        """One request. `read_only`: the caller promised not to act (a read-only tool), so
+        every command in it is withheld."""
         trace_id = uuid.uuid4().hex
         started_wall = time.time()
         trace_token = current_trace_id.set(trace_id)  # log records carry it (telemetry)
         try:
             with route_log(self.config.routing.max_events, self.recorder) as chain_log:
-                status_code, error, results = await self._route(query, dry_run, session_id)
+                status_code, error, results = await self._route(
+                    query, dry_run, session_id, read_only)
                 recorded = chain_log.freeze()
                 dropped = chain_log.dropped_events
                 cached = chain_log.happened("result_cache_hit")

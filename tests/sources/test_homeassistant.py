@@ -21,6 +21,8 @@ from starlette.routing import Route
 
 from sources import homeassistant as ha
 from sources.base import (
+    Command,
+    ControlNotAllowed,
     Item,
     SourceBadResponse,
     SourceServerError,
@@ -86,6 +88,12 @@ def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str)
         f"{hass.url}/api/services/{domain}/{service}", json={"entity_id": entity_id},
         headers={"Authorization": f"Bearer {hass.token}"}, timeout=10, trust_env=False,
     ).raise_for_status()
+
+
+def command_of(source: HomeAssistantSource, query: str) -> Command:
+    command = source.command(query)
+    assert command is not None, query
+    return command
 
 
 def assert_no_secret(items: list[Item], token: str) -> None:
@@ -230,13 +238,26 @@ async def test_control_is_refused_by_default_and_changes_nothing(
     call_service(home_assistant, "light", "turn_on", "light.kitchen_lights")
     before = read_states(home_assistant)["light.kitchen_lights"]
     query = "turn off the kitchen light"
-    assert source.is_control(query)
-    items = await source.search(query)
-    assert [i.title for i in items] == ["Device control is disabled"]
-    assert "light.turn_off on Kitchen Lights (light.kitchen_lights)" in items[0].text
+    command = source.command(query)
+    assert command is not None and (command.action, command.target) == ("off", "the kitchen light")
+    with pytest.raises(ControlNotAllowed):
+        await source.act(command)
     after = read_states(home_assistant)["light.kitchen_lights"]
     assert after["state"] == "on"
     assert after["last_updated"] == before["last_updated"]  # no service touched it
+
+
+@pytest.mark.slow
+async def test_search_on_a_commands_words_only_reads_the_devices_it_names(
+    controller: HomeAssistantSource, home_assistant: HomeAssistant
+) -> None:
+    """`search` never acts, even with control allowed: it reports what the command names."""
+    call_service(home_assistant, "light", "turn_off", "light.bed_light")
+    before = read_states(home_assistant)["light.bed_light"]
+    items = await controller.search("turn on the bed light")
+    assert [(i.title, i.text) for i in items] == [("Bed Light", "Bed Light is off")]
+    after = read_states(home_assistant)["light.bed_light"]
+    assert after["state"] == "off" and after["last_updated"] == before["last_updated"]
 
 
 @pytest.mark.slow
@@ -245,11 +266,11 @@ async def test_control_allowed_flips_a_demo_light_and_back(
 ) -> None:
     call_service(home_assistant, "light", "turn_off", "light.bed_light")
     try:
-        items = await controller.search("turn on the bed light")
+        items = await controller.act(command_of(controller, "turn on the bed light"))
         assert [i.title for i in items] == ["Bed Light"]
         assert items[0].text == "Called light.turn_on on Bed Light: now on."
         assert read_states(home_assistant)["light.bed_light"]["state"] == "on"
-        items = await controller.search("switch the bed light off")
+        items = await controller.act(command_of(controller, "switch the bed light off"))
         assert items[0].text == "Called light.turn_off on Bed Light: now off."
         assert read_states(home_assistant)["light.bed_light"]["state"] == "off"
     finally:
@@ -262,7 +283,7 @@ async def test_control_closes_the_garage_door_cover(
 ) -> None:
     call_service(home_assistant, "cover", "open_cover", "cover.garage_door")
     try:
-        items = await controller.search("close the garage door")
+        items = await controller.act(command_of(controller, "close the garage door"))
         assert [i.title for i in items] == ["Garage Door"]
         assert items[0].text.startswith("Called cover.close_cover on Garage Door")
         # The demo cover moves over a few seconds; it is closing or closed, never open.
@@ -277,7 +298,7 @@ async def test_ambiguous_control_calls_nothing(
 ) -> None:
     watched = ("fan.living_room_fan", "light.living_room_rgbww_lights", "media_player.living_room")
     before = {e: read_states(home_assistant)[e]["last_updated"] for e in watched}
-    items = await controller.search("turn off the living room")
+    items = await controller.act(command_of(controller, "turn off the living room"))
     assert [i.title for i in items] == ["Which device?"]
     assert all(e in items[0].text for e in watched)
     after = read_states(home_assistant)
