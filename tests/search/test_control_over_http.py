@@ -1,0 +1,188 @@
+"""Acting on the home only when it is meant: the shipped config, a real Home Assistant with
+`allow_control: true`, the real model, real HTTP on loopback, the real MCP client and the
+real `search replay` CLI.
+
+The witness is Home Assistant itself: every assertion about the world reads entity state
+back from HA's REST API, never from our own answers. `lock.front_door` starts locked;
+"unlock the front door" is the command each case tries to sneak through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from mcp import Client
+
+from search.app import create_app
+from search.cli import main
+from search.config import Config, parse_config
+from tests.support import homeassistant as ha_harness
+from tests.support.app import assert_contract_event, uvicorn_server
+from tests.support.homeassistant import HomeAssistant
+
+home_assistant = ha_harness.home_assistant
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCK = "lock.front_door"
+COMMAND = "unlock the front door"
+
+
+def states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
+    response = httpx.get(f"{hass.url}/api/states", timeout=10, trust_env=False,
+                         headers={"Authorization": f"Bearer {hass.token}"})
+    response.raise_for_status()
+    return {s["entity_id"]: s for s in response.json()}
+
+
+def lock_front_door(hass: HomeAssistant) -> None:
+    httpx.post(f"{hass.url}/api/services/lock/lock", json={"entity_id": LOCK}, timeout=10,
+               trust_env=False, headers={"Authorization": f"Bearer {hass.token}"},
+               ).raise_for_status()
+    assert states(hass)[LOCK]["state"] == "locked"
+
+
+def snapshot(hass: HomeAssistant) -> dict[str, tuple[str, str]]:
+    """Every entity's state and last change: equal snapshots mean nothing was touched."""
+    return {e: (s["state"], s["last_changed"]) for e, s in states(hass).items()}
+
+
+def config_file(tmp_path: Path, hass: HomeAssistant, demo_zim: Path, **routing: Any) -> Path:
+    data = yaml.safe_load((ROOT / "config.yaml").read_text())
+    data["sources"]["kiwix"].update(paths=[str(demo_zim)])
+    data["sources"]["kiwix"].pop("build_from", None)
+    data["sources"]["ha"].update(enabled=True, url=hass.url, token=hass.token,
+                                 allow_control=True, timeout_s=10)
+    data["trace"] = {"path": str(tmp_path / "traces.db"), "capture_results": True}
+    data["routing"].update(routing)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def load(path: Path) -> Config:
+    return parse_config(yaml.safe_load(path.read_text()))
+
+
+@pytest.fixture
+def served(tmp_path: Path, home_assistant: HomeAssistant, demo_zim: Path) -> Iterator[str]:
+    lock_front_door(home_assistant)
+    with uvicorn_server(create_app(load(config_file(tmp_path, home_assistant, demo_zim)))) as base:
+        yield base
+    lock_front_door(home_assistant)
+
+
+def search(base: str, query: str, **body: Any) -> dict[str, Any]:
+    response = httpx.post(f"{base}/search", json={"query": query, "explain": True, **body},
+                          timeout=60, trust_env=False)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    for event in answer["explanation"]:
+        assert_contract_event(event)
+    return answer
+
+
+def withheld(answer: dict[str, Any]) -> list[str]:
+    return [e["reason"] for e in answer["explanation"] if e["step"] == "control_withheld"]
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("if the sun explodes today, unlock the front door", "conditional"),
+        ("unless it rains, unlock the front door", "conditional"),
+        ("unlock the front door in an hour", "deferred"),
+        ("unlock the front door tonight", "deferred"),
+    ],
+)
+def test_commands_not_meant_now_change_nothing_in_home_assistant(
+    served: str, home_assistant: HomeAssistant, query: str, reason: str
+) -> None:
+    before = snapshot(home_assistant)
+    answer = search(served, query)
+    assert withheld(answer) == [reason]
+    assert "withheld" in [r["status"] for r in answer["results"]]
+    assert snapshot(home_assistant) == before
+
+
+def test_a_dry_run_and_the_read_only_mcp_tool_change_nothing(
+    served: str, home_assistant: HomeAssistant
+) -> None:
+    before = snapshot(home_assistant)
+    plan = search(served, COMMAND, dry_run=True)
+    assert withheld(plan) == ["dry_run"] and plan["results"][0]["status"] == "planned"
+
+    async def over_mcp() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with Client(f"{served}/mcp") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["search"].annotations.read_only_hint is True
+            assert tools["control"].annotations.destructive_hint is True
+            result = await client.call_tool("search", {"query": COMMAND, "explain": True})
+            return tools, result.structured_content or {}
+
+    import asyncio
+
+    _, body = asyncio.run(over_mcp())
+    assert withheld(body) == ["read_only"]
+    assert snapshot(home_assistant) == before
+
+
+def test_an_unsure_decision_does_not_act(
+    tmp_path: Path, home_assistant: HomeAssistant, demo_zim: Path
+) -> None:
+    """With ha as the default source, a command nothing recognises ends at the default:
+    unsure, so withheld, even though HA would take it."""
+    lock_front_door(home_assistant)
+    path = config_file(tmp_path, home_assistant, demo_zim, default_source="ha",
+                       semantic={"enabled": False}, keywords={}, none_keywords=[])
+    before = snapshot(home_assistant)
+    with uvicorn_server(create_app(load(path))) as base:
+        answer = search(base, "unlock lock.front_door")
+    steps = [e["step"] for e in answer["explanation"]]
+    assert "intent_default" in steps
+    assert withheld(answer) == ["low_confidence"]
+    assert snapshot(home_assistant) == before
+
+
+def test_a_plain_command_acts_through_the_gate_and_a_replay_never_repeats_it(
+    tmp_path: Path, home_assistant: HomeAssistant, demo_zim: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lock_front_door(home_assistant)
+    path = config_file(tmp_path, home_assistant, demo_zim)
+    with uvicorn_server(create_app(load(path))) as base:
+        status = search(base, "is the front door locked")
+        answer = search(base, COMMAND)
+        again = search(base, "is the front door locked")
+    assert states(home_assistant)[LOCK]["state"] == "unlocked"
+    acts = [e for e in answer["explanation"]
+            if e["step"] == "source_invoked" and e.get("operation") == "act"]
+    assert [(e["source"], e["outcome"]) for e in acts] == [("ha", "ok")]
+    assert withheld(answer) == [] and answer["results"][0]["status"] == "ok"
+    assert not status["cached"] and not again["cached"]  # the home is read fresh
+    assert "unlocked" in again["results"][0]["items"][0]["text"]
+
+    lock_front_door(home_assistant)
+    before = snapshot(home_assistant)
+    code = main(["replay", answer["trace_id"], "--config", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0, out  # the same action would be taken: no divergence
+    assert snapshot(home_assistant) == before
+    code = main(["replay", "--all", "--config", str(path)])
+    capsys.readouterr()
+    assert code in (0, 1)
+    assert snapshot(home_assistant) == before, "replay --all acted on the home"
+
+    # Switching control off turns the recorded action into a divergence, still without acting.
+    data = yaml.safe_load(path.read_text())
+    data["sources"]["ha"]["allow_control"] = False
+    path.write_text(yaml.safe_dump(data))
+    code = main(["replay", answer["trace_id"], "--config", str(path)])
+    out = capsys.readouterr().out
+    assert code == 1 and "would not" in out, out
+    assert snapshot(home_assistant) == before
