@@ -260,12 +260,17 @@ class Dispatcher:
         key = (name, normalise(query))
         source = self.sources.get(name)
         cacheable = source is not None and source.command(query) is None
-        cached = self.result_cache.get(key) if cacheable else None
+        # A source that may act is read from the shared tier alone when there is one: a
+        # command run by another worker drops the shared copy, not this process's.
+        local = cacheable and not (self.shared_results is not None
+                                   and getattr(source, "allow_control", False))
+        cached = self.result_cache.get(key) if local else None
         if cached is not None:
             record("result_cache_hit", source=name, query=query, result_count=len(cached))
             return _Outcome("ok", cached, "", "")
         if cacheable and self.shared_results is not None:
-            cached = await self.shared_results.fetch(key, self.cache_ttl_s.get(name))
+            cached = await self.shared_results.fetch(key, self.cache_ttl_s.get(name),
+                                                     keep_locally=local)
             if cached is not None:  # another worker or replica fetched it
                 record("result_cache_hit", source=name, query=query,
                        result_count=len(cached), tier="shared")
@@ -323,7 +328,8 @@ class Dispatcher:
         if outcome.outcome in ("ok", "empty"):
             capture(name, query, outcome.items)
         if outcome.outcome == "ok" and cacheable:
-            self.result_cache.set(key, outcome.items, self.cache_ttl_s.get(name))
+            if local:
+                self.result_cache.set(key, outcome.items, self.cache_ttl_s.get(name))
             if self.shared_results is not None:
                 self.shared_results.publish(key, outcome.items, self.cache_ttl_s.get(name))
         return outcome

@@ -244,8 +244,11 @@ class SharedCache(Generic[K, V]):
         """Whether entries with this lifetime (None: the cache's) are cached at all."""
         return self.local.max_entries > 0 and (self.local.ttl_s if ttl_s is None else ttl_s) > 0
 
-    async def fetch(self, key: K, ttl_s: float | None = None) -> V | None:
-        """The entry from Redis (kept locally for its remaining lifetime), or None.
+    async def fetch(
+        self, key: K, ttl_s: float | None = None, *, keep_locally: bool = True
+    ) -> V | None:
+        """The entry from Redis (kept locally for its remaining lifetime unless
+        `keep_locally` is false), or None.
 
         `ttl_s` is the lifetime entries of this kind get (None: the cache's): when it is 0
         they are never cached, and Redis is not asked.
@@ -270,6 +273,8 @@ class SharedCache(Generic[K, V]):
             # Written by another version, or for a route this process does not have.
             log.debug("shared state: unusable %s entry ignored", self.namespace)
             return None
+        if not keep_locally:
+            return value
         # Kept locally for what is left of its life in Redis, never past our own lifetime.
         limit = self.local.ttl_s if ttl_s is None else ttl_s
         left = ttl_ms / 1000.0 if isinstance(ttl_ms, int) and ttl_ms > 0 else limit

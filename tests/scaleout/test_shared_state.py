@@ -181,6 +181,32 @@ async def test_a_per_source_cache_lifetime_of_zero_shares_nothing(redis: RedisSe
     assert "result_cache_hit" not in steps(other) and redis.keys("search:result:*") == []
 
 
+async def test_a_command_in_one_service_drops_the_cached_answers_of_every_service(
+    redis: RedisServer,
+) -> None:
+    """With control allowed, a source's cached answers live in Redis alone, so a command
+    run by one worker takes them away from all (no stale "locked" after an unlock)."""
+    sources = {"kiwix": {}, "ha": {"control_prefix": "unlock", "allow_control": True,
+                                   "cache_ttl_s": 300}}
+    keywords = {"ha": ["door", "unlock"]}
+    first = Service(config(redis.url, sources=sources, keywords=keywords))
+    second = Service(config(redis.url, sources=sources, keywords=keywords))
+    try:
+        await ask(first, "front door status")
+        await first.shared.drain()
+        hit = await ask(second, "front door status")
+        assert events(hit, "result_cache_hit")[0]["tier"] == "shared"
+        assert redis.keys("search:result:*")
+        acted = await ask(second, "unlock the front door")
+        assert "source_invoked" in steps(acted) and not acted.body["cached"]
+        assert redis.keys("search:result:*") == []
+        fresh = await ask(first, "front door status")
+        assert "result_cache_hit" not in steps(fresh)
+    finally:
+        for service in (first, second):
+            await service.aclose()
+
+
 async def test_a_circuit_opened_by_one_service_makes_another_skip(redis: RedisServer) -> None:
     sources = {
         "kiwix": {},
