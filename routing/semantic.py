@@ -12,8 +12,9 @@ similarity plus `classifier_weight` times the log-probability a small softmax cl
 (trained on the exemplars at start-up, one more matrix product per query) gives the label:
 the nearest exemplar alone is swayed by a shared name ("who is the governor of New York"
 is near "weather in New York"); the classifier has learnt what each route's exemplars have
-in common. The best-ranked label wins if its similarity clears its route's threshold. When "none" wins, the query is unserved: the part ends at a
-low-confidence default (reason `no_match`) instead of a confident wrong route. The event
+in common. The best-ranked label wins if its similarity clears its route's threshold.
+When "none" wins, the query is unserved: the part ends at a low-confidence default
+(reason `no_match`) instead of a confident wrong route. The event
 lists the top candidates on a hit *and* on a miss (`decision: null`, `matched: false`), so
 thresholds can be tuned from real traces. An earlier LLM decision is reused when its
 similarity clears `semantic.reuse_threshold`.

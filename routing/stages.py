@@ -3,8 +3,9 @@
 keyword -> decision cache -> semantic -> LLM -> session -> default. The semantic stage is
 built only when enabled and the LLM stage only when `routing.llm.base_url` is set (else
 the default's reason is `llm_unconfigured`). Each route's rules and exemplars are the
-shipped ones with the user's overrides merged in (routing/route_data.py). Nothing heavy happens here: the model loads
-in `Resolver.start()`, so `import routing.stages` and building a Service stay quick.
+shipped ones with the user's overrides merged in (routing/route_data.py). Nothing heavy
+happens here: the model loads in `Resolver.start()`, so `import routing.stages` and
+building a Service stay quick.
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ class SemanticConfig(Strict):
     )
     exemplars: dict[str, list[str]] = Field(
         default_factory=dict,
-        description="Exemplars added to a route's shipped ones (as routing.routes.<name>.exemplars).",
+        description="Exemplars added to a route's shipped ones "
+        "(as routing.routes.<name>.exemplars).",
     )
     top_k: int = Field(default=3, ge=1, le=20)
     none_exemplars: list[str] = Field(
@@ -77,8 +78,8 @@ class SemanticConfig(Strict):
     )
     none_threshold: float = Field(
         default=0.5, ge=-1, le=1,
-        description="When set, replaces the shipped `none` threshold; else used only when "
-        "there is none (shipped_routes: false).",
+        description="Given here, it replaces the shipped `none` route's threshold; "
+        "otherwise it applies only where none is shipped (shipped_routes: false).",
     )
     margin: float = Field(
         default=0.0, ge=0, le=1, description="How far the best route must lead the runner-up."

@@ -156,7 +156,8 @@ async def test_without_shipped_routes_only_the_configs_rules_count() -> None:
         ({"routes": {"ha": {"threshold": 2}}}, "routing.routes.ha.threshold: "),
         ({"routes": {"ha": ["sauna"]}}, "routing.routes.ha: "),
         ({"routes": {"ha": {"disable_keywords": ["lights", "no such rule"]}}},
-         "routing.routes.ha.disable_keywords[1]: 'no such rule' is not a shipped keyword rule of ha"),
+         "routing.routes.ha.disable_keywords[1]: 'no such rule' is not a shipped keyword rule"
+         " of ha"),
         ({"routes": {"none": {"disable_exemplars": ["hello there general"]}}},
          "routing.routes.none.disable_exemplars[0]: 'hello there general' is not a shipped"),
         ({"shipped_routes": False, "routes": {"ha": {"disable_keywords": ["lights"]}}},
@@ -182,8 +183,10 @@ def test_the_cli_exits_2_on_a_bad_override(tmp_path: Path) -> None:
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(bad))
-    done = subprocess.run([sys.executable, "-m", "search", "route", "lights", "--config", str(path)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "search", "route", "lights", "--config", str(path)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
     assert done.returncode == 2, done.stderr
     assert "routing.routes.ha.disable_keywords[0]" in done.stderr
 
@@ -237,12 +240,14 @@ def test_an_installed_wheel_carries_the_routes_and_word_lists(tmp_path: Path) ->
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)],
                    check=True, timeout=300, capture_output=True)
     probe = (
+        f"import sys; sys.path.insert(0, {str(target)!r})\n"
         "import routing.route_data as r, routing.lexicon as l, routing.decompose as d\n"
-        "assert r.__file__.startswith(%r), r.__file__\n"
+        f"assert r.__file__.startswith({str(target)!r}), r.__file__\n"
         "print(sorted(r.shipped_routes()), len(l.lexicon().decompose.openers),\n"
-        "      d.decompose('turn off the lights and what is the weather'))\n" % str(target)
+        "      d.decompose('turn off the lights and what is the weather'))\n"
     )
-    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r})\n" + probe],
+    # -I: no PYTHONPATH, no current directory; only the wheel's copy can be imported first
+    done = subprocess.run([sys.executable, "-I", "-c", probe],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(str(sorted(SHIPPED)))
