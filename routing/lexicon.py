@@ -71,7 +71,8 @@ class Lexicon(BaseModel):
 
 def parse_lexicon(text: str) -> Lexicon:
     """Validate the YAML text of a words file (ValueError naming the list that is wrong)."""
-    return Lexicon.model_validate(yaml.safe_load(text))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml, where PyYAML has it
+    return Lexicon.model_validate(yaml.load(text, Loader=loader))
 
 
 @lru_cache(maxsize=1)

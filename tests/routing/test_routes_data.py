@@ -252,3 +252,20 @@ def test_an_installed_wheel_carries_the_routes_and_word_lists(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(str(sorted(SHIPPED)))
     assert "['turn off the lights', 'what is the weather']" in done.stdout
+
+
+def test_the_commented_override_example_in_config_yaml_is_valid() -> None:
+    """Uncommented, the example works: the shipped rule and exemplar it disables exist."""
+    import re
+
+    text = (ROOT / "config.yaml").read_text(encoding="utf-8")
+    uncommented = re.sub(r"^  # (routes:|  )", r"  \1", text, flags=re.MULTILINE)
+    data = yaml.safe_load(uncommented)
+    assert data["routing"]["routes"], "config.yaml no longer shows an override example"
+    data["sources"]["recipes"] = {"type": "searxng", "url": "http://127.0.0.1:8888"}
+    routes = resolved_routes(parse_config(data))
+    for name, override in data["routing"]["routes"].items():
+        for added in override.get("keywords", []):
+            assert added in routes[name].keywords
+        for dropped in override.get("disable_keywords", []):
+            assert dropped not in routes[name].keywords
