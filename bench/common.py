@@ -78,6 +78,7 @@ def scripted_config(
     return parse_config({
         "routing": {
             "default_source": next(iter(sources)),
+            "shipped_routes": False,  # only these rules: the router's cost, not the data's
             "keywords": keywords or {},
             "semantic": {"enabled": False},
             **routing,

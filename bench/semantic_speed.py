@@ -47,12 +47,12 @@ def percentiles(samples_ms: list[float]) -> tuple[float, float, float]:
 async def measure_semantic(config_path: str, threads: int, count: int) -> dict[str, tuple]:
     from routing.events import route_log, run_in_thread
     from routing.intents import ResolveContext
-    from routing.semantic import SemanticStage
+    from routing.stages import semantic_stage
     from search.config import load_config
 
     config = load_config(config_path)
     routes = [*config.sources, *config.routing.fusion]
-    stage = SemanticStage(config.routing.semantic, routes, threads=threads)
+    stage = semantic_stage(config, routes, threads=threads)
     started = time.perf_counter()
     await stage.start()
     start_ms = (time.perf_counter() - started) * 1000

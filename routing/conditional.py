@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from routing.decompose import OPENERS, QUESTION_AFTER_WHEN
+from routing.lexicon import lexicon
 from routing.text import CLAUSE_TRIM, CLAUSE_WORD
 
 _LEADING = re.compile(r"^\s*(?:if|when|whenever|unless|in case)\s+", re.IGNORECASE)
@@ -28,14 +29,11 @@ _TRAILING = re.compile(r"\s(?:if|unless|in case)\s+", re.IGNORECASE)
 _CONDITION_END = re.compile(r",|\bthen\b", re.IGNORECASE)
 # The consequence ends at a sentence end or a hard separator; the rest is the remainder.
 _CONSEQUENCE_END = re.compile(r"[?!.;]|\band\s+(?:also|then)\b", re.IGNORECASE)
+_WORDS = lexicon().conditional  # routing/words.yaml
 # "tell me if", "check if": an embedded question ("whether"), not a condition.
-_WHETHER_VERBS = frozenset(
-    ["me", "us", "tell", "check", "know", "see", "ask", "wonder", "wondering", "sure", "find", "out", "whether"]
-)
+_WHETHER_VERBS = _WORDS.whether_verbs
 # The asker as subject: the condition is a premise, not a fact to look up.
-_PREMISE_SUBJECTS = frozenset(
-    ["i", "i'm", "im", "i've", "ive", "i'd", "i'll", "we", "we're", "we've", "we'd", "we'll"]
-)
+_PREMISE_SUBJECTS = _WORDS.premise_subjects
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,59 +23,33 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from routing.lexicon import lexicon
 from routing.text import CLAUSE_TRIM, CLAUSE_WORD
 
+_WORDS = lexicon().decompose  # routing/words.yaml: what each list is for
 # Words that open a request on their own: questions, polite forms and imperatives.
-OPENERS = frozenset(
-    ["what", "what's", "whats", "who", "who's", "whos", "whom", "whose", "where", "where's", "when", "when's", "which", "why", "how", "how's", "is", "isn't", "are", "aren't", "was", "were", "do", "does", "did", "don't", "can", "can't", "could", "will", "won't", "would", "should", "shall", "may", "might", "has", "have", "had", "am", "i", "i'd", "i'm", "im", "i'll", "i've", "id", "my", "we", "let", "let's", "lets", "please", "pls", "hey", "ok", "okay", "tell", "show", "give", "find", "search", "look", "lookup", "play", "open", "close", "lock", "unlock", "turn", "switch", "set", "dim", "brighten", "raise", "lower", "start", "stop", "pause", "resume", "check", "list", "read", "send", "call", "order", "book", "get", "make", "put", "add", "remove", "remind", "wake", "explain", "define", "describe", "say", "increase", "decrease", "change", "activate", "deactivate", "enable", "disable", "run", "fetch", "translate", "compare", "calculate", "count", "plan", "schedule", "cancel", "need", "want", "rate", "give", "toggle", "ask", "brew", "clean", "vacuum", "delete", "buy", "reserve", "navigate", "skip", "mute", "power", "unmute", "repeat", "shuffle", "google", "any", "whats", "what're", "where're", "how're", "who're", "there's"]
-    # more imperatives: a request to an assistant opens with its verb
-    + ["request", "shut", "minimize", "maximize", "replace", "solve", "broadcast", "favorite", "favourite", "convert", "prepare", "save", "share", "post", "tweet", "email", "text", "message", "notify", "alert", "suggest", "recommend", "update", "create", "edit", "move", "mark", "adjust", "reset", "restart", "reboot", "bring", "take", "keep", "leave", "use", "help", "teach", "pick", "choose", "select", "reply", "respond", "answer", "sing", "write", "note", "record", "measure", "forward", "display", "sort", "download", "upload", "print", "connect", "disconnect", "charge", "water", "heat", "cool", "warm", "boil", "cook", "wash", "dry", "empty", "fill", "feed", "locate", "track", "tweet", "like", "dislike", "email", "spell", "purchase", "hire", "install", "arrange", "organize", "organise", "announce", "whisper", "speak", "name", "identify", "inform", "confirm", "modify", "dim", "lift", "drop", "mute", "silence", "quiet", "slow", "speed", "stream", "watch", "listen", "hear", "remember", "forget", "erase", "clear", "wipe", "reset"]
-)
-
+OPENERS = _WORDS.openers
 # "when is ...", "when did ...": a question about a time, not a condition.
-QUESTION_AFTER_WHEN = frozenset(
-    ["is", "isn't", "was", "wasn't", "are", "aren't", "were", "do", "does", "did", "don't", "doesn't", "didn't", "will", "won't", "would", "can", "could", "should", "shall", "has", "have", "had", "am"]
-)
-
-# Wake words and fillers: a clause that opens with one is a new request ("..., olly dim the
+QUESTION_AFTER_WHEN = _WORDS.question_after_when
+# Wake words and fillers: a clause that opens with one is a new request ("..., hey, dim the
 # lights"); a clause made only of them ("hey google") is not a request on its own.
-WAKE_WORDS = frozenset(["hey", "hi", "ok", "okay", "olly", "alexa", "siri", "google", "computer", "jarvis", "assistant"])
-_FILLERS = WAKE_WORDS | frozenset(["please", "so", "well", "now", "um", "uh", "oh", "and"])
-
-# Nouns that head a request on their own: "..., weather in Oslo", "and news from Kenya",
-# "and lights down to seven".
-TOPIC_OPENERS = frozenset(
-    ["weather", "forecast", "news", "headlines", "humidity", "temperature", "traffic", "table", "movie", "movies", "film", "films", "showtimes", "stocks", "stock", "exchange", "scores", "events", "concerts", "restaurants", "prices", "definition", "meaning", "population", "lights", "lamps", "heating", "thermostat", "blinds", "curtains"]
-)
-
-# Words that may come before a request's topic: "recent tech headlines", "the weather in
-# Oslo", "today's forecast".
-_TOPIC_MODIFIERS = frozenset(
-    ["the", "a", "an", "some", "any", "today's", "tomorrow's", "tonight's", "this", "next", "local", "latest", "recent", "current", "top", "world", "sports", "business", "tech", "hourly", "weekly", "daily", "my", "upcoming", "breaking", "entertainment", "political", "celebrity", "financial", "international", "national", "science", "health", "technology"]
-)
-_ARTICLES = frozenset(["the", "a", "an", "some", "any"])
-
-# A superlative heads a request of its own: "best bar in town", "tallest building",
-# "nearest petrol station" (telegraphic questions, common in spoken requests).
-_SUPERLATIVES = frozenset(
-    ["best", "worst", "cheapest", "nearest", "closest", "largest", "biggest", "smallest", "tallest", "highest", "lowest", "longest", "shortest", "oldest", "youngest", "fastest", "deepest", "richest", "hottest", "coldest", "most", "least", "top-rated"]
-)
+WAKE_WORDS = _WORDS.wake_words
+_FILLERS = WAKE_WORDS | _WORDS.fillers
+# Nouns that head a request on their own, and the words that may come before one.
+TOPIC_OPENERS = _WORDS.topic_openers
+_TOPIC_MODIFIERS = _WORDS.topic_modifiers
+_ARTICLES = _WORDS.articles
+# A superlative heads a request of its own: "best bar in town", "tallest building".
+_SUPERLATIVES = _WORDS.superlatives
 # "ten day forecast", "3 hour forecast": a count and a unit before a topic.
-_NUMBERS = frozenset(
-    ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twelve", "fourteen", "fifteen", "thirty"]
-)
-_PERIODS = frozenset(["day", "days", "hour", "hours", "week", "weeks", "month", "minute"])
-
-_PREPOSITIONS = frozenset(["at", "in", "on", "of", "for", "from", "to", "by", "with"])
-_WH_WORDS = frozenset(["what", "which", "who", "whom", "whose", "where", "when", "how"])
-
+_NUMBERS = _WORDS.numbers
+_PERIODS = _WORDS.periods
+_PREPOSITIONS = _WORDS.prepositions
+_WH_WORDS = _WORDS.wh_words
 # Words that continue the clause before a comma rather than start a new one.
-_CONTINUATIONS = frozenset(
-    ["in", "on", "at", "of", "for", "with", "to", "from", "by", "near", "than", "the", "a", "an", "or", "but", "nor", "which", "who", "that", "whose", "so", "because", "as", "like", "including", "especially", "except", "not", "only", "just", "too", "very", "than", "then", "etc", "and", "also", "plus"]
-)
-
+_CONTINUATIONS = _WORDS.continuations
 # A clause opening with one of these is a condition, not a request: "if it rains, ...".
-CONDITION_OPENERS = frozenset({"if", "when", "whenever", "unless", "once", "in case"})
+CONDITION_OPENERS = _WORDS.condition_openers
 
 _HARD = r";|\band\s+(?:also|then)\b|(?<=[?!])\s+(?=\S)|(?<=\w{3}\.)\s+(?=[A-Za-z])"
 _SOFT = r",|\balso\b|\band\b|\bthen\b"
@@ -167,8 +141,8 @@ def _coordinated(left: str, right: str) -> bool:
     return bool(before and after) and before[-1] in _SUPERLATIVES and after[0] in _SUPERLATIVES
 
 
-_PRONOUNS = frozenset(["it", "them", "that", "this", "one"])
-_PARTICLES = frozenset(["on", "off", "up", "down", "out", "again", "please", "now", "too"])
+_PRONOUNS = _WORDS.pronouns
+_PARTICLES = _WORDS.particles
 
 
 def _refers_back(text: str) -> bool:

@@ -16,29 +16,23 @@ from __future__ import annotations
 
 import re
 
+from routing.lexicon import lexicon, phrases as word_phrases
 from routing.text import words as split_words
 
-_FOLLOW_UP_OPENERS = (
-    ("and",), ("what", "about"), ("how", "about"), ("what", "if"), ("and", "what"),
-    ("same",), ("the", "same"), ("do", "the", "same"), ("also",), ("then", "what"), ("or",),
-    ("but",), ("what", "else"),
-)
-_FOLLOW_UP_ENDINGS = (("instead",), ("too",), ("as", "well"), ("then",), ("again",))
+_WORDS = lexicon().discourse  # routing/words.yaml
+_FOLLOW_UP_OPENERS = word_phrases(_WORDS.follow_up_openers)
+_FOLLOW_UP_ENDINGS = word_phrases(_WORDS.follow_up_endings)
 # Pronouns that point at something said earlier. "it" is left out when it is the
 # weather's dummy subject ("is it going to rain", "it's cold"): see `_dummy_it`.
-_REFERENCES = frozenset(
-    ["he", "she", "him", "his", "her", "hers", "they", "them", "their", "theirs", "those", "these", "it", "its", "there", "that"]
-)
-_DETERMINER_USES = frozenset({"that", "these", "those", "there", "this"})
+_REFERENCES = _WORDS.references
+_DETERMINER_USES = _WORDS.determiner_uses
 _COMPARISON = re.compile(
     r"\b(?:compare[ds]?|comparison|compared\s+(?:to|with)|versus|vs\.?|better\s+than|worse\s+than|"
     r"(?:more|less|bigger|smaller|older|younger|taller|shorter|warmer|colder|hotter|cooler|"
     r"cheaper|faster|slower|higher|lower|longer|larger)\s+than|which\s+(?:is|one\s+is)\s+"
     r"(?:better|bigger|older|larger|taller|more|higher|cheaper)|difference\s+between)\b"
 )
-_WEATHER_IT = frozenset(
-    ["rain", "raining", "snow", "snowing", "hot", "cold", "warm", "cool", "sunny", "windy", "cloudy", "freezing", "humid", "going", "gonna", "be", "get", "getting", "stormy", "wet", "dry", "foggy", "chilly", "outside"]
-)
+_WEATHER_IT = _WORDS.weather_it
 
 
 def _starts(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:

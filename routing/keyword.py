@@ -73,7 +73,7 @@ class KeywordMatch:
 
 
 class KeywordRules:
-    """Phrase rules per route (and for `none`), compiled once from config."""
+    """Phrase rules per route (and for `none`), compiled once (see routing/route_data.py)."""
 
     def __init__(
         self,

@@ -1,8 +1,9 @@
 """The semantic stage: route by the nearest example utterances, in embedding space.
 
 The query's embedding is compared with
-- exemplar utterances per route from `routing.semantic.exemplars`, plus "none" exemplars
-  (`routing.semantic.none_exemplars`: alarms, music, email... that no source serves), and
+- exemplar utterances per route (shipped in routing/routes/, with the user's additions:
+  see routing/route_data.py), plus "none" exemplars (alarms, music, email... that no
+  source serves), and
 - earlier LLM decisions (semantic reuse: a paraphrase of a question the LLM already routed).
 
 Everything is L2-normalised and precomputed at start-up, so matching is one matrix-vector
@@ -11,9 +12,9 @@ similarity plus `classifier_weight` times the log-probability a small softmax cl
 (trained on the exemplars at start-up, one more matrix product per query) gives the label:
 the nearest exemplar alone is swayed by a shared name ("who is the governor of New York"
 is near "weather in New York"); the classifier has learnt what each route's exemplars have
-in common. The best-ranked label wins if its similarity clears its threshold (per route,
-`semantic.thresholds`). When "none" wins, the query is unserved: the part ends at a
-low-confidence default (reason `no_match`) instead of a confident wrong route. The event
+in common. The best-ranked label wins if its similarity clears its route's threshold.
+When "none" wins, the query is unserved: the part ends at a low-confidence default
+(reason `no_match`) instead of a confident wrong route. The event
 lists the top candidates on a hit *and* on a miss (`decision: null`, `matched: false`), so
 thresholds can be tuned from real traces. An earlier LLM decision is reused when its
 similarity clears `semantic.reuse_threshold`.
@@ -25,7 +26,7 @@ in a worker thread that carries the request's context (`run_in_thread`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -201,9 +202,15 @@ class SemanticStage:
         decision_cache: DecisionCache | None = None,
         learned: LearnedDecisions | None = None,
         threads: int = 1,
+        exemplars: Mapping[str, Sequence[str]] | None = None,
+        thresholds: Mapping[str, float] | None = None,
     ) -> None:
+        """`exemplars` and `thresholds` per route (and `none`), as routing/route_data.py
+        resolves them; a route without a threshold gets `config.default_threshold`."""
         self.config = config
         self.routes = set(routes)
+        self.exemplars = {label: list(texts) for label, texts in (exemplars or {}).items()}
+        self.thresholds = dict(thresholds or {})
         self.decision_cache = decision_cache
         self.learned = learned
         self.threads = threads
@@ -213,8 +220,8 @@ class SemanticStage:
 
     def threshold(self, route: str) -> float:
         if route == NONE:
-            return self.config.none_threshold
-        return self.config.thresholds.get(route, self.config.default_threshold)
+            return self.thresholds.get(NONE, self.config.none_threshold)
+        return self.thresholds.get(route, self.config.default_threshold)
 
     async def start(self) -> None:
         """Load the model (shared per process) and embed the exemplars; once."""
@@ -223,9 +230,9 @@ class SemanticStage:
         from routing.embedder import load_embedder
 
         self.embedder = await run_in_thread(load_embedder, self.config.model_path, self.threads)
-        groups = {route: list(texts) for route, texts in self.config.exemplars.items()
-                  if route in self.routes}
-        groups[NONE] = list(self.config.none_exemplars)
+        groups = {route: texts for route, texts in self.exemplars.items()
+                  if route in self.routes and route != NONE}
+        groups[NONE] = self.exemplars.get(NONE, [])  # last, as the classifier was fitted
         texts = [text for group in groups.values() for text in group]
         vectors = await run_in_thread(self.embedder.encode_exemplars, texts)
         index = ExemplarIndex(groups, vectors)

@@ -2,8 +2,10 @@
 
 keyword -> decision cache -> semantic -> LLM -> session -> default. The semantic stage is
 built only when enabled and the LLM stage only when `routing.llm.base_url` is set (else
-the default's reason is `llm_unconfigured`). Nothing heavy happens here: the model loads
-in `Resolver.start()`, so `import routing.stages` and building a Service stay quick.
+the default's reason is `llm_unconfigured`). Each route's rules and exemplars are the
+shipped ones with the user's overrides merged in (routing/route_data.py). Nothing heavy
+happens here: the model loads in `Resolver.start()`, so `import routing.stages` and
+building a Service stay quick.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from routing.decision_cache import DecisionCache, DecisionCacheStage
 from routing.intents import IntentStage, KeywordStage, Resolver
 from routing.keyword import KeywordRules
 from routing.llm import LLMStage
+from routing.route_data import NONE, Route, resolve_routes
 from routing.semantic import LearnedDecisions, SemanticStage
 from routing.sessions import SessionStage, SessionStore
 from routing.shared_state import RedisLink
@@ -26,10 +29,42 @@ def route_descriptions(config: Config) -> dict[str, str]:
     return routes
 
 
+def resolved_routes(config: Config) -> dict[str, Route]:
+    """Each configured route's rules and exemplars: the shipped ones with the user's
+    overrides merged over them (validated when the config was parsed)."""
+    names = [*config.sources, *config.routing.fusion]
+    return resolve_routes(
+        names, config.routing.route_overrides(), shipped=config.routing.shipped_routes
+    )
+
+
+def semantic_stage(
+    config: Config,
+    routes: list[str],
+    routes_data: dict[str, Route] | None = None,
+    *,
+    threads: int | None = None,
+    decision_cache: DecisionCache | None = None,
+    learned: LearnedDecisions | None = None,
+) -> SemanticStage:
+    """The semantic stage over the resolved routes' exemplars and thresholds."""
+    data = resolved_routes(config) if routes_data is None else routes_data
+    return SemanticStage(
+        config.routing.semantic,
+        routes,
+        decision_cache=decision_cache,
+        learned=learned,
+        threads=config.routing.semantic.threads if threads is None else threads,
+        exemplars={name: list(r.exemplars) for name, r in data.items()},
+        thresholds={name: r.threshold for name, r in data.items() if r.threshold is not None},
+    )
+
+
 def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
     """`shared`: the Service's Redis link, when decisions are shared across processes."""
     routing = config.routing
     routes = route_descriptions(config)
+    data = resolved_routes(config)
     decision_cache = DecisionCache(
         routing.decision_cache_max_entries,
         routing.decision_cache_ttl_s,
@@ -43,12 +78,8 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
 
     semantic: SemanticStage | None = None
     if routing.semantic.enabled:
-        semantic = SemanticStage(
-            routing.semantic,
-            list(routes),
-            decision_cache=decision_cache,
-            learned=learned,
-            threads=routing.semantic.threads,
+        semantic = semantic_stage(
+            config, list(routes), data, decision_cache=decision_cache, learned=learned
         )
     llm: LLMStage | None = None
     if routing.llm.base_url.strip():
@@ -64,7 +95,11 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
 
     stages: list[IntentStage] = [
         KeywordStage(
-            KeywordRules(routing.keywords, routing.keyword_threshold, routing.none_keywords),
+            KeywordRules(
+                {name: list(r.keywords) for name, r in data.items() if name != NONE},
+                routing.keyword_threshold,
+                list(data[NONE].keywords) if NONE in data else [],
+            ),
             escalation=llm,
         ),
         DecisionCacheStage(decision_cache),

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from routing.route_data import NONE, RouteDataError, RouteOverride, resolve_routes
 from sources.registry import KINDS, SourceConfig, kind_module
 
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -57,16 +58,29 @@ class SemanticConfig(Strict):
     model_path: str | None = Field(
         default=None, description="A sentence-transformers model dir; default: the bundled one."
     )
-    default_threshold: float = Field(default=0.6, ge=-1, le=1)
-    thresholds: dict[str, float] = Field(default_factory=dict)
-    exemplars: dict[str, list[str]] = Field(default_factory=dict)
+    default_threshold: float = Field(
+        default=0.6, ge=-1, le=1, description="For a route without a threshold of its own."
+    )
+    thresholds: dict[str, float] = Field(
+        default_factory=dict, description="Per route, over the shipped ones (routing/routes/)."
+    )
+    exemplars: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Exemplars added to a route's shipped ones "
+        "(as routing.routes.<name>.exemplars).",
+    )
     top_k: int = Field(default=3, ge=1, le=20)
     none_exemplars: list[str] = Field(
         default_factory=list,
-        description="Requests no source serves (alarms, music, email): a match ends at a "
-        "low-confidence default (reason no_match) instead of a confident wrong route.",
+        description="Requests no source serves (alarms, music, email), added to the shipped "
+        "ones: a match ends at a low-confidence default (reason no_match) instead of a "
+        "confident wrong route.",
     )
-    none_threshold: float = Field(default=0.5, ge=-1, le=1)
+    none_threshold: float = Field(
+        default=0.5, ge=-1, le=1,
+        description="Given here, it replaces the shipped `none` route's threshold; "
+        "otherwise it applies only where none is shipped (shipped_routes: false).",
+    )
     margin: float = Field(
         default=0.0, ge=0, le=1, description="How far the best route must lead the runner-up."
     )
@@ -87,11 +101,25 @@ class RoutingConfig(Strict):
     request_deadline_s: float = Field(default=15.0, gt=0, le=600)
     max_events: int = Field(default=1000, ge=10, le=1_000_000)
     keyword_threshold: float = Field(default=85.0, ge=50, le=100)
-    keywords: dict[str, list[str]] = Field(default_factory=dict)
+    shipped_routes: bool = Field(
+        default=True,
+        description="Start from the package's routes (routing/routes/*.yaml); false: only "
+        "the rules and exemplars this file gives.",
+    )
+    routes: dict[str, RouteOverride] = Field(
+        default_factory=dict,
+        description="Per route (or `none`): rules and exemplars to add or disable, a new "
+        "route for a new source. Merged over the shipped routes (see routing/route_data.py).",
+    )
+    keywords: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Keyword rules added to a route's (as routing.routes.<name>.keywords).",
+    )
     none_keywords: list[str] = Field(
         default_factory=list,
-        description="Phrases of requests no source serves (alarms, email, streaming music): "
-        "when they outweigh every route's keywords the part ends at a low-confidence default.",
+        description="Phrases of requests no source serves (alarms, email, streaming music), "
+        "added to the shipped ones: when they outweigh every route's keywords the part ends "
+        "at a low-confidence default.",
     )
     fusion: dict[str, list[str]] = Field(default_factory=dict)
     decision_cache_ttl_s: float = Field(default=3600.0, ge=0)
@@ -100,6 +128,30 @@ class RoutingConfig(Strict):
     session_max_entries: int = Field(default=1000, ge=0)
     semantic: SemanticConfig = Field(default_factory=SemanticConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
+
+    def route_overrides(self) -> dict[str, RouteOverride]:
+        """`routes`, with the shorthand keys (`keywords`, `none_keywords`, `semantic.*`)
+        folded in: each adds to the route it names, before `routes.<name>`'s additions."""
+        semantic = self.semantic
+        keywords = {**self.keywords, NONE: self.none_keywords}
+        exemplars = {**semantic.exemplars, NONE: semantic.none_exemplars}
+        thresholds = dict(semantic.thresholds)
+        if "none_threshold" in semantic.model_fields_set:
+            thresholds[NONE] = semantic.none_threshold
+        names = [*keywords, *exemplars, *thresholds, *self.routes]
+        merged: dict[str, RouteOverride] = {}
+        for name in dict.fromkeys(names):
+            extra = self.routes.get(name, RouteOverride())
+            added_keywords = [*keywords.get(name, []), *extra.keywords]
+            added_exemplars = [*exemplars.get(name, []), *extra.exemplars]
+            threshold = extra.threshold if extra.threshold is not None else thresholds.get(name)
+            if name not in self.routes and not (added_keywords or added_exemplars or
+                                                threshold is not None):
+                continue
+            merged[name] = extra.model_copy(update={
+                "keywords": added_keywords, "exemplars": added_exemplars, "threshold": threshold,
+            })
+        return merged
 
 
 class CacheConfig(Strict):
@@ -217,6 +269,15 @@ class Config(Strict):
             for name in table:
                 if name not in routes:
                     raise ValueError(f"routing.{section}.{name}: unknown source or route")
+        try:
+            resolved = resolve_routes(
+                routes, self.routing.route_overrides(), shipped=self.routing.shipped_routes
+            )
+        except RouteDataError as exc:
+            raise ValueError(str(exc)) from None
+        for name, source in self.sources.items():
+            if not source.description and name in resolved:
+                source.description = resolved[name].description  # the route's, shipped
         for name, source in self.sources.items():
             for target in source.fallback:
                 if target not in self.sources:

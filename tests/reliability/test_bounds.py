@@ -198,7 +198,7 @@ async def test_caches_and_sessions_never_exceed_their_bounds(demo_zim: Path) -> 
     with ChatServer('{"source": "kiwix"}', api_key="k-bounds") as llm:
         config = parse_config({
             "routing": {"default_source": "kiwix", "semantic": {"enabled": False},
-                        "keywords": {"kiwix": ["tell me about"]},
+                        "shipped_routes": False, "keywords": {"kiwix": ["tell me about"]},
                         "decision_cache_max_entries": 4, "session_max_entries": 3,
                         "llm": {"base_url": f"{llm.url}/v1", "model": "m",
                                 "api_key": "k-bounds"}},

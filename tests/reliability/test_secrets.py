@@ -75,6 +75,7 @@ def raw_config(up: Upstreams, zim: Path, trace_path: Path) -> dict[str, Any]:
         "routing": {
             "default_source": "kiwix",
             "semantic": {"enabled": False},
+            "shipped_routes": False,
             "keywords": {"ha": ["lights"], "ha_stale": ["garage"], "forecast": ["weather"]},
             "llm": {"base_url": f"{up.llm.url}/v1", "model": "tiny-router",
                     "api_key": "${LLM_API_KEY}", "timeout_s": 5},

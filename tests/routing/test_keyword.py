@@ -108,14 +108,17 @@ async def test_unserved_is_decided_as_no_source_at_all() -> None:
 
 
 def _shipped_rules() -> KeywordRules:
+    """The rules the shipped config.yaml routes with: the package's, no overrides."""
     from pathlib import Path
 
-    import yaml
+    from routing.route_data import NONE
+    from routing.stages import resolved_routes
+    from search.config import load_config
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
-    routing = config["routing"]
-    return KeywordRules(routing["keywords"], routing["keyword_threshold"],
-                        routing["none_keywords"])
+    config = load_config(Path(__file__).resolve().parents[2] / "config.yaml")
+    routes = resolved_routes(config)
+    return KeywordRules({name: list(r.keywords) for name, r in routes.items() if name != NONE},
+                        config.routing.keyword_threshold, list(routes[NONE].keywords))
 
 
 def test_shipped_definition_frames_outweigh_the_word_defined() -> None:

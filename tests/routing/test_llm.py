@@ -34,6 +34,7 @@ def config(base_url: str, *, capture: bool = False, timeout_s: float = 2.0) -> C
     return parse_config({
         "routing": {
             "default_source": "kiwix",
+            "shipped_routes": False,
             "keywords": {"forecast": ["weather"]},
             "semantic": {"enabled": False},
             "fusion": {"everything": ["kiwix", "web"]},

@@ -32,6 +32,7 @@ def config(*, thresholds: dict[str, float] | None = None, llm: str = "",
     return parse_config({
         "routing": {
             "default_source": "kiwix",
+            "shipped_routes": False,  # only the exemplars above
             "semantic": {
                 "exemplars": EXEMPLARS,
                 "none_exemplars": NONE,

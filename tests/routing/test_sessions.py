@@ -17,6 +17,7 @@ def config(**routing: object) -> Config:
     return parse_config({
         "routing": {
             "default_source": "kiwix",
+            "shipped_routes": False,
             "keywords": {"forecast": ["weather"], "web": ["news"]},
             "none_keywords": ["alarm"],
             "semantic": {"enabled": False},

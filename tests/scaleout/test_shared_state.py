@@ -56,6 +56,7 @@ def config(
     """Scripted sources, keyword rules, an optional LLM stage, and Redis as shared state."""
     routing: dict[str, Any] = {
         "default_source": "kiwix",
+        "shipped_routes": False,  # only the rules given
         "keywords": keywords or {},
         "semantic": {"enabled": False},
     }
@@ -445,6 +446,7 @@ def worker_config(tmp_path: Path, redis_url: str, llm_url: str, zim: Path) -> Pa
     path.write_text(json.dumps({  # JSON is YAML
         "routing": {
             "default_source": "kiwix",
+            "shipped_routes": False,  # no keyword rule: the LLM decides, and Redis shares it
             "semantic": {"enabled": False},
             "llm": {"base_url": llm_url, "model": "router", "timeout_s": 5},
         },

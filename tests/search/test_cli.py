@@ -18,6 +18,7 @@ def write_config(tmp_path: Path, demo_zim: Path, **routing: object) -> Path:
     config = {
         "routing": {
             "default_source": "kiwix",
+            "shipped_routes": False,
             "keywords": {"forecast": ["weather"], "ha": ["lights"]},
             "semantic": {"enabled": False},
             **routing,

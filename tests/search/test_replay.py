@@ -34,7 +34,7 @@ def write_config(path: Path, db: Path, *, keywords: dict[str, list[str]] | None 
                  sources: dict[str, dict[str, Any]] | None = None, **trace: Any) -> Path:
     data = {
         "routing": {"default_source": "kiwix", "keywords": keywords or KEYWORDS,
-                    "semantic": {"enabled": False}},
+                    "shipped_routes": False, "semantic": {"enabled": False}},
         "sources": {n: {"type": "scripted", **e} for n, e in (sources or SOURCES).items()},
         "trace": {"path": str(db), **trace},
     }

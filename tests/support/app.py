@@ -60,9 +60,11 @@ def scripted_config(
     keywords: dict[str, list[str]] | None = None,
     **routing: Any,
 ) -> Config:
-    """A config over scripted sources, with keyword rules and no semantic stage."""
+    """A config over scripted sources, with only these keyword rules (none of the shipped
+    routes') and no semantic stage."""
     routing_section: dict[str, Any] = {
         "default_source": next(iter(sources)),
+        "shipped_routes": False,
         "keywords": keywords or {},
         "semantic": {"enabled": False},
         **routing,

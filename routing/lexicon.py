@@ -1,0 +1,87 @@
+"""The word lists of decomposition, conditions and discourse, as data (routing/words.yaml).
+
+Which words open a request, which make a condition a premise, which pronouns point back:
+the grammar lives in code, the vocabulary it uses in one shipped YAML file, read once
+on first import and checked here, so a list missing or misspelt fails at start-up instead
+of silently splitting every query differently.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+from pydantic import BaseModel, ConfigDict, field_validator
+
+Words = frozenset[str]
+Phrases = tuple[tuple[str, ...], ...]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strings(cls, value: object) -> object:
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            raise ValueError("every entry must be a string (quote yes/no/on/off)")
+        return value
+
+
+class DecomposeWords(_Section):
+    openers: Words
+    question_after_when: Words
+    wake_words: Words
+    fillers: Words  # with the wake words
+    topic_openers: Words
+    topic_modifiers: Words
+    articles: Words
+    superlatives: Words
+    numbers: Words
+    periods: Words
+    prepositions: Words
+    wh_words: Words
+    continuations: Words
+    condition_openers: Words
+    pronouns: Words
+    particles: Words
+
+
+class ConditionalWords(_Section):
+    whether_verbs: Words
+    premise_subjects: Words
+
+
+class DiscourseWords(_Section):
+    follow_up_openers: Words
+    follow_up_endings: Words
+    references: Words
+    determiner_uses: Words
+    weather_it: Words
+
+
+class Lexicon(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decompose: DecomposeWords
+    conditional: ConditionalWords
+    discourse: DiscourseWords
+
+
+def parse_lexicon(text: str) -> Lexicon:
+    """Validate the YAML text of a words file (ValueError naming the list that is wrong)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml, where PyYAML has it
+    return Lexicon.model_validate(yaml.load(text, Loader=loader))
+
+
+@lru_cache(maxsize=1)
+def lexicon() -> Lexicon:
+    """The shipped word lists, read once per process."""
+    text = (resources.files("routing") / "words.yaml").read_text(encoding="utf-8")
+    return parse_lexicon(text)
+
+
+def phrases(words: Words) -> Phrases:
+    """Space-separated phrases as word tuples ("what about" -> ("what", "about"))."""
+    return tuple(sorted(tuple(phrase.split()) for phrase in words))
