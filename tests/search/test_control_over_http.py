@@ -139,7 +139,7 @@ def test_an_unsure_decision_does_not_act(
     unsure, so withheld, even though HA would take it."""
     lock_front_door(home_assistant)
     path = config_file(tmp_path, home_assistant, demo_zim, default_source="ha",
-                       semantic={"enabled": False}, keywords={}, none_keywords=[])
+                       semantic={"enabled": False}, shipped_routes=False)
     before = snapshot(home_assistant)
     with uvicorn_server(create_app(load(path))) as base:
         answer = search(base, "unlock lock.front_door")
