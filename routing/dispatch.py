@@ -22,6 +22,7 @@ from routing.shared_state import SharedBreaker, SharedCache
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
 from sources.base import Item, Source, SourceDisabled, SourceError
+from sources.workers import source_deadline
 
 
 @dataclass(slots=True)
@@ -156,7 +157,8 @@ class Dispatcher:
         async with self._slots[name]:
             started = time.perf_counter()
             try:
-                async with asyncio.timeout(source.timeout_s):
+                # paused while the call waits for a local worker: the source is timed, not us
+                async with source_deadline(source.timeout_s):
                     items = await source.search(query)
                 outcome = _Outcome("ok" if items else "empty", items, "" if items else "empty", "")
             except TimeoutError:
