@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.require import ci_strict, require_service
+from tests.support.require import ci_strict, missing_data, require_service
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,3 +65,10 @@ def test_the_whole_run_is_red_under_ci_and_green_with_a_skip_otherwise(tmp_path:
     relaxed = run_suite(tmp_path, None)
     assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
     assert "1 skipped" in relaxed.stdout and "a service unavailable" in relaxed.stdout
+
+
+def test_missing_evaluation_data_skips_even_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evaluation sets live outside the repository: a fresh clone has none."""
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.skip.Exception, match="the evaluation sets unavailable"):
+        missing_data("the evaluation sets", "none in /nowhere")
