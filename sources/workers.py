@@ -66,8 +66,12 @@ class _Clock:
             when = self.timeout.when()
             if when is None or self.timeout.expired():
                 return False
-            self.remaining = max(0.0, when - asyncio.get_running_loop().time())
-            self.timeout.reschedule(None)
+            remaining = max(0.0, when - asyncio.get_running_loop().time())
+            try:
+                self.timeout.reschedule(None)
+            except RuntimeError:  # its call has ended: work a task it started outlives it
+                return False
+            self.remaining = remaining
         self.waiting += 1
         return True
 

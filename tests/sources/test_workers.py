@@ -139,3 +139,17 @@ async def test_the_request_deadline_still_ends_a_call_stuck_in_the_queue(gate: G
     await busy
     await asyncio.sleep(0)  # the queued call was withdrawn, never run
     assert ran == []
+
+
+async def test_work_started_by_a_task_that_outlives_its_source_call_still_runs() -> None:
+    workers = WorkerPool("after", 1)
+    async with source_deadline(5.0):
+        later = asyncio.ensure_future(asyncio.sleep(0.05))  # copies the call's context
+        task = asyncio.ensure_future(later)
+        outliving = asyncio.ensure_future(_after(task, workers))
+    assert await asyncio.wait_for(outliving, WAIT_S) == "ran after the call"
+
+
+async def _after(first: asyncio.Future[None], workers: WorkerPool) -> str:
+    await first
+    return await workers.run(lambda: "ran after the call")
