@@ -4,7 +4,8 @@ The explanation chain is *recorded*, never rebuilt: code that makes a decision, 
 cache or calls a source calls `record(step, **fields)` right there. A request opens one
 `RouteLog` with `route_log()` before any fan-out; tasks made by `asyncio.gather` copy the
 context, so they share the same log object, and `run_in_thread` (and the worker pools of
-`sources.workers`) carry the context into worker threads. `part_scope` tags every event with the sub-query it belongs to.
+`sources.workers`) carry the context into worker threads. `part_scope` tags every event
+with the sub-query it belongs to.
 
 Recording is always on. Whether the chain is *returned* is the caller's business.
 """

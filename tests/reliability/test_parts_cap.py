@@ -64,7 +64,8 @@ def test_over_the_cap_is_422_naming_query(base: str) -> None:
     error = body["error"]
     assert error["field"] == "query" and error["type"] == "too_many_parts"
     assert error["message"].startswith("query:")
-    assert f"{MAX_PARTS + 1} parts" in error["message"] and f"maximum of {MAX_PARTS}" in error["message"]
+    assert f"{MAX_PARTS + 1} parts" in error["message"]
+    assert f"maximum of {MAX_PARTS}" in error["message"]
 
 
 def test_at_the_cap_every_part_is_answered(base: str) -> None:

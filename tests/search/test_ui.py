@@ -34,8 +34,8 @@ pytestmark = pytest.mark.usefixtures("chromium_installed")
 
 @pytest.fixture
 def chromium_installed() -> None:
-    require_service("Chromium", CHROMIUM.exists(),
-                    "Debian's chromium is not installed (apt-get install -y chromium chromium-driver)")
+    require_service("Chromium", CHROMIUM.exists(), "Debian's chromium is not installed "
+                    "(apt-get install -y chromium chromium-driver)")
 
 
 def ui_config(tmp: Path):
