@@ -26,7 +26,7 @@ import asyncio
 import string
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ class Encodes:
     """Counts the real model's single-query encodes (the semantic stage's per-part work)."""
 
     count: int = 0
-    lock: threading.Lock = threading.Lock()
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def seen(self) -> int:
         with self.lock:
@@ -81,7 +81,7 @@ class Encodes:
 
 @pytest.fixture
 def encodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Encodes]:
-    counter = Encodes(lock=threading.Lock())
+    counter = Encodes()
     embedder = load_embedder()  # the process-wide model the semantic stage uses
     real = embedder.encode_one
 
