@@ -36,6 +36,7 @@ from routing.shared_state import SharedBreaker, SharedCache
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
 from sources.base import ActingSource, Command, Item, Source, SourceDisabled, SourceError
+from sources.workers import source_deadline
 
 
 @dataclass(slots=True)
@@ -193,7 +194,7 @@ class Dispatcher:
             error: SourceError | None = None
             items: list[Item] = []
             try:
-                async with asyncio.timeout(source.timeout_s):
+                async with source_deadline(source.timeout_s):
                     items = await source.act(command)
                 outcome = "ok" if items else "empty"
             except TimeoutError:
@@ -295,7 +296,8 @@ class Dispatcher:
         async with self._slots[name]:
             started = time.perf_counter()
             try:
-                async with asyncio.timeout(source.timeout_s):
+                # paused while the call waits for a local worker: the source is timed, not us
+                async with source_deadline(source.timeout_s):
                     items = await source.search(query)
                 outcome = _Outcome("ok" if items else "empty", items, "" if items else "empty", "")
             except TimeoutError:

@@ -3,8 +3,9 @@
 The explanation chain is *recorded*, never rebuilt: code that makes a decision, hits a
 cache or calls a source calls `record(step, **fields)` right there. A request opens one
 `RouteLog` with `route_log()` before any fan-out; tasks made by `asyncio.gather` copy the
-context, so they share the same log object, and `run_in_thread` carries the context into
-worker threads. `part_scope` tags every event with the sub-query it belongs to.
+context, so they share the same log object, and `run_in_thread` (and the worker pools of
+`sources.workers`) carry the context into worker threads. `part_scope` tags every event
+with the sub-query it belongs to.
 
 Recording is always on. Whether the chain is *returned* is the caller's business.
 """
@@ -219,9 +220,11 @@ class part_scope:  # noqa: N801 - used as a function: `with part_scope("1"):`
 async def run_in_thread(func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """Run blocking work in a worker thread *with the request's context*.
 
-    The one way routing and sources hand work to threads: `asyncio.to_thread` copies the
-    context, so events recorded in the thread reach the request's log and part.
-    (`loop.run_in_executor` does not copy it; never use it directly.)
+    For occasional blocking work (start-up, the trace store): `asyncio.to_thread` copies
+    the context, so events recorded in the thread reach the request's log and part.
+    (`loop.run_in_executor` does not copy it; never use it directly.) Source calls and
+    model inference have bounded pools of their own (`sources.workers`), so neither can
+    queue behind the other.
     """
     return await asyncio.to_thread(func, *args, **kwargs)
 

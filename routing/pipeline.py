@@ -25,6 +25,24 @@ from routing.events import part_scope, record
 from routing.intents import ResolveContext, Resolver
 
 
+class TooManyParts(ValueError):
+    """The query splits into more parts than `routing.max_parts`.
+
+    Raised once the query is decomposed (cheap) and before any part is resolved or sent
+    to a source (embedding and source calls are not cheap): one request of hundreds of
+    parts must not take the workers every other client's requests need.
+    """
+
+    field = "query"
+
+    def __init__(self, parts: int, limit: int) -> None:
+        self.parts = parts
+        self.limit = limit
+        super().__init__(
+            f"query: {parts} parts, more than the maximum of {limit} (routing.max_parts)"
+        )
+
+
 @dataclass(slots=True)
 class PartResult:
     """One entry of the response's `results`."""
@@ -100,10 +118,22 @@ _conditional_in = lru_cache(maxsize=_MEMO_SIZE)(extract_conditional)
 class Router:
     """Turns a query into part results, recording every step on the way."""
 
-    def __init__(self, resolver: Resolver, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self, resolver: Resolver, dispatcher: Dispatcher, max_parts: int | None = None
+    ) -> None:
         self.resolver = resolver
         self.dispatcher = dispatcher
         self.claims: Claims | None = resolver.keyword_claims()
+        self.max_parts = max_parts
+
+    def check_parts(self, query: str) -> int:
+        """The number of top-level parts of `query` (a leading condition counts as one);
+        raises `TooManyParts` over `max_parts`. Only decomposes, and remembers that."""
+        found, parts, _ = _top_level(query, self.claims)
+        count = len(parts) + (found is not None)
+        if self.max_parts is not None and count > self.max_parts:
+            raise TooManyParts(count, self.max_parts)
+        return count
 
     def _units(self, query: str) -> list[_Unit]:
         found, parts, claimed = _top_level(query, self.claims)
@@ -132,6 +162,7 @@ class Router:
         read_only: bool = False,
     ) -> list[PartResult]:
         """`read_only`: the surface promised not to act; every command is withheld."""
+        self.check_parts(query)  # before anything that embeds, calls or records
         units = self._units(query)
         context = ResolveContext(session_id=session_id, dry_run=dry_run, read_only=read_only)
         if len(units) == 1:  # no fan-out: skip the task gather would create

@@ -20,7 +20,8 @@ thresholds can be tuned from real traces. An earlier LLM decision is reused when
 similarity clears `semantic.reuse_threshold`.
 
 The model is loaded in `start()` (the app's lifespan), never at import time; encoding runs
-in a worker thread that carries the request's context (`run_in_thread`).
+in the inference worker pool (`sources.workers`), apart from source calls, in a worker
+that carries the request's context.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from routing.decision_cache import DecisionCache
-from routing.events import record, run_in_thread
+from routing.events import record
 from routing.intents import Decision, ResolveContext
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
+from sources.workers import run_inference
 
 if TYPE_CHECKING:
     from routing.embedder import Embedder
@@ -229,22 +231,22 @@ class SemanticStage:
             return
         from routing.embedder import load_embedder
 
-        self.embedder = await run_in_thread(load_embedder, self.config.model_path, self.threads)
+        self.embedder = await run_inference(load_embedder, self.config.model_path, self.threads)
         groups = {route: texts for route, texts in self.exemplars.items()
                   if route in self.routes and route != NONE}
         groups[NONE] = self.exemplars.get(NONE, [])  # last, as the classifier was fitted
         texts = [text for group in groups.values() for text in group]
-        vectors = await run_in_thread(self.embedder.encode_exemplars, texts)
+        vectors = await run_inference(self.embedder.encode_exemplars, texts)
         index = ExemplarIndex(groups, vectors)
         if self.config.classifier_weight > 0 and len(index.labels) > 1:
-            self.classifier = await run_in_thread(LabelClassifier, index)
+            self.classifier = await run_inference(LabelClassifier, index)
         self.index = index
 
     async def embed(self, query: str) -> np.ndarray | None:
         """The query's normalised embedding (None until started)."""
         if self.embedder is None:
             return None
-        return await run_in_thread(self.embedder.encode_one, query)
+        return await run_inference(self.embedder.encode_one, query)
 
     def reset(self) -> None:
         """Forget the earlier decisions it would reuse (a replay starts from nothing)."""
@@ -254,7 +256,7 @@ class SemanticStage:
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if self.index is None or self.embedder is None:
             return None
-        vector = await run_in_thread(self.embedder.encode_one, query)
+        vector = await run_inference(self.embedder.encode_one, query)
         context.embedding = vector
         return self.judge(query, vector, context)
 

@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from routing.events import run_in_thread
+from routing.pipeline import TooManyParts
 from search import __version__
 from search.config import Config
 from search.json_codec import FastJSONResponse
@@ -160,6 +161,10 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
         parsed = parse_search_request(raw, config.server.max_query_chars)
         if isinstance(parsed, JSONResponse):
             return parsed
+        try:
+            service.router.check_parts(parsed.query)
+        except TooManyParts as exc:
+            return error_response(422, "too_many_parts", str(exc), exc.field)
         outcome = await service.search(
             parsed.query,
             explain=parsed.explain,

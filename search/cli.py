@@ -57,6 +57,16 @@ def _load(path: str | None) -> Config:
     return load_config(path)
 
 
+def _check_parts(service: Any, query: str, where: str = "") -> None:
+    """Over `routing.max_parts` is bad usage (exit 2), found before any model is loaded."""
+    from routing.pipeline import TooManyParts
+
+    try:
+        service.router.check_parts(query)
+    except TooManyParts as exc:
+        raise UsageError(f"{where}{exc}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -101,8 +111,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     async def run() -> Any:
         service = Service(config)
-        await service.start()
         try:
+            _check_parts(service, args.text)
+            await service.start()
             return await service.search(args.text, explain=args.explain)
         finally:
             await service.aclose()
@@ -157,8 +168,10 @@ def cmd_route(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         service = Service(config)
-        await service.start(sources=False)
         try:
+            for number, query in enumerate(queries, start=1):
+                _check_parts(service, query, f"--input: query {number}: " if args.input else "")
+            await service.start(sources=False)
             for query in queries:
                 outcome = await service.search(query, dry_run=True)
                 flat = []

@@ -100,6 +100,10 @@ class RoutingConfig(Strict):
     default_source: str = "kiwix"
     request_deadline_s: float = Field(default=15.0, gt=0, le=600)
     max_events: int = Field(default=1000, ge=10, le=1_000_000)
+    max_parts: int = Field(
+        default=8, ge=1, le=1000,
+        description="Parts one query may split into; over it the request is refused (422).",
+    )
     keyword_threshold: float = Field(default=85.0, ge=50, le=100)
     shipped_routes: bool = Field(
         default=True,

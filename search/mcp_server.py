@@ -51,6 +51,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from routing.events import run_in_thread
+from routing.pipeline import TooManyParts
 from search import __version__
 from search.config import Config
 from search.narrative import narrative
@@ -191,7 +192,11 @@ async def run_search(
         return _error(
             "invalid_request", f"query: longer than the maximum of {limit} characters", "query"
         )
-    outcome = await service.search(args.query, explain=args.explain, read_only=read_only)
+    try:
+        service.router.check_parts(args.query)
+    except TooManyParts as exc:
+        return _error("too_many_parts", str(exc), exc.field)
+        outcome = await service.search(args.query, explain=args.explain, read_only=read_only)
     return tool_result(outcome.body, is_error=outcome.status_code != 200)
 
 

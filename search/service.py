@@ -19,7 +19,7 @@ from typing import Any
 from routing.breaker import CircuitBreaker
 from routing.dispatch import Dispatcher
 from routing.events import RecordedChain, RouteLog, record, route_log
-from routing.pipeline import PartResult, Router
+from routing.pipeline import PartResult, Router, TooManyParts
 from routing.shared_state import RedisLink, SharedBreaker, SharedCache
 from routing.stages import build_resolver
 from routing.ttl_cache import TTLCache
@@ -133,7 +133,7 @@ class Service:
             acting=acting,
         )
         self.resolver = build_resolver(config, self.shared)
-        self.router = Router(self.resolver, self.dispatcher)
+        self.router = Router(self.resolver, self.dispatcher, config.routing.max_parts)
         self._started_sources: list[Source] = []
 
     def reset_routing_state(self) -> None:
@@ -181,6 +181,9 @@ class Service:
             async with asyncio.timeout(deadline_s):
                 results = await self.router.run(query, dry_run=dry_run, session_id=session_id,
                                                 read_only=read_only)
+        except TooManyParts as exc:  # the surfaces check first; this is for any other caller
+            status_code = 422
+            error = {"type": "too_many_parts", "message": str(exc), "field": "query"}
         except TimeoutError:
             status_code = 504
             error = {

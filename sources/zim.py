@@ -11,7 +11,8 @@ this module
    titles: "how tall is mount everest" otherwise answers Mars before Mount Everest),
    keeping libzim's order otherwise;
 3. writes its own snippet around the query words in the article's text.
-libzim calls hold the GIL and block, so every call runs in a worker thread.
+libzim calls hold the GIL and block, so every call runs in a worker of the sources pool
+(`sources.workers`), never behind model inference.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from libzim.reader import Archive
 from libzim.search import Query, Searcher
 from pydantic import Field, field_validator
 
-from routing.events import run_in_thread
 from sources.base import Item, Source, SourceError
 from sources.registry import SourceConfig
+from sources.workers import run_source_work
 from sources.zim_build import ZimBuildError, ensure_zim, is_up_to_date
 
 MAX_ARTICLE_BYTES = 1024 * 1024  # snippets come from the text; huge pages are cut here
@@ -293,7 +294,7 @@ class ZimSource(Source):
 
     async def start(self) -> None:
         if not self._books:
-            self._books = await run_in_thread(self._open_all)
+            self._books = await run_source_work(self._open_all)
 
     def _open_all(self) -> list[_Book]:
         paths = [Path(p).expanduser() for p in self.config.paths]
@@ -326,7 +327,7 @@ class ZimSource(Source):
         words = content_words(query)
         if not words:
             return []
-        return await run_in_thread(self._search_all, words)
+        return await run_source_work(self._search_all, words)
 
     def _search_all(self, words: list[str]) -> list[Item]:
         per_book = [self._search_book(book, words) for book in self._books]

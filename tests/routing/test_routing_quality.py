@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from bench import routing_quality as rq
+from tests.support.require import missing_data
 
 ROOT = Path(__file__).resolve().parents[2]
 SLACK = 0.015
@@ -46,7 +47,7 @@ def held_out() -> dict[str, rq.Score]:
     eval_dir = rq.default_eval_dir()
     files = rq.load_rows(eval_dir) if eval_dir.is_dir() else {}
     if not files:
-        pytest.skip(f"no evaluation sets in {eval_dir}")
+        missing_data("the evaluation sets", f"none in {eval_dir} (set ROUTING_EVAL_DIR)")
     rows = {name: [r for r in found if rq.half_of(r.text) == "holdout"]
             for name, found in files.items()}
     config = rq.isolated_config(ROOT / "config.yaml")
@@ -67,7 +68,7 @@ def accuracy(result: rq.Score, label: str) -> float:
 )
 def test_no_regression(held_out: dict[str, rq.Score], file: str, label: str) -> None:
     if file not in held_out:
-        pytest.skip(f"{file} is not in the evaluation directory")
+        missing_data(f"the evaluation set {file}", "not in the evaluation directory")
     value = accuracy(held_out[file], label)
     assert value >= FLOORS[file][label] - SLACK, f"{file} {label}: {value:.1%}"
 
@@ -75,7 +76,7 @@ def test_no_regression(held_out: dict[str, rq.Score], file: str, label: str) -> 
 @pytest.mark.parametrize("file", sorted(NONE_CONFIDENT_CEILING))
 def test_none_rows_stay_low_confidence(held_out: dict[str, rq.Score], file: str) -> None:
     if file not in held_out:
-        pytest.skip(f"{file} is not in the evaluation directory")
+        missing_data(f"the evaluation set {file}", "not in the evaluation directory")
     share = held_out[file].none_confident_share or 0.0
     assert share <= max(NONE_CONFIDENT_CEILING[file] + SLACK, 0.0) + 1e-9
     assert share <= rq.NONE_CONFIDENT_MAX, f"{file}: {share:.1%} of none rows routed"
@@ -96,5 +97,5 @@ def _target_cases() -> list[object]:
 def test_issue_targets(held_out: dict[str, rq.Score], file: str, label: str,
                        target: float) -> None:
     if file not in held_out:
-        pytest.skip(f"{file} is not in the evaluation directory")
+        missing_data(f"the evaluation set {file}", "not in the evaluation directory")
     assert accuracy(held_out[file], label) >= target

@@ -32,8 +32,14 @@ from tests.support import redis_server
 from tests.support.app import assert_contract_event, free_port
 from tests.support.chat_server import ChatServer
 from tests.support.redis_server import RedisServer
+from tests.support.require import require_service
 
-pytestmark = pytest.mark.skipif(not redis_server.available(), reason=redis_server.MISSING_REASON)
+pytestmark = pytest.mark.usefixtures("redis_installed")
+
+
+@pytest.fixture
+def redis_installed() -> None:
+    require_service("redis-server", redis_server.available(), redis_server.MISSING_REASON)
 
 PASSWORD = "redis-pw-7f3a9c"  # recognisable: must never show up in a chain or a log
 ROOT = Path(__file__).resolve().parents[2]

@@ -187,7 +187,7 @@ async def test_dry_run_plans_without_calling_sources() -> None:
 
 
 async def test_the_log_bound_counts_dropped_events() -> None:
-    config = scripted_config({"kiwix": {}}, max_events=10)
+    config = scripted_config({"kiwix": {}}, max_events=10, max_parts=12)
     query = "; ".join(f"question number {i}" for i in range(12))
     async with asgi_client(build_app(config)) as client:
         body = (await post(client, {"query": query, "explain": True})).json()

@@ -9,7 +9,6 @@ no Jaeger or Tempo runs here.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from collections.abc import Iterator
@@ -208,11 +207,6 @@ def test_log_records_carry_the_trace_and_part_span_ids(caplog: pytest.LogCapture
     assert outside.trace_id == "" and outside.span_id == ""
 
 
-service_sets_trace_id = "current_trace_id" in inspect.getsource(Service.search)
-
-
-@pytest.mark.skipif(not service_sets_trace_id,
-                    reason="Service.search does not set search.telemetry.current_trace_id yet")
 async def test_a_source_logging_during_a_request_links_to_its_spans(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import sqlite3
 import stat
@@ -190,6 +191,19 @@ _WRITER = textwrap.dedent(
 )
 
 
+def _writer_processes(parent: int) -> list[int]:
+    """The pids of `parent`'s children running the trace writer (Linux /proc).
+
+    Found while the parent lives: once it is killed they are re-parented elsewhere."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{parent}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if b"search.trace_writer" in cmdline:
+                pids.append(int(child))
+    return pids
+
+
 def test_sigkill_while_writing_leaves_a_readable_store_losing_only_in_flight(
     tmp_path: Path,
 ) -> None:
@@ -207,12 +221,22 @@ def test_sigkill_while_writing_leaves_a_readable_store_losing_only_in_flight(
                 break
             confirmed = int(line)
         assert confirmed >= 2000, "the writer did not get going"
+        writers = [os.pidfd_open(pid) for pid in _writer_processes(proc.pid)]
+        assert len(writers) == 1, "the store's writer process was not found"
         time.sleep(0.05)  # let it be in the middle of further batches
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait(10)
     assert proc.returncode == -signal.SIGKILL
+    # The writer process outlives its killed parent: it reads what is left in the pipe,
+    # commits it and exits. Reading the store before it has exited races its last commits.
+    for handle in writers:
+        try:
+            ready, _, _ = select.select([handle], [], [], 60)
+            assert ready, "the writer process did not exit after its parent was killed"
+        finally:
+            os.close(handle)
 
     conn = sqlite3.connect(db)
     try:

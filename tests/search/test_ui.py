@@ -20,6 +20,7 @@ from pydantic import SecretStr
 from search.app import create_app
 from search.config import parse_config
 from tests.support.app import uvicorn_server
+from tests.support.require import require_service
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -28,10 +29,13 @@ BROWSER_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason="Debian's chromium is not installed (apt-get install -y chromium chromium-driver)",
-)
+pytestmark = pytest.mark.usefixtures("chromium_installed")
+
+
+@pytest.fixture
+def chromium_installed() -> None:
+    require_service("Chromium", CHROMIUM.exists(), "Debian's chromium is not installed "
+                    "(apt-get install -y chromium chromium-driver)")
 
 
 def ui_config(tmp: Path):

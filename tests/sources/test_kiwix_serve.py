@@ -18,10 +18,16 @@ from sources.base import SourceBadResponse, SourceUnavailable
 from sources.kiwix_serve import KiwixServeSource, KiwixUnknownBook, article_excerpt, parse_rss
 from sources.zim_build import ensure_zim
 from tests.support.kiwix_serve import TINY_ARTICLES, KiwixServe, available, build_zim
+from tests.support.require import require_service
 from tests.support.wire_servers import closed_port_url
 
 CORPUS = Path(__file__).resolve().parents[2] / "sources" / "corpus" / "articles.jsonl"
-needs_kiwix = pytest.mark.skipif(not available(), reason="kiwix-serve (kiwix-tools) not installed")
+needs_kiwix = pytest.mark.usefixtures("kiwix_installed")
+
+
+@pytest.fixture
+def kiwix_installed() -> None:
+    require_service("kiwix-serve", available(), "kiwix-tools is not installed")
 
 OTHER_ARTICLES = [
     {
@@ -39,8 +45,7 @@ OTHER_ARTICLES = [
 
 @pytest.fixture(scope="module")
 def kiwix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KiwixServe]:
-    if not available():
-        pytest.skip("kiwix-serve (kiwix-tools) not installed")
+    require_service("kiwix-serve", available(), "kiwix-tools is not installed")
     root = tmp_path_factory.mktemp("kiwix")
     zims = [
         build_zim(root / "tiny.zim", TINY_ARTICLES),

@@ -3,7 +3,8 @@
 Why real: the `homeassistant` and `ha_weather` sources speak HA's REST and websocket APIs,
 and a hand-written fake would only test our reading of the docs. HA lives in its own venv
 (`scripts/ha_venv.sh`, cached under `${SEARCH_HA_VENV:-~/.cache/search-router/ha-2024.3.3}`)
-because its pins clash with ours; the only allowed skip is when that venv cannot be built.
+because its pins clash with ours; the only allowed skip is when that venv cannot be built
+(and under `CI=true` even that fails the run: tests/support/require.py).
 
 No browser, no onboarding: the config dir is pre-seeded with `.storage/auth` holding an
 owner user and a long-lived refresh token, and the access token is the HS256 JWT HA itself
@@ -52,6 +53,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.support.require import missing_service
 
 HA_VERSION = "2024.3.3"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -411,7 +414,7 @@ def home_assistant(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HomeAss
     try:
         instance = _acquire(lambda: tmp_path_factory.mktemp("homeassistant"))
     except HomeAssistantUnavailable as exc:
-        pytest.skip(f"real Home Assistant unavailable: {exc}")
+        missing_service("Home Assistant", str(exc))
     try:
         yield instance
     finally:

@@ -12,9 +12,10 @@ import asyncio
 import time
 from typing import Literal
 
-from routing.events import record, run_in_thread
+from routing.events import record
 from sources.base import ActingSource, Command, Item, Source, SourceError, SourceUnavailable
 from sources.registry import SourceConfig, register_kind
+from sources.workers import run_source_work
 
 
 class Config(SourceConfig):
@@ -44,7 +45,7 @@ class ScriptedSource(ActingSource):
         if self.config.delay_s:
             await asyncio.sleep(self.config.delay_s)
         if self.config.record_in_thread:
-            await run_in_thread(self._blocking_work, query)
+            await run_source_work(self._blocking_work, query)
         fail = self.config.fail
         if fail == "hang":
             await asyncio.sleep(3600)
