@@ -196,7 +196,7 @@ async def run_search(
         service.router.check_parts(args.query)
     except TooManyParts as exc:
         return _error("too_many_parts", str(exc), exc.field)
-        outcome = await service.search(args.query, explain=args.explain, read_only=read_only)
+    outcome = await service.search(args.query, explain=args.explain, read_only=read_only)
     return tool_result(outcome.body, is_error=outcome.status_code != 200)
 
 
