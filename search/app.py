@@ -29,6 +29,7 @@ from search.mcp_server import build_mcp_server, http_endpoint
 from search.metrics import MetricsObserver, metrics_route
 from search.middleware import BearerTokenMiddleware
 from search.openapi import openapi_document
+from search.request_guard import RequestGuard
 from search.schemas import ErrorDetail, SearchRequest, first_error
 from search.service import Service
 from search.telemetry import telemetry_observers
@@ -124,9 +125,7 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
     mcp_lifespan = None
     if config.mcp.enabled:
         mcp_server = build_mcp_server(service)
-        mcp_app, mcp_lifespan = http_endpoint(
-            mcp_server, config.server.max_body_bytes, config.mcp.allowed_hosts
-        )
+        mcp_app, mcp_lifespan = http_endpoint(mcp_server, config.server.max_body_bytes)
         # Stateless: no server-initiated stream, so GET is 405 (the spec's alternative to an
         # SSE stream; an open GET stream here would never send anything nor end).
         mcp_routes.append(Route("/mcp", mcp_app, methods=["POST", "DELETE"]))
@@ -186,7 +185,16 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, kind, f"{request.url.path}: {exc.detail}")
 
-    middleware = []
+    # Outermost: a cross-site or rebound request is refused before the token is looked at.
+    middleware = [
+        Middleware(
+            RequestGuard,
+            bind_host=config.server.host,
+            port=config.server.port,
+            allowed_hosts=[*config.server.allowed_hosts, *config.mcp.allowed_hosts],
+            allowed_origins=config.server.allowed_origins,
+        )
+    ]
     if config.server.api_token is not None and config.server.api_token.get_secret_value():
         token = config.server.api_token.get_secret_value()
         middleware.append(Middleware(BearerTokenMiddleware, token=token))
