@@ -29,6 +29,7 @@ from search.mcp_server import build_mcp_server, http_endpoint
 from search.metrics import MetricsObserver, metrics_route
 from search.middleware import BearerTokenMiddleware
 from search.openapi import openapi_document
+from search.query_text import query_problem
 from search.request_guard import RequestGuard
 from search.schemas import ErrorDetail, SearchRequest, first_error
 from search.service import Service
@@ -74,14 +75,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JSONResponse:
     """A valid request, or the 4xx response that names what is wrong."""
     try:
@@ -95,19 +88,9 @@ def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JS
     except ValidationError as exc:
         detail = first_error(exc)
         return error_response(422, detail.type, detail.message, detail.field)
-    if not request.query.strip():
-        return error_response(422, "invalid_request", "query: must not be empty", "query")
-    if not _encodable(request.query):  # "\ud800" is valid JSON but no UTF-8 can carry it
-        return error_response(
-            422, "invalid_request", "query: not valid Unicode (a lone surrogate)", "query"
-        )
-    if len(request.query) > max_query_chars:
-        return error_response(
-            422,
-            "invalid_request",
-            f"query: longer than the maximum of {max_query_chars} characters",
-            "query",
-        )
+    problem = query_problem(request.query, max_query_chars)
+    if problem is not None:
+        return error_response(422, "invalid_request", problem, "query")
     return request
 
 

@@ -48,6 +48,7 @@ from routing.events import run_in_thread
 from search import __version__
 from search.config import Config
 from search.narrative import narrative
+from search.query_text import query_problem
 from search.service import Service
 
 log = logging.getLogger("search.mcp")
@@ -155,13 +156,9 @@ async def run_search(service: Service, arguments: dict[str, Any] | None) -> Call
     if isinstance(args, CallToolResult):
         return args
     assert isinstance(args, SearchArgs)
-    limit = service.config.server.max_query_chars
-    if not args.query.strip():
-        return _error("invalid_request", "query: must not be empty", "query")
-    if len(args.query) > limit:
-        return _error(
-            "invalid_request", f"query: longer than the maximum of {limit} characters", "query"
-        )
+    problem = query_problem(args.query, service.config.server.max_query_chars)
+    if problem is not None:
+        return _error("invalid_request", problem, "query")
     outcome = await service.search(args.query, explain=args.explain)
     return tool_result(outcome.body, is_error=outcome.status_code != 200)
 

@@ -20,6 +20,7 @@ import asyncio
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import sqlite3
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +38,7 @@ from typing import Any, Protocol
 
 from routing.events import run_in_thread
 from search.config import ConfigError, TraceConfig
+from search.query_text import has_visible_text
 from search.trace_rows import (  # noqa: F401 - redact: re-exported for its callers
     MIGRATIONS,
     OUTCOMES,
@@ -72,7 +75,10 @@ class FilterError(ValueError):
 
 # --- reading -------------------------------------------------------------------------
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_RELATIVE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([smhdw])$")
+_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
+# SQLite integers are 64-bit: a larger offset or cursor cannot be bound (OverflowError).
+SQLITE_MAX_INT = 2**63 - 1
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -80,20 +86,23 @@ def parse_when(field: str, value: str, now: float | None = None) -> float:
     """Unix seconds from '1712345678', '2024-05-01T10:00:00Z', '2024-05-01' or '2h' ago."""
     text = value.strip()
     now = time.time() if now is None else now
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    relative = _RELATIVE.match(text.lower())
-    if relative:
-        return now - float(relative.group(1)) * _UNIT_S[relative.group(2)]
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
+    seconds: float | None = None
+    if _NUMBER.fullmatch(text):
+        seconds = float(text)
+    elif relative := _RELATIVE.match(text.lower()):
+        seconds = now - float(relative.group(1)) * _UNIT_S[relative.group(2)]
+    else:
+        try:
+            # naive times are local, as a user typing them means
+            seconds = datetime.fromisoformat(text).timestamp()
+        except (ValueError, OverflowError, OSError):
+            seconds = None
+    # nan compares false with every time, inf with none: neither filters anything.
+    if seconds is None or not math.isfinite(seconds):
         raise FilterError(
             field, f"{value!r} is not a time (unix seconds, ISO 8601, or an age like 2h, 7d)"
-        ) from None
-    return moment.timestamp()  # naive times are local, as a user typing them means
+        )
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,23 +141,31 @@ def _flag(field: str, value: str) -> bool:
     raise FilterError(field, f"{value!r} is not a boolean (true/false)")
 
 
-def _int(field: str, value: str, low: int, high: int | None = None) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise FilterError(field, f"{value!r} is not an integer") from None
-    if number < low or (high is not None and number > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise FilterError(field, f"must be {bound}")
+def _int(field: str, value: str, low: int, high: int = SQLITE_MAX_INT) -> int:
+    text = value.strip()
+    if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):
+        raise FilterError(field, f"{_shown(value)} is not an integer")
+    number = int(text)
+    if not low <= number <= high:
+        raise FilterError(field, f"must be between {low} and {high}")
     return number
+
+
+def _shown(value: str, limit: int = 40) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceFilter:
     """Filters from query-string style parameters; FilterError names the bad one."""
-    for name in params:
+    for name, value in params.items():
         if name not in _FILTER_PARAMS:
             known = ", ".join(sorted(_FILTER_PARAMS))
             raise FilterError(name, f"unknown filter (known: {known})")
+        # SQLite's LIKE stops at a NUL, so 'q=%00' matched every trace; no stored text
+        # is looked up by a control character.
+        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise FilterError(name, f"contains a control character (U+{ord(bad):04X})")
     step = params.get("step")
     if step is not None and not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", step):
         raise FilterError("step", f"{step!r} is not a step name")
@@ -159,8 +176,8 @@ def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceF
     if outcome is not None and outcome not in OUTCOMES:
         raise FilterError("outcome", f"{outcome!r} is not one of {', '.join(OUTCOMES)}")
     text = params.get("q")
-    if text is not None and not text.strip():
-        raise FilterError("q", "must not be empty")
+    if text is not None and not has_visible_text(text):
+        raise FilterError("q", "must not be empty (it has no visible character)")
     session = params.get("session")
     if session is not None and not 0 < len(session) <= 200:
         raise FilterError("session", "must be a session id (1 to 200 characters)")
