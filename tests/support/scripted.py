@@ -24,6 +24,7 @@ class Config(SourceConfig):
     fail: Literal["error", "unavailable", "empty", "crash", "hang"] | None = None
     record_in_thread: bool = False
     control_prefix: str | None = None  # queries starting with it "change state"
+    crash_message: str | None = None  # with fail: crash, the RuntimeError's message
 
 
 class ScriptedSource(Source):
@@ -48,7 +49,7 @@ class ScriptedSource(Source):
         if fail == "unavailable":
             raise SourceUnavailable(f"{self.name} is unreachable on purpose")
         if fail == "crash":
-            raise RuntimeError(f"{self.name} crashed on purpose")
+            raise RuntimeError(self.config.crash_message or f"{self.name} crashed on purpose")
         if fail == "empty":
             return []
         return [
