@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, load_config
-from search.query_text import query_problem
+from search.query_text import has_visible_text, query_problem
 from search.terminal import say
 from search.trace_cli import add_commands as add_trace_commands
 
@@ -125,7 +125,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def _read_queries(path: str) -> Iterator[str]:
-    """Queries from a file: plain lines, or JSONL objects with a 'text' field."""
+    """Queries from a file: plain lines, or JSONL objects with a 'text' field; a line with
+    nothing visible on it is skipped like a blank one."""
     try:
         handle = Path(path).open(encoding="utf-8")
     except OSError as exc:
@@ -144,7 +145,8 @@ def _read_queries(path: str) -> Iterator[str]:
                 if not isinstance(text, str):
                     raise UsageError(f"--input: line {number} has no string 'text' field")
                 line = text
-            yield line
+            if has_visible_text(line):
+                yield line
 
 
 def cmd_route(args: argparse.Namespace) -> int:
@@ -155,6 +157,10 @@ def cmd_route(args: argparse.Namespace) -> int:
         raise UsageError("route: give either TEXT or --input FILE")
     config = _load(args.config)
     queries = list(_read_queries(args.input)) if args.input else [args.text]
+    if not args.input:
+        problem = query_problem(args.text, config.server.max_query_chars)
+        if problem is not None:
+            raise UsageError(problem)
 
     async def run() -> int:
         service = Service(config)

@@ -71,7 +71,7 @@ async def test_the_largest_offset_and_cursor_sqlite_holds_are_answered(tmp_path:
 
 
 @pytest.mark.parametrize("query", INVISIBLE_ONLY)
-async def test_an_invisible_only_query_is_empty_over_http_mcp_and_cli(
+async def test_an_invisible_only_query_is_empty_over_http_mcp_and_the_cli(
     tmp_path: Path, query: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = store_config(tmp_path)
@@ -86,8 +86,9 @@ async def test_an_invisible_only_query_is_empty_over_http_mcp_and_cli(
     assert result.structured_content["error"]["field"] == "query"
 
     config_path = write_config(tmp_path / "c.yaml", tmp_path / "cli.db")
-    code, out = cli(capsys, "query", query, "--config", str(config_path))
-    assert code == 2 and "query: must not be empty" in out
+    for command in ("query", "route"):
+        code, out = cli(capsys, command, query, "--config", str(config_path))
+        assert code == 2 and "query: must not be empty" in out, (command, out)
 
 
 def test_the_cli_offset_over_sqlite_range_exits_2_naming_it(
