@@ -120,13 +120,13 @@ class RequestGuard:
         origin = headers.get("origin")
         refusal: tuple[int, str, str, str] | None = None
         if host is not None and not self.host_allowed(host, scope):
-            refusal = (403, "forbidden_host", "Host",
-                       f"Host: {_shown(host)} is not a name of this server "
+            message = (f"Host: {_shown(host)} is not a name of this server "
                        "(list it in server.allowed_hosts)")
+            refusal = (403, "forbidden_host", "Host", message)
         elif origin is not None and not self.origin_allowed(origin, host, scope):
-            refusal = (403, "forbidden_origin", "Origin",
-                       f"Origin: {_shown(origin)} is not this server's own "
+            message = (f"Origin: {_shown(origin)} is not this server's own "
                        "(list it in server.allowed_origins)")
+            refusal = (403, "forbidden_origin", "Origin", message)
         elif scope["type"] == "http" and scope.get("method") in BODY_METHODS:
             media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if media != "application/json":

@@ -40,8 +40,8 @@ from typing import Any, Protocol
 
 from routing.events import run_in_thread
 from search.config import ConfigError, TraceConfig
-from search.query_text import has_visible_text
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
+from search.query_text import has_visible_text
 from search.trace_rows import (  # noqa: F401 - redact: re-exported for its callers
     MIGRATIONS,
     OUTCOMES,

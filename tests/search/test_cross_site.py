@@ -43,8 +43,8 @@ BROWSER_ARGS = [
     "--host-resolver-rules=MAP evil.example 127.0.0.1",
     # Chromium's Private Network Access check would stop the rebound page's fetch itself;
     # other browsers have none, so the router must refuse on its own: switched off here.
-    "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
-    "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks",
+    ("--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
+     "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks"),
 ]
 WATCHED_DOMAINS = ("light.", "lock.", "cover.", "switch.", "fan.", "climate.")
 LIGHT = "turn on the bed light"

@@ -89,7 +89,7 @@ def test_a_foreign_origin_is_refused_on_every_route(served: tuple[Any, str]) -> 
 
 
 def test_a_rebound_host_cannot_read_the_traces(served: tuple[Any, str]) -> None:
-    app, base = served
+    _, base = served
     port = base.rsplit(":", 1)[1]
     with httpx.Client(base_url=base, timeout=30) as http:
         assert http.post("/search", json={"query": "tell me about tides"}).status_code == 200

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from search.config import Config, TraceConfig, parse_config
+from search.pseudonym import Pseudonymizer, key_path, read_key
 from search.service import Service
 from search.trace_store import (
     FilterError,
@@ -31,7 +32,6 @@ from search.trace_store import (
     parse_filters,
     redact,
 )
-from search.pseudonym import Pseudonymizer, key_path, read_key
 from search.traces import NullTraceSink, TraceRecord
 
 REPO = Path(__file__).resolve().parents[2]
