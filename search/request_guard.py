@@ -78,6 +78,7 @@ class RequestGuard:
             else:
                 self.exact.add((name, entry_port))
         self.origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
+        self._good: set[tuple[Any, ...]] = set()
 
     def host_allowed(self, host: str, scope: Scope) -> bool:
         parsed = split_authority(host)
@@ -119,15 +120,17 @@ class RequestGuard:
         host = headers.get("host")
         origin = headers.get("origin")
         refusal: tuple[int, str, str, str] | None = None
-        if host is not None and not self.host_allowed(host, scope):
-            message = (f"Host: {_shown(host)} is not a name of this server "
-                       "(list it in server.allowed_hosts)")
-            refusal = (403, "forbidden_host", "Host", message)
-        elif origin is not None and not self.origin_allowed(origin, host, scope):
-            message = (f"Origin: {_shown(origin)} is not this server's own "
-                       "(list it in server.allowed_origins)")
-            refusal = (403, "forbidden_origin", "Origin", message)
-        elif scope["type"] == "http" and scope.get("method") in BODY_METHODS:
+        # The same few Host/Origin pairs come with nearly every request: remember the
+        # good ones (bounded, so a client cycling names cannot grow it).
+        server = scope.get("server")
+        key = (host, origin, tuple(server) if server else None, scope.get("scheme"))
+        if key not in self._good:
+            refusal = self._refusal(host, origin, scope)
+            if refusal is None:
+                if len(self._good) >= 256:
+                    self._good.clear()
+                self._good.add(key)
+        if refusal is None and scope["type"] == "http" and scope.get("method") in BODY_METHODS:
             media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if media != "application/json":
                 refusal = (415, "unsupported_media_type", "Content-Type",
@@ -149,13 +152,29 @@ class RequestGuard:
         })
         await send({"type": "http.response.body", "body": body})
 
+    def _refusal(
+        self, host: str | None, origin: str | None, scope: Scope
+    ) -> tuple[int, str, str, str] | None:
+        if host is not None and not self.host_allowed(host, scope):
+            message = (f"Host: {_shown(host)} is not a name of this server "
+                       "(list it in server.allowed_hosts)")
+            return (403, "forbidden_host", "Host", message)
+        if origin is not None and not self.origin_allowed(origin, host, scope):
+            message = (f"Origin: {_shown(origin)} is not this server's own "
+                       "(list it in server.allowed_origins)")
+            return (403, "forbidden_origin", "Origin", message)
+        return None
+
+
+_READ = {b"host": "host", b"origin": "origin", b"content-type": "content-type"}
+
 
 def _headers(scope: Scope) -> dict[str, str]:
-    """The headers this guard reads (the first of each)."""
+    """The headers this guard reads (the first of each; ASGI names are lower-case)."""
     found: dict[str, str] = {}
     for name, value in scope.get("headers", []):
-        key = name.decode("latin-1").lower()
-        if key in ("host", "origin", "content-type") and key not in found:
+        key = _READ.get(name)
+        if key is not None and key not in found:
             found[key] = value.decode("latin-1")
     return found
 
