@@ -156,8 +156,9 @@ class Service:
         for source in self._started_sources:
             try:
                 await source.aclose()
-            except Exception:  # noqa: BLE001 - closing must go on for the others
-                log.exception("closing source %s failed", source.name)
+            except Exception as exc:  # noqa: BLE001 - closing must go on for the others
+                log.error("closing source %s failed: %s", source.name,
+                          self.scrubber.exception(exc))
         self._started_sources.clear()
         if self.shared is not None:
             await self.shared.aclose()  # after its last background writes
@@ -309,6 +310,6 @@ class Service:
         for observer in self.observers:
             try:
                 observer.observe(trace)
-            except Exception:  # noqa: BLE001 - a broken exporter must not fail requests
-                log.exception("observer %r failed", observer)
+            except Exception as exc:  # noqa: BLE001 - a broken exporter must not fail requests
+                log.error("observer %r failed: %s", observer, self.scrubber.exception(exc))
         return outcome
