@@ -104,7 +104,8 @@ def form_page(router: str) -> str:
     return f"""<!doctype html><title>win a prize</title>
 <form id=f method=POST action="{router}/search" enctype="text/plain">
 <input type=hidden name='{name}' value='x"}}'></form>
-<script>document.getElementById('f').submit()</script>"""
+<script>addEventListener('load', () => setTimeout(() => document.getElementById('f').submit()))
+</script>"""
 
 
 def fetch_page(router: str) -> str:
@@ -211,6 +212,9 @@ def test_a_cross_site_form_and_fetch_change_nothing_in_the_home(
         with page.expect_response(f"{base}/search") as answered:
             page.goto(f"{attacker}/form")
         form_status = answered.value.status
+        page.wait_for_url(f"{base}/search")  # the form's navigation is over
+        page = context.new_page()
+        page.set_default_timeout(15_000)
         page.goto(f"{attacker}/fetch")
         page.wait_for_function("window.finished === true")
         outcome = page.evaluate("window.outcome")
