@@ -190,8 +190,8 @@ class McpConfig(Strict):
     enabled: bool = Field(default=True, description="Serve the MCP tools at /mcp.")
     allowed_hosts: list[str] = Field(
         default_factory=list,
-        description="Host names (no port) a loopback connection may name besides localhost, "
-        "e.g. the name a reverse proxy on this machine forwards as Host.",
+        description="The older spelling of server.allowed_hosts (merged with it; checked "
+        "on every route, not only /mcp).",
     )
 
 
