@@ -146,9 +146,11 @@ def main() -> None:
             wait_ready(url, proc)
             import httpx
 
-            first = httpx.post(f"{url}/search", content=BODY, timeout=10).json()
-            hit = httpx.post(f"{url}/search", content=BODY, timeout=10)
-            bare = httpx.post(f"{url}/bare", content=BODY, timeout=10)
+            json_body = {"content": BODY, "timeout": 10,
+                         "headers": {"Content-Type": "application/json"}}
+            first = httpx.post(f"{url}/search", **json_body).json()
+            hit = httpx.post(f"{url}/search", **json_body)
+            bare = httpx.post(f"{url}/bare", **json_body)
             assert hit.json()["cached"] is True and not first["cached"], hit.text
             sizes = {"search": len(hit.content), "bare": len(bare.content)}
             for path in ("/search", "/bare"):  # warm both paths under load

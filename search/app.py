@@ -30,6 +30,8 @@ from search.mcp_server import build_mcp_server, http_endpoint
 from search.metrics import MetricsObserver, metrics_route
 from search.middleware import BearerTokenMiddleware
 from search.openapi import openapi_document
+from search.query_text import query_problem
+from search.request_guard import RequestGuard
 from search.schemas import ErrorDetail, SearchRequest, first_error
 from search.service import Service
 from search.telemetry import telemetry_observers
@@ -74,14 +76,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JSONResponse:
     """A valid request, or the 4xx response that names what is wrong."""
     try:
@@ -95,19 +89,9 @@ def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JS
     except ValidationError as exc:
         detail = first_error(exc)
         return error_response(422, detail.type, detail.message, detail.field)
-    if not request.query.strip():
-        return error_response(422, "invalid_request", "query: must not be empty", "query")
-    if not _encodable(request.query):  # "\ud800" is valid JSON but no UTF-8 can carry it
-        return error_response(
-            422, "invalid_request", "query: not valid Unicode (a lone surrogate)", "query"
-        )
-    if len(request.query) > max_query_chars:
-        return error_response(
-            422,
-            "invalid_request",
-            f"query: longer than the maximum of {max_query_chars} characters",
-            "query",
-        )
+    problem = query_problem(request.query, max_query_chars)
+    if problem is not None:
+        return error_response(422, "invalid_request", problem, "query")
     return request
 
 
@@ -125,9 +109,7 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
     mcp_lifespan = None
     if config.mcp.enabled:
         mcp_server = build_mcp_server(service)
-        mcp_app, mcp_lifespan = http_endpoint(
-            mcp_server, config.server.max_body_bytes, config.mcp.allowed_hosts
-        )
+        mcp_app, mcp_lifespan = http_endpoint(mcp_server, config.server.max_body_bytes)
         # Stateless: no server-initiated stream, so GET is 405 (the spec's alternative to an
         # SSE stream; an open GET stream here would never send anything nor end).
         mcp_routes.append(Route("/mcp", mcp_app, methods=["POST", "DELETE"]))
@@ -191,7 +173,16 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, kind, f"{request.url.path}: {exc.detail}")
 
-    middleware = []
+    # Outermost: a cross-site or rebound request is refused before the token is looked at.
+    middleware = [
+        Middleware(
+            RequestGuard,
+            bind_host=config.server.host,
+            port=config.server.port,
+            allowed_hosts=[*config.server.allowed_hosts, *config.mcp.allowed_hosts],
+            allowed_origins=config.server.allowed_origins,
+        )
+    ]
     if config.server.api_token is not None and config.server.api_token.get_secret_value():
         token = config.server.api_token.get_secret_value()
         middleware.append(Middleware(BearerTokenMiddleware, token=token))

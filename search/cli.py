@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, load_config
+from search.query_text import has_visible_text, query_problem
+from search.terminal import say
 from search.trace_cli import add_commands as add_trace_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -104,10 +106,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     from search.service import Service
 
     config = _load(args.config)
-    if not args.text.strip():
-        raise UsageError("query: must not be empty")
-    if len(args.text) > config.server.max_query_chars:
-        raise UsageError(f"query: longer than the maximum of {config.server.max_query_chars}")
+    problem = query_problem(args.text, config.server.max_query_chars)
+    if problem is not None:
+        raise UsageError(problem)
 
     async def run() -> Any:
         service = Service(config)
@@ -120,22 +121,23 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     outcome = asyncio.run(run())
     if args.json:
-        print(json.dumps(outcome.body, indent=2, ensure_ascii=False))
+        say(json.dumps(outcome.body, indent=2, ensure_ascii=False), json_text=True)
     else:
         if "error" in outcome.body:
             error = outcome.body["error"]
-            print(f"failed: {error['type']}: {error['message']}")
+            say(f"failed: {error['type']}: {error['message']}")
         else:
-            print(results_text(outcome.body["results"]))
+            say(results_text(outcome.body["results"]))
         if args.explain:
-            print()
-            print(chain_table(outcome.chain))
-        print(f"\ntrace {outcome.trace_id}")
+            say()
+            say(chain_table(outcome.chain))
+        say(f"\ntrace {outcome.trace_id}")
     return EXIT_OK if outcome.status_code == 200 else EXIT_FAILED
 
 
 def _read_queries(path: str) -> Iterator[str]:
-    """Queries from a file: plain lines, or JSONL objects with a 'text' field."""
+    """Queries from a file: plain lines, or JSONL objects with a 'text' field; a line with
+    nothing visible on it is skipped like a blank one."""
     try:
         handle = Path(path).open(encoding="utf-8")
     except OSError as exc:
@@ -154,7 +156,8 @@ def _read_queries(path: str) -> Iterator[str]:
                 if not isinstance(text, str):
                     raise UsageError(f"--input: line {number} has no string 'text' field")
                 line = text
-            yield line
+            if has_visible_text(line):
+                yield line
 
 
 def cmd_route(args: argparse.Namespace) -> int:
@@ -165,6 +168,10 @@ def cmd_route(args: argparse.Namespace) -> int:
         raise UsageError("route: give either TEXT or --input FILE")
     config = _load(args.config)
     queries = list(_read_queries(args.input)) if args.input else [args.text]
+    if not args.input:
+        problem = query_problem(args.text, config.server.max_query_chars)
+        if problem is not None:
+            raise UsageError(problem)
 
     async def run() -> int:
         service = Service(config)
@@ -183,12 +190,13 @@ def cmd_route(args: argparse.Namespace) -> int:
                     {"query": r.query, "source": r.route, "stage": r.stage} for r in flat
                 ]
                 if args.input or args.json:
-                    print(json.dumps({"query": query, "parts": parts}, ensure_ascii=False))
+                    line = json.dumps({"query": query, "parts": parts}, ensure_ascii=False)
+                    say(line, json_text=True)
                 else:
                     for part in parts:
-                        print(f"{part['query']!r} -> {part['source']} ({part['stage']})")
-                    print()
-                    print(chain_table(outcome.chain))
+                        say(f"{part['query']!r} -> {part['source']} ({part['stage']})")
+                    say()
+                    say(chain_table(outcome.chain))
         finally:
             await service.aclose()
         return EXIT_OK
@@ -210,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except (ConfigError, UsageError) as exc:
-        print(f"search: {exc}", file=sys.stderr)
+        say(f"search: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_FAILED

@@ -44,6 +44,35 @@ class ServerConfig(Strict):
     max_query_chars: int = Field(default=1000, ge=1, le=100_000)
     max_body_bytes: int = Field(default=64 * 1024, ge=256, le=16 * 1024 * 1024)
     api_token: SecretStr | None = None
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Names besides the server's own (localhost, 127.0.0.1, [::1], the bind "
+        "host and the address a request came in on) that a request's Host may carry, "
+        "e.g. a reverse proxy's public name; 'name' for any port or 'name:port'.",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Origins (scheme://host[:port]) besides the server's own whose pages may "
+        "send requests, e.g. the public origin of a reverse proxy that rewrites Host.",
+    )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)(:\d{1,5})?", value):
+                raise ValueError(f"{value!r} is not a host name (name or name:port)")
+        return [v.lower() for v in values]
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not re.fullmatch(
+                r"https?://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)(:\d{1,5})?", value
+            ):
+                raise ValueError(f"{value!r} is not an origin (scheme://host[:port], no path)")
+        return [v.lower() for v in values]
 
 
 class LLMConfig(Strict):
@@ -217,8 +246,8 @@ class McpConfig(Strict):
     enabled: bool = Field(default=True, description="Serve the MCP tools at /mcp.")
     allowed_hosts: list[str] = Field(
         default_factory=list,
-        description="Host names (no port) a loopback connection may name besides localhost, "
-        "e.g. the name a reverse proxy on this machine forwards as Host.",
+        description="The older spelling of server.allowed_hosts (merged with it; checked "
+        "on every route, not only /mcp).",
     )
 
 

@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -55,6 +55,7 @@ from routing.pipeline import TooManyParts
 from search import __version__
 from search.config import Config
 from search.narrative import narrative
+from search.query_text import query_problem
 from search.service import Service
 
 log = logging.getLogger("search.mcp")
@@ -185,13 +186,9 @@ async def run_search(
     if isinstance(args, CallToolResult):
         return args
     assert isinstance(args, SearchArgs)
-    limit = service.config.server.max_query_chars
-    if not args.query.strip():
-        return _error("invalid_request", "query: must not be empty", "query")
-    if len(args.query) > limit:
-        return _error(
-            "invalid_request", f"query: longer than the maximum of {limit} characters", "query"
-        )
+    problem = query_problem(args.query, service.config.server.max_query_chars)
+    if problem is not None:
+        return _error("invalid_request", problem, "query")
     try:
         service.router.check_parts(args.query)
     except TooManyParts as exc:
@@ -285,58 +282,8 @@ def build_mcp_server(service: Service) -> Server[Any]:
 
 # --- streamable HTTP -----------------------------------------------------------------
 
-_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-
-
-def _is_loopback(host: str) -> bool:
-    return host in _LOOPBACK_HOSTS or host.startswith("127.")
-
-
-def _host_name(value: str) -> str:
-    """'localhost:8080' -> 'localhost', '[::1]:80' -> '[::1]'."""
-    if value.startswith("["):
-        return value.split("]", 1)[0] + "]"
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-
-
-class LoopbackGuard:
-    """DNS-rebinding protection that follows the socket, not the config.
-
-    A request that reached the server over loopback must name a loopback host (and
-    origin, when it sends one): a web page whose domain resolves to 127.0.0.1 can't
-    drive the tools from a browser. Requests over the network are left to the bearer
-    token (`server.api_token`), whatever `--host` the server was started with.
-    """
-
-    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()) -> None:
-        """`allowed_hosts`: names a reverse proxy on this machine forwards (`mcp.allowed_hosts`)."""
-        self.app = app
-        self.allowed = frozenset(h.lower() for h in allowed_hosts)
-
-    def _allowed(self, host: str) -> bool:
-        return _is_loopback(host) or host.lower() in self.allowed
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        server = scope.get("server") or ("", 0)
-        if scope["type"] == "http" and _is_loopback(str(server[0])):
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            host = _host_name(headers.get("host", ""))
-            origin = headers.get("origin")
-            origin_host = _host_name(origin.split("://", 1)[-1]) if origin else None
-            foreign_origin = origin_host is not None and not self._allowed(origin_host)
-            if not self._allowed(host) or foreign_origin:
-                message = "host: a loopback connection must name a loopback host and origin"
-                body = json.dumps({"error": {"type": "forbidden", "message": message}}).encode()
-                await send({"type": "http.response.start", "status": 403, "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
-
-
 def http_endpoint(
-    server: Server[Any], max_body_bytes: int = 1024 * 1024, allowed_hosts: Iterable[str] = ()
+    server: Server[Any], max_body_bytes: int = 1024 * 1024
 ) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
     """The ASGI endpoint for `/mcp`, and the session manager's lifespan to enter once."""
     server.streamable_http_app(
@@ -344,11 +291,11 @@ def http_endpoint(
         stateless_http=True,
         json_response=True,
         max_request_body_size=max_body_bytes,
-        # LoopbackGuard does this job, from the socket the request came in on.
+        # The app's RequestGuard checks Host and Origin on every route, this one included.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
-    return LoopbackGuard(StreamableHTTPASGIApp(manager), allowed_hosts), manager.run
+    return StreamableHTTPASGIApp(manager), manager.run
 
 
 # --- stdio -----------------------------------------------------------------------------

@@ -54,7 +54,8 @@ def _surface_paths() -> dict[str, Any]:
                             "or not a JSON body (plain text).",
                             "content": {"application/json": {"schema": {"type": "object"}},
                                         "text/plain": {"schema": {"type": "string"}}}},
-                    "403": {"description": "A loopback connection named a non-loopback host."},
+                    "403": _json("ErrorResponse", "A Host or Origin not this server's own."),
+                    "415": _json("ErrorResponse", "Content-Type is not application/json."),
                     "406": {"description": "`Accept` lacks application/json.",
                             "content": {"application/json": {"schema": {"type": "object"}}}},
                 },
@@ -88,7 +89,10 @@ def openapi_document(version: str) -> dict[str, Any]:
                     "responses": {
                         "200": _json("SearchResponse", "Every part answered or planned."),
                         "400": bad,
+                        "403": _json("ErrorResponse", "A Host or Origin not this server's "
+                                     "own (the message names which)."),
                         "413": bad,
+                        "415": _json("ErrorResponse", "Content-Type is not application/json."),
                         "422": bad,
                         "502": _json("FailedSearch", "Every part failed, or the request did."),
                         "504": _json("FailedSearch", "The request deadline passed."),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from search.terminal import escape_controls
+
 _COLUMNS = ("seq", "t_ms", "part", "step", "source/decision", "outcome", "elapsed", "reason")
 
 
@@ -42,6 +44,8 @@ def chain_table(chain: list[dict[str, Any]]) -> str:
 
 
 def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    # A cell is one line, whatever the stored text holds (a newline, an escape sequence).
+    rows = [tuple(escape_controls(c) for c in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in rows]
 
@@ -93,7 +97,7 @@ def trace_list_table(traces: list[dict[str, Any]], with_query: bool = True) -> s
 
 
 def results_text(results: list[dict[str, Any]]) -> str:
-    """Each part with where it went and its first items."""
+    """Each part with where it went and its first items (source text kept to one line)."""
     lines: list[str] = []
     for index, result in enumerate(results):
         condition = result.get("condition")
@@ -101,12 +105,17 @@ def results_text(results: list[dict[str, Any]]) -> str:
             lines.append(f"[{index}] if {condition['query']!r}: {condition['status']} "
                          f"from {condition['source']}")
             for item in condition["items"][:1]:
-                lines.append(f"      {item['title']}: {item['text'][:160]}")
+                lines.append(f"      {_one(item['title'])}: {_one(item['text'][:160])}")
         lines.append(f"[{index}] {result['query']!r} -> {result['source']} ({result['status']})")
         if result.get("error"):
-            lines.append(f"    error: {result['error']['type']}: {result['error']['message']}")
+            error = result["error"]
+            lines.append(f"    error: {_one(error['type'])}: {_one(error['message'])}")
         for item in result["items"][:3]:
-            lines.append(f"    - {item['title']}: {item['text'][:200]}")
+            lines.append(f"    - {_one(item['title'])}: {_one(item['text'][:200])}")
             if item.get("url"):
-                lines.append(f"      {item['url']}")
+                lines.append(f"      {_one(item['url'])}")
     return "\n".join(lines)
+
+
+def _one(text: Any) -> str:
+    return escape_controls(str(text))

@@ -24,10 +24,11 @@ from routing.shared_state import RedisLink, SharedBreaker, SharedCache
 from routing.stages import build_resolver
 from routing.ttl_cache import TTLCache
 from search.config import Config
+from search.scrub import Scrubber
 from search.telemetry import current_trace_id
 from search.trace_store import open_trace_sink
 from search.traces import RequestObserver, TraceRecord, TraceSink
-from sources.base import Item, Source
+from sources.base import Item, Source, SourceError
 from sources.registry import kind_module
 
 log = logging.getLogger("search")
@@ -86,6 +87,11 @@ class Service:
         }
         if wrap_source is not None:
             self.sources = {name: wrap_source(src) for name, src in self.sources.items()}
+        self.scrubber = Scrubber.from_config(config)
+        for source in self.sources.values():
+            for method in ("search", "act"):
+                if callable(getattr(source, method, None)):
+                    self._log_unexpected(source, method, SourceError)
         self.result_cache: TTLCache[tuple[str, str], list[Item]] = TTLCache(
             config.cache.result_max_entries, config.cache.result_ttl_s
         )
@@ -133,6 +139,8 @@ class Service:
             acting=acting,
         )
         self.resolver = build_resolver(config, self.shared)
+        self._log_unexpected(self.resolver, "resolve")
+        self._log_unexpected(self.dispatcher, "answer")
         self.router = Router(self.resolver, self.dispatcher, config.routing.max_parts)
         self._started_sources: list[Source] = []
 
@@ -157,13 +165,61 @@ class Service:
         for source in self._started_sources:
             try:
                 await source.aclose()
-            except Exception:  # noqa: BLE001 - closing must go on for the others
-                log.exception("closing source %s failed", source.name)
+            except Exception as exc:  # noqa: BLE001 - closing must go on for the others
+                log.error("closing source %s failed: %s", source.name,
+                          self.scrubber.exception(exc))
         self._started_sources.clear()
         if self.shared is not None:
             await self.shared.aclose()  # after its last background writes
         await self.resolver.aclose()
         await self.traces.aclose()
+
+    def _log_unexpected(
+        self, owner: Any, method: str, expected: type[Exception] | None = None
+    ) -> None:
+        """Log an exception escaping `owner.method` once, with its traceback, scrubbed.
+
+        The dispatcher and the pipeline turn such exceptions into a part's error (they
+        must not take the request down) and keep only the message; the traceback, which
+        the operator needs, is logged here, where it is still at hand. `expected`
+        failures (a source that is down) are outcomes, recorded as events: not logged.
+        """
+        call = getattr(owner, method)
+        scrubber = self.scrubber
+
+        async def logged(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await call(*args, **kwargs)
+            except Exception as exc:
+                if not (expected and isinstance(exc, expected)) and not getattr(
+                    exc, "_search_logged", False
+                ):
+                    where = getattr(owner, "name", type(owner).__name__)
+                    log.error("unexpected error in %s.%s: %s", where, method,
+                              scrubber.exception(exc))
+                    try:
+                        exc._search_logged = True  # type: ignore[attr-defined]
+                    except AttributeError:  # an exception type with __slots__
+                        pass
+                raise
+
+        setattr(owner, method, logged)
+
+    def _scrub_chain(self, recorded: RecordedChain) -> None:
+        """Messages in the recorded events, scrubbed before anything reads the chain."""
+        for entry in recorded.entries:
+            fields = entry[3]
+            for key in ("message", "detail"):
+                value = fields.get(key)
+                if isinstance(value, str):
+                    fields[key] = self.scrubber.text(value)
+
+    def _scrub_result(self, result: dict[str, Any]) -> dict[str, Any]:
+        if result.get("error"):
+            result["error"] = self.scrubber.error(result["error"])
+        if isinstance(result.get("condition"), dict):
+            result["condition"] = self._scrub_result(result["condition"])
+        return result
 
     async def _route(
         self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False
@@ -191,9 +247,11 @@ class Service:
                 "message": f"the request deadline of {deadline_s:g}s passed",
             }
         except Exception as exc:  # noqa: BLE001 - the contract's 502, never a 500
-            log.exception("request failed")
+            if not getattr(exc, "_search_logged", False):
+                log.error("request failed: %s", self.scrubber.exception(exc))
             status_code = 502
-            error = {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__}
+            message = self.scrubber.text(str(exc) or type(exc).__name__)
+            error = {"type": type(exc).__name__, "message": message}
         else:
             if results and all(r.status == "error" for r in results):
                 status_code = 502
@@ -225,13 +283,14 @@ class Service:
                 status_code, error, results = await self._route(
                     query, dry_run, session_id, read_only)
                 recorded = chain_log.freeze()
+                self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events
                 cached = chain_log.happened("result_cache_hit")
                 fallback = chain_log.happened("fallback")
                 duration_ms = round(chain_log.elapsed_ms(), 3)
         finally:
             current_trace_id.reset(trace_token)
-        result_dicts = [r.to_dict() for r in results]
+        result_dicts = [self._scrub_result(r.to_dict()) for r in results]
         if error is None:
             body: dict[str, Any] = {
                 "query": query,
@@ -268,6 +327,6 @@ class Service:
         for observer in self.observers:
             try:
                 observer.observe(trace)
-            except Exception:  # noqa: BLE001 - a broken exporter must not fail requests
-                log.exception("observer %r failed", observer)
+            except Exception as exc:  # noqa: BLE001 - a broken exporter must not fail requests
+                log.error("observer %r failed: %s", observer, self.scrubber.exception(exc))
         return outcome

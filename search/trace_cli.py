@@ -1,8 +1,9 @@
 """`search trace list|show` and `search replay`: reading and replaying the trace store.
 
 Exit status: 0 on success; 1 when a replay changed a routing decision (one trace or any
-in `--all`); 2 on bad usage, a bad filter, an unknown trace id, or a trace that cannot
-be replayed (stored redacted).
+in `--all`), or when `trace show` finds no trace with the id given (a failed lookup); 2 on
+bad usage, a bad filter, a replay of an unknown id, or a trace that cannot be replayed
+(stored redacted).
 """
 
 from __future__ import annotations
@@ -16,14 +17,20 @@ from typing import Any
 
 from search.config import Config, ConfigError, TraceConfig, load_config
 from search.narrative import decision_only, narrative
+from search.terminal import escape_controls, say
 from search.trace_store import FilterError, SQLiteTraceStore, TraceFilter, parse_filters
 
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
+EXIT_NOT_FOUND = 1
 Handler = Callable[[argparse.Namespace], int]
 
 
 class TraceUsageError(Exception):
-    """Bad arguments or an unknown id: exit 2."""
+    """Bad arguments or a bad filter: exit 2."""
+
+
+class TraceNotFound(Exception):
+    """No trace has the id asked for (a failed lookup, not bad usage): exit 1."""
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
@@ -85,8 +92,11 @@ def _guarded(handler: Handler) -> Handler:
         try:
             return handler(args)
         except (TraceUsageError, FilterError, ConfigError) as exc:
-            print(f"search: {exc}", file=sys.stderr)
+            say(f"search: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        except TraceNotFound as exc:
+            say(f"search: {exc}", file=sys.stderr)
+            return EXIT_NOT_FOUND
 
     return run
 
@@ -109,11 +119,14 @@ def _existing_store(trace: TraceConfig) -> SQLiteTraceStore:
     return store
 
 
-def _find(store: SQLiteTraceStore, trace_id: str) -> dict[str, Any]:
+def _find(store: SQLiteTraceStore, trace_id: str, *, replaying: bool = False) -> dict[str, Any]:
+    """The trace; an unknown id fails the lookup (exit 1), but not a replay, whose 1 means
+    "routing changed": a mistyped id must not read as a regression (exit 2)."""
     full = store.resolve_id(trace_id)
     trace = store.get_trace(full) if full else None
     if trace is None:
-        raise TraceUsageError(f"trace {trace_id}: no such trace in {store.path}")
+        error = TraceUsageError if replaying else TraceNotFound
+        raise error(f"trace {trace_id}: no such trace in {store.path}")
     return trace
 
 
@@ -154,16 +167,16 @@ def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
         raise TraceUsageError(f"--{exc.field if exc.field != 'q' else 'text'}: {exc}") from None
     page = store.list_traces(filters)
     if args.json:
-        print(json.dumps(page, indent=2, ensure_ascii=False))
+        say(json.dumps(page, indent=2, ensure_ascii=False), json_text=True)
         return EXIT_OK
     if page["traces"]:
-        print(trace_list_table(page["traces"]))
+        say(trace_list_table(page["traces"]))
     shown = len(page["traces"])
     footer = f"{shown} of {page['total']} traces"
     if page["next_cursor"]:
         footer += f"; next page: --cursor {page['next_cursor']}"
-    print(footer)
-    print("flags: F fallback, C cached, E failed, D dry run, R replay")
+    say(footer)
+    say("flags: F fallback, C cached, E failed, D dry run, R replay")
     return EXIT_OK
 
 
@@ -174,30 +187,31 @@ def _show(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
     if args.decision_only:
         safe = decision_only(trace)
         if args.json:
-            print(json.dumps(safe, indent=2, ensure_ascii=False))
+            say(json.dumps(safe, indent=2, ensure_ascii=False), json_text=True)
             return EXIT_OK
-        print(_header(safe))
+        say(_header(safe))
         if safe["error"]:
-            print(f"error: {safe['error']['type']}")
-        print()
-        print(chain_table(safe["chain"]))
-        print()
+            say(f"error: {safe['error']['type']}")
+        say()
+        say(chain_table(safe["chain"]))
+        say()
         for line in narrative(safe["chain"], with_text=False,
                               dropped_events=safe["dropped_events"]):
-            print(line)
+            say(escape_controls(line))
         return EXIT_OK
     if args.json:
-        print(json.dumps(trace, indent=2, ensure_ascii=False))
+        say(json.dumps(trace, indent=2, ensure_ascii=False), json_text=True)
         return EXIT_OK
-    print(_header(trace))
-    print(f"query: {trace['query']!r}")
+    say(_header(trace))
+    say(f"query: {trace['query']!r}")
     if trace["error"]:
-        print(f"error: {trace['error']['type']}: {trace['error']['message']}")
-    print()
-    print(chain_table(trace["chain"]))
-    print()
+        error = trace["error"]
+        say(escape_controls(f"error: {error['type']}: {error['message']}"))
+    say()
+    say(chain_table(trace["chain"]))
+    say()
     for line in narrative(trace["chain"], dropped_events=trace["dropped_events"]):
-        print(line)
+        say(escape_controls(line))  # one line per part, whatever the query held
     return EXIT_OK
 
 
@@ -232,7 +246,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         except FilterError as exc:
             raise TraceUsageError(f"--{exc.field}: {exc}") from None
         return asyncio.run(_replay_all(config, store, base, args))
-    original = _find(store, args.id)
+    original = _find(store, args.id, replaying=True)
     return asyncio.run(_replay_one(config, store, original, args.json))
 
 
@@ -247,9 +261,9 @@ async def _replay_one(
         except ReplayError as exc:
             raise TraceUsageError(str(exc)) from None
     if as_json:
-        print(json.dumps(_replay_json(result), indent=2, ensure_ascii=False))
+        say(json.dumps(_replay_json(result), indent=2, ensure_ascii=False), json_text=True)
     else:
-        print("\n".join(_replay_text(result)))
+        say("\n".join(escape_controls(line) for line in _replay_text(result)))
     return EXIT_CHANGED if result.routing_changed else EXIT_OK
 
 
@@ -353,25 +367,25 @@ async def _replay_all(
                 (changed if d.routing else other).append((trace_id, f"{where}: {d.description}"))
     changed_traces = sorted({t for t, _ in changed})
     if args.json:
-        print(json.dumps({
+        say(json.dumps({
             "replayed": replayed, "answered_from_captures_only": from_captures,
             "skipped_redacted": skipped, "routing_changed": changed_traces,
             "changes": [{"trace_id": t, "change": c} for t, c in changed],
             "other_differences": [{"trace_id": t, "change": c} for t, c in other],
-        }, indent=2, ensure_ascii=False))
+        }, indent=2, ensure_ascii=False), json_text=True)
     else:
-        print(f"replayed {replayed} traces ({from_captures} entirely from captures, "
-              f"{replayed - from_captures} with live calls); skipped {len(skipped)} (redacted)")
+        say(f"replayed {replayed} traces ({from_captures} entirely from captures, "
+            f"{replayed - from_captures} with live calls); skipped {len(skipped)} (redacted)")
         if changed:
-            print(f"routing changed in {len(changed_traces)} trace(s):")
+            say(f"routing changed in {len(changed_traces)} trace(s):")
             for trace_id, change in changed:
-                print(f"  {trace_id} {change}")
+                say(f"  {trace_id} {change}")
         else:
-            print("no routing decision changed")
+            say("no routing decision changed")
         if other:
-            print(f"other differences ({len(other)}, not counted as routing changes):")
+            say(f"other differences ({len(other)}, not counted as routing changes):")
             for trace_id, change in other:
-                print(f"  {trace_id} {change}")
+                say(f"  {trace_id} {change}")
     return EXIT_CHANGED if changed else EXIT_OK
 
 

@@ -84,7 +84,9 @@ class TraceSummary(BaseModel):
     trace_id: str
     started_at: float = Field(description="Unix seconds.")
     time: str = Field(description="ISO 8601, UTC.")
-    query: str = Field(description="The request; 'sha256:...' when stored redacted.")
+    query: str = Field(
+        description="The request; its keyed pseudonym 'hmac-sha256:...' when stored redacted."
+    )
     status_code: int
     duration_ms: float
     failed: bool

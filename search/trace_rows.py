@@ -1,19 +1,20 @@
 """What a trace becomes on disk: the table, and the row a finished request is turned into.
 
 The one place that decides what is kept: metadata by default (items dropped), captured
-source answers only with `capture_results`, query texts as SHA-256 digests with `redact`.
+source answers only with `capture_results`, query texts as keyed pseudonyms (HMAC-SHA256
+under the store's own key, `search.pseudonym`) with `redact`.
 It imports nothing heavy, because the trace writer process (`search.trace_writer`) runs it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from search.json_codec import dumps_text
+from search.pseudonym import LEGACY_PREFIX, PREFIX, Pseudonymizer, ephemeral
 from search.traces import TraceRecord
 
 
@@ -24,8 +25,7 @@ class RowPolicy(Protocol):
     redact: bool
 
 
-SCHEMA_VERSION = 2
-DIGEST_PREFIX = "sha256:"
+SCHEMA_VERSION = 3
 # Event fields (and nested keys) that hold query text, or text matched against it
 # (keywords, exemplars, earlier queries, prompts); redaction replaces them by digests.
 QUERY_FIELDS = frozenset(
@@ -76,11 +76,13 @@ COLUMNS = (
     "outcomes", "dropped_events", "error", "chain", "results", "captures", "session_id",
 )
 # Schema upgrades, applied in order from the file's `user_version` (the CREATE above is
-# the newest shape, for a new file).
+# the newest shape, for a new file). Version 3 changes no table: its step, keying the
+# unkeyed digests of older redacted rows, is `rekey_legacy_digests` (it needs the key).
 MIGRATIONS: dict[int, str] = {
     2: "ALTER TABLE traces ADD COLUMN session_id TEXT;"
        "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "
        "WHERE session_id IS NOT NULL;",
+    3: "",
 }
 INSERT = (
     f"INSERT OR IGNORE INTO traces ({', '.join(COLUMNS)}) "
@@ -88,19 +90,48 @@ INSERT = (
 )
 
 
-def digest(text: str) -> str:
-    return DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+# Not the tail of a keyed one ('hmac-sha256:...').
+_LEGACY = re.compile("(?<![a-z-])" + re.escape(LEGACY_PREFIX) + "[0-9a-f]{64}")
+_process_pseudonym: Pseudonymizer | None = None
 
 
 def is_digest(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith(DIGEST_PREFIX)
+    return isinstance(value, str) and value.startswith((PREFIX, LEGACY_PREFIX))
+
+
+def rekey_legacy_digests(conn: sqlite3.Connection, pseudonym: Pseudonymizer) -> int:
+    """Schema 3: every unkeyed 'sha256:' digest in a redacted row becomes the keyed
+    pseudonym of that digest, so a phrase list no longer reverses it (in one transaction).
+    The exact text still finds such a row: lookups also try `pseudonym.legacy(text)`."""
+    rows = conn.execute(
+        "SELECT id, query, session_id, chain, results, error FROM traces WHERE redacted = 1"
+    ).fetchall()
+
+    def rekey(text: Any) -> Any:
+        if not isinstance(text, str) or LEGACY_PREFIX not in text:
+            return text
+        return _LEGACY.sub(lambda m: pseudonym(m.group()), text)
+
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for row in rows:
+            conn.execute(
+                "UPDATE traces SET query = ?, session_id = ?, chain = ?, results = ?, error = ? "
+                "WHERE id = ?", (*(rekey(v) for v in row[1:]), row[0]),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(rows)
 
 
 class _Redactor:
-    """Replaces query texts by digests, and scrubs them out of free-text messages."""
+    """Replaces query texts by pseudonyms, and scrubs them out of free-text messages."""
 
-    def __init__(self) -> None:
+    def __init__(self, pseudonym: Pseudonymizer) -> None:
         self.seen: set[str] = set()
+        self.pseudonym = pseudonym
 
     def text(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -108,7 +139,7 @@ class _Redactor:
                 return value
             if value.strip():
                 self.seen.add(value)
-            return digest(value)
+            return self.pseudonym(value)
         if isinstance(value, list):
             return [self.text(v) for v in value]
         if isinstance(value, dict):
@@ -144,13 +175,22 @@ class _Redactor:
         # Longest first, so a part quoted inside the whole query is not left half-replaced.
         for query in sorted(self.seen, key=len, reverse=True):
             if len(query) >= 3:
-                text = re.sub(re.escape(query), digest(query), text, flags=re.IGNORECASE)
+                text = re.sub(re.escape(query), self.pseudonym(query), text, flags=re.IGNORECASE)
         return text
 
 
-def redact(data: Any) -> Any:
-    """`data` (event, list of events, trace dict) with every query text as a digest."""
-    redactor = _Redactor()
+def redact(data: Any, pseudonym: Pseudonymizer | None = None) -> Any:
+    """`data` (event, list of events, trace dict) with every query text as a pseudonym.
+
+    Without a `pseudonym` (a store's), a random key of this process is used: the texts
+    still cannot be guessed back, and within the process equal texts stay equal.
+    """
+    global _process_pseudonym
+    if pseudonym is None:
+        if _process_pseudonym is None:
+            _process_pseudonym = ephemeral()
+        pseudonym = _process_pseudonym
+    redactor = _Redactor(pseudonym)
     return redactor.scrub(redactor.fields(data) if isinstance(data, dict) else redactor.text(data))
 
 
@@ -237,8 +277,13 @@ def _event_outcome(event: dict[str, Any]) -> str | None:
 _dumps = dumps_text
 
 
-def trace_row(record: TraceRecord, config: RowPolicy) -> tuple[Any, ...]:
-    """The row stored for `record` under `config`: the one place that decides what is kept."""
+def trace_row(
+    record: TraceRecord, config: RowPolicy, pseudonym: Pseudonymizer | None = None
+) -> tuple[Any, ...]:
+    """The row stored for `record` under `config`: the one place that decides what is kept.
+
+    `pseudonym` (the store's key) is required when `config.redact` is on.
+    """
     chain = record.chain
     results = record.results
     failed = record.status_code != 200 or any(
@@ -259,9 +304,11 @@ def trace_row(record: TraceRecord, config: RowPolicy) -> tuple[Any, ...]:
     error = record.error
     stored_results = _metadata_results(results)
     if config.redact:
-        redactor = _Redactor()
+        if pseudonym is None:
+            raise ValueError("trace.redact needs the trace store's key")
+        redactor = _Redactor(pseudonym)
         query = redactor.text(query)
-        session_id = digest(session_id) if session_id else None
+        session_id = pseudonym(session_id) if session_id else None
         chain = redactor.fields({"chain": chain})["chain"]
         stored_results = redactor.fields({"r": stored_results})["r"]
         error = redactor.fields(error) if error else None

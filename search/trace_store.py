@@ -9,9 +9,11 @@ Why this shape:
   they don't slow the event loop; `aclose()` drains the queue and waits for the commit.
   A writer process that dies is replaced and the batch resent.
 - What is kept is decided at write time (`search.trace_rows`): metadata by default (items dropped),
-  captured source answers only with `capture_results`, query texts as SHA-256 digests
-  with `redact`. A record never reaches the file in any other form.
+  captured source answers only with `capture_results`, query texts as keyed pseudonyms
+  (HMAC-SHA256 under the store's own key, `search.pseudonym`) with `redact`. A record
+  never reaches the file in any other form.
 - The file is created 0600 before SQLite opens it; SQLite gives its -wal/-shm the same mode.
+  The key file beside it (`<path>.key`) is created 0600 with the store.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import sqlite3
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,14 +40,16 @@ from typing import Any, Protocol
 
 from routing.events import run_in_thread
 from search.config import ConfigError, TraceConfig
+from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
+from search.query_text import has_visible_text
 from search.trace_rows import (  # noqa: F401 - redact: re-exported for its callers
     MIGRATIONS,
     OUTCOMES,
     SCHEMA,
     SCHEMA_VERSION,
-    digest,
     prune,
     redact,
+    rekey_legacy_digests,
 )
 from search.trace_writer import record_line
 from search.traces import NullTraceSink, TraceRecord, TraceSink
@@ -72,7 +78,10 @@ class FilterError(ValueError):
 
 # --- reading -------------------------------------------------------------------------
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_RELATIVE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([smhdw])$")
+_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
+# SQLite integers are 64-bit: a larger offset or cursor cannot be bound (OverflowError).
+SQLITE_MAX_INT = 2**63 - 1
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -80,20 +89,23 @@ def parse_when(field: str, value: str, now: float | None = None) -> float:
     """Unix seconds from '1712345678', '2024-05-01T10:00:00Z', '2024-05-01' or '2h' ago."""
     text = value.strip()
     now = time.time() if now is None else now
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    relative = _RELATIVE.match(text.lower())
-    if relative:
-        return now - float(relative.group(1)) * _UNIT_S[relative.group(2)]
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
+    seconds: float | None = None
+    if _NUMBER.fullmatch(text):
+        seconds = float(text)
+    elif relative := _RELATIVE.match(text.lower()):
+        seconds = now - float(relative.group(1)) * _UNIT_S[relative.group(2)]
+    else:
+        try:
+            # naive times are local, as a user typing them means
+            seconds = datetime.fromisoformat(text).timestamp()
+        except (ValueError, OverflowError, OSError):
+            seconds = None
+    # nan compares false with every time, inf with none: neither filters anything.
+    if seconds is None or not math.isfinite(seconds):
         raise FilterError(
             field, f"{value!r} is not a time (unix seconds, ISO 8601, or an age like 2h, 7d)"
-        ) from None
-    return moment.timestamp()  # naive times are local, as a user typing them means
+        )
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,23 +144,31 @@ def _flag(field: str, value: str) -> bool:
     raise FilterError(field, f"{value!r} is not a boolean (true/false)")
 
 
-def _int(field: str, value: str, low: int, high: int | None = None) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise FilterError(field, f"{value!r} is not an integer") from None
-    if number < low or (high is not None and number > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise FilterError(field, f"must be {bound}")
+def _int(field: str, value: str, low: int, high: int = SQLITE_MAX_INT) -> int:
+    text = value.strip()
+    if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):
+        raise FilterError(field, f"{_shown(value)} is not an integer")
+    number = int(text)
+    if not low <= number <= high:
+        raise FilterError(field, f"must be between {low} and {high}")
     return number
+
+
+def _shown(value: str, limit: int = 40) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceFilter:
     """Filters from query-string style parameters; FilterError names the bad one."""
-    for name in params:
+    for name, value in params.items():
         if name not in _FILTER_PARAMS:
             known = ", ".join(sorted(_FILTER_PARAMS))
             raise FilterError(name, f"unknown filter (known: {known})")
+        # SQLite's LIKE stops at a NUL, so 'q=%00' matched every trace; no stored text
+        # is looked up by a control character.
+        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise FilterError(name, f"contains a control character (U+{ord(bad):04X})")
     step = params.get("step")
     if step is not None and not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", step):
         raise FilterError("step", f"{step!r} is not a step name")
@@ -159,8 +179,8 @@ def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceF
     if outcome is not None and outcome not in OUTCOMES:
         raise FilterError("outcome", f"{outcome!r} is not one of {', '.join(OUTCOMES)}")
     text = params.get("q")
-    if text is not None and not text.strip():
-        raise FilterError("q", "must not be empty")
+    if text is not None and not has_visible_text(text):
+        raise FilterError("q", "must not be empty (it has no visible character)")
     session = params.get("session")
     if session is not None and not 0 < len(session) <= 200:
         raise FilterError("session", "must be a session id (1 to 200 characters)")
@@ -185,7 +205,14 @@ def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceF
     )
 
 
-def _where(f: TraceFilter) -> tuple[str, list[Any]]:
+def _pseudonyms(text: str, pseudonym: Pseudonymizer | None) -> list[str]:
+    """What `text` is stored as in a redacted row: its pseudonym under the store's key, that
+    of its old unkeyed digest (rows from before schema 3), or that digest (not upgraded)."""
+    old = legacy_digest(text)
+    return [old] if pseudonym is None else [pseudonym(text), pseudonym(old), old]
+
+
+def _where(f: TraceFilter, pseudonym: Pseudonymizer | None = None) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     args: list[Any] = []
     for column, value in (("steps", f.step), ("sources", f.source), ("outcomes", f.outcome)):
@@ -205,12 +232,14 @@ def _where(f: TraceFilter) -> tuple[str, list[Any]]:
     if f.text is not None:
         # Plain text matches unredacted queries; a redacted one matches its exact text.
         escaped = f.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        clauses.append("(query LIKE ? ESCAPE '\\' OR query = ?)")
-        args.extend([f"%{escaped}%", digest(f.text)])
+        keyed = _pseudonyms(f.text, pseudonym)
+        clauses.append(f"(query LIKE ? ESCAPE '\\' OR query IN ({', '.join('?' * len(keyed))}))")
+        args.extend([f"%{escaped}%", *keyed])
     if f.session is not None:
-        # A redacted trace keeps the session id's digest: the exact id still finds it.
-        clauses.append("session_id IN (?, ?)")
-        args.extend([f.session, digest(f.session)])
+        # A redacted trace keeps the session id's pseudonym: the exact id still finds it.
+        keyed = [f.session, *_pseudonyms(f.session, pseudonym)]
+        clauses.append(f"session_id IN ({', '.join('?' * len(keyed))})")
+        args.extend(keyed)
     if f.originals_only:
         clauses.append("replay_of IS NULL")
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
@@ -392,6 +421,8 @@ class SQLiteTraceStore:
         self._closed = False
         self._replacements = 0
         self._read_conn: sqlite3.Connection | None = None
+        self.key_path = key_path(self.path)
+        self._pseudonym: Pseudonymizer | None = None
         self._read_lock = threading.Lock()
         self._open_lock = threading.Lock()
         self.dropped = 0
@@ -410,9 +441,11 @@ class SQLiteTraceStore:
         return conn
 
     def open_sync(self) -> None:
-        """Create the file (0600), switch to WAL, create the schema, apply retention."""
+        """Create the file (0600) and its key, switch to WAL, create or upgrade the schema,
+        apply retention."""
         try:
             ensure_private_file(self.path)
+            self._pseudonym = Pseudonymizer(load_or_create_key(self.key_path))
             conn = self._connect()
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -428,6 +461,8 @@ class SQLiteTraceStore:
                     if version:  # an older file: bring it up to date
                         conn.executescript(MIGRATIONS[target])
                 conn.executescript(SCHEMA)
+                if 0 < version < 3:
+                    rekey_legacy_digests(conn, self._pseudonym)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 prune(conn, self.clock(), self.config.max_age_days, self.config.max_traces)
             finally:
@@ -456,7 +491,8 @@ class SQLiteTraceStore:
     def _settings(self) -> dict[str, Any]:
         return {"path": str(self.path), "max_traces": self.config.max_traces,
                 "max_age_days": self.config.max_age_days, "redact": self.config.redact,
-                "capture_results": self.config.capture_results}
+                "capture_results": self.config.capture_results,
+                "key_path": str(self.key_path)}  # the path, never the key: argv is public
 
     # -- writing: on the event loop, with no thread of our own (a thread waiting for the
     # GIL while requests run makes every request pay for waking it)
@@ -669,13 +705,22 @@ class SQLiteTraceStore:
             self._read_conn = conn
         return self._read_conn
 
+    def _reading_pseudonym(self) -> Pseudonymizer | None:
+        """The store's key, for lookups by exact text (a reader that never opened the store
+        for writing reads it from the key file; a store without one has no keyed rows)."""
+        if self._pseudonym is None:
+            key = read_key(self.key_path)
+            if key is not None:
+                self._pseudonym = Pseudonymizer(key)
+        return self._pseudonym
+
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
         with self._read_lock:
             return self._reader().execute(sql, tuple(args)).fetchall()
 
     def list_traces(self, filters: TraceFilter) -> dict[str, Any]:
         """One page, newest first (or oldest first), with a cursor for the next page."""
-        where, args = _where(filters)
+        where, args = _where(filters, self._reading_pseudonym())
         total = self._query(f"SELECT COUNT(*) FROM traces{where}", args)[0][0]
         page_where, page_args = where, list(args)
         if filters.cursor is not None:

@@ -29,12 +29,14 @@ import select
 import sqlite3
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from routing.events import RecordedChain
 from search.json_codec import dumps
+from search.pseudonym import Pseudonymizer, read_key
 from search.trace_rows import INSERT, prune, trace_row
 from search.traces import TraceRecord
 
@@ -52,6 +54,7 @@ class WriterSettings:
     max_age_days: float
     redact: bool = False
     capture_results: bool = False
+    key_path: str = ""  # the store's pseudonymisation key (search.pseudonym), for redact
 
 
 def record_line(record: TraceRecord, capture_results: bool) -> bytes:
@@ -90,6 +93,14 @@ class Writer:
         self.conn.execute("PRAGMA busy_timeout = 10000")
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.execute("PRAGMA secure_delete = FAST")
+        self.pseudonym: Pseudonymizer | None = None
+        if settings.redact:
+            key = read_key(Path(settings.key_path)) if settings.key_path else None
+            if key is None:  # every row would fail: say why once, loudly
+                log.error("trace writer: no key at %r; redacted traces cannot be written",
+                          settings.key_path)
+            else:
+                self.pseudonym = Pseudonymizer(key)
         self.now: float | None = None
         self.written = 0
         self.failed = 0
@@ -103,7 +114,7 @@ class Writer:
                 message = orjson.loads(line)
                 kind = message[0]
                 if kind == "trace":
-                    rows.append(trace_row(_record(message[1:]), self.settings))
+                    rows.append(trace_row(_record(message[1:]), self.settings, self.pseudonym))
                 elif kind == "now":
                     self.now = float(message[1])
                 elif kind == "flush":

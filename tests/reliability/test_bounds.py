@@ -87,7 +87,8 @@ def test_a_chunked_body_under_the_limit_is_read(base: str) -> None:
         yield b'{"query": "tell me about '
         yield b'mount everest"}'
 
-    response = httpx.post(f"{base}/search", content=chunks())
+    response = httpx.post(f"{base}/search", content=chunks(),
+                          headers={"Content-Type": "application/json"})
     assert response.status_code == 200, response.text
     assert response.json()["results"][0]["items"][0]["title"] == "Mount Everest"
 

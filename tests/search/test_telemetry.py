@@ -187,7 +187,7 @@ async def test_redact_sends_digests_instead_of_query_text() -> None:
         texts += [str(v) for ev in span.events for v in ev.attributes.values()]
         assert not any("tides" in t for t in texts), span.name
     root = next(s for s in spans if s.name == "search")
-    assert str(root.attributes["search.query"]).startswith("sha256:")
+    assert str(root.attributes["search.query"]).startswith("hmac-sha256:")  # keyed
 
 
 def test_log_records_carry_the_trace_and_part_span_ids(caplog: pytest.LogCaptureFixture) -> None:

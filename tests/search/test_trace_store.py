@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 
 from search.config import Config, TraceConfig, parse_config
+from search.pseudonym import Pseudonymizer, key_path, read_key
 from search.service import Service
 from search.trace_store import (
     FilterError,
     SQLiteTraceStore,
     TraceFilter,
-    digest,
     open_trace_sink,
     parse_filters,
     redact,
@@ -337,6 +337,9 @@ async def test_redaction_leaves_no_query_text_anywhere_in_the_file_bytes(tmp_pat
     reader = SQLiteTraceStore(config.trace)
     stored = reader.get_trace(outcome.trace_id)
     assert stored is not None and stored["redacted"] and stored["captures"] is None
+    key = read_key(key_path(db))
+    assert key is not None
+    digest = Pseudonymizer(key)
     assert stored["query"] == digest(QUERY)
     # Structure, sources and reasons stay readable.
     steps = [e["step"] for e in stored["chain"]]
@@ -357,7 +360,8 @@ def test_redact_digests_query_fields_and_scrubs_messages() -> None:
     event = {"step": "conditional_detected", "query": "if Foo then bar", "condition": "Foo",
              "consequence": "bar", "remainder": "", "message": "failed on if foo then bar",
              "seq": 3, "reason": "timeout"}
-    out = redact(event)
+    digest = Pseudonymizer(b"k" * 32)
+    out = redact(event, digest)
     assert out["query"] == digest("if Foo then bar") and out["condition"] == digest("Foo")
     assert out["message"] == f"failed on {digest('if Foo then bar')}"
     assert (out["seq"], out["reason"], out["step"]) == (3, "timeout", "conditional_detected")
@@ -456,12 +460,14 @@ def test_redact_covers_keywords_prompts_and_candidates_but_keeps_routes() -> Non
              "matched": True, "similarity": 0.9,
              "candidates": [{"source": "ha", "matched": "dim the bedroom", "score": 0.9}],
              "prompt": [{"role": "user", "content": "route: dim the hallway"}]}
-    out = redact(event)
+    digest = Pseudonymizer(b"k" * 32)
+    out = redact(event, digest)
     assert out["candidates"] == [{"source": "ha", "matched": digest("dim the bedroom"),
                                   "score": 0.9}]
     assert out["prompt"] == [{"role": "user", "content": digest("route: dim the hallway")}]
     assert (out["decision"], out["matched"]) == ("ha", True)
-    keyword = redact({"step": "intent_keyword", "query": "hallway", "matched": ["hallway"]})
+    keyword = redact({"step": "intent_keyword", "query": "hallway", "matched": ["hallway"]},
+                     digest)
     assert keyword["matched"] == [digest("hallway")]
 
 

@@ -26,6 +26,7 @@ class Config(SourceConfig):
     record_in_thread: bool = False
     control_prefix: str | None = None  # queries starting with it are commands
     allow_control: bool = False
+    crash_message: str | None = None  # with fail: crash, the RuntimeError's message
 
 
 class ScriptedSource(ActingSource):
@@ -54,7 +55,7 @@ class ScriptedSource(ActingSource):
         if fail == "unavailable":
             raise SourceUnavailable(f"{self.name} is unreachable on purpose")
         if fail == "crash":
-            raise RuntimeError(f"{self.name} crashed on purpose")
+            raise RuntimeError(self.config.crash_message or f"{self.name} crashed on purpose")
         if fail == "empty":
             return []
         return [
