@@ -19,7 +19,7 @@ import pytest
 from routing.llm import extract_json_object
 from search.config import Config, parse_config
 from search.service import SearchOutcome, Service
-from tests.support.chat_server import ChatServer
+from tests.support.chat_server import ALL_FORMATS, ChatServer
 from tests.support.wire_servers import Fault, closed_port_url
 
 KEY = "sk-test-0123456789-secret"
@@ -56,7 +56,9 @@ def server() -> Iterator[ChatServer]:
 def _reset(server: ChatServer) -> None:
     server.clear_faults()
     server.reply = '{"source": "web"}'
+    server.accepts = set(ALL_FORMATS)
     server.bodies.clear()
+    server.refused.clear()
     server.requests.clear()
 
 
@@ -93,14 +95,85 @@ async def test_a_fresh_decision(service: Service, server: ChatServer) -> None:
     # What went over the wire: the model, the sources with their descriptions, the query.
     [body] = server.bodies
     assert body["model"] == "router-test" and body["temperature"] == 0
-    system, user = body["messages"]
-    assert system["role"] == "system" and user["role"] == "user"
+    # One user message: a chat template that drops system messages still shows the routes.
+    [user] = body["messages"]
+    assert user["role"] == "user"
     for name, text in DESCRIPTIONS.items():
-        assert f"- {name}: {text}" in system["content"]
-    assert "- everything: combined results of kiwix and web" in system["content"]
-    assert '"source"' in system["content"] and "octopus hearts" in user["content"]
+        assert f"- {name}: {text}" in user["content"]
+    assert "- everything: combined results of kiwix and web" in user["content"]
+    assert '"source"' in user["content"] and user["content"].endswith("octopus hearts")
     assert server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
     assert KEY not in json.dumps(outcome.chain)
+
+
+ROUTES_AND_NONE = ["kiwix", "forecast", "web", "everything", "none"]
+
+
+def constraint(body: dict[str, Any]) -> tuple[str | None, list[str] | None]:
+    """The response_format type a request asked for, and the enum of its schema."""
+    value = body.get("response_format")
+    if value is None:
+        return None, None
+    schema = value["json_schema"]["schema"] if value["type"] == "json_schema" else value["schema"]
+    assert schema["required"] == ["source"] and schema["additionalProperties"] is False
+    return value["type"], schema["properties"]["source"]["enum"]
+
+
+async def test_the_answer_is_constrained_to_the_routes(
+    service: Service, server: ChatServer
+) -> None:
+    outcome = await route(service, "octopus hearts")
+    [body] = server.bodies
+    assert constraint(body) == ("json_schema", ROUTES_AND_NONE)
+    assert body["response_format"]["json_schema"]["strict"] is True
+    assert event(outcome, "intent_llm")["response_format"] == "json_schema"
+    assert event(outcome, "intent_llm")["prompt_tokens"] == 42  # the server's own usage
+    assert server.refused == []
+
+
+async def test_a_refused_json_schema_steps_down_to_json_object_once(
+    service: Service, server: ChatServer
+) -> None:
+    server.accepts = {"text", "json_object"}  # as llama-cpp-python's server
+    first = await route(service, "octopus hearts")
+    assert steps(first) == ["llm_format_refused", "intent_llm"]
+    refused = event(first, "llm_format_refused")
+    assert (refused["response_format"], refused["status"], refused["next"]) == (
+        "json_schema", 422, "json_object")
+    assert event(first, "intent_llm")["response_format"] == "json_object"
+    assert [p.route for p in first.results] == ["web"]
+    # Remembered for this server: the next decision asks in the accepted form at once.
+    second = await route(service, "squid eyes")
+    assert steps(second) == ["intent_llm"]
+    assert event(second, "intent_llm")["response_format"] == "json_object"
+    assert len(server.refused) == 1
+    assert [constraint(b) for b in server.bodies] == [("json_object", ROUTES_AND_NONE)] * 2
+
+
+async def test_a_server_with_no_json_mode_gets_the_prompt_alone(
+    service: Service, server: ChatServer
+) -> None:
+    server.accepts = {"text"}
+    outcome = await route(service, "octopus hearts")
+    assert steps(outcome) == ["llm_format_refused", "llm_format_refused", "intent_llm"]
+    assert [(e["response_format"], e["status"]) for e in outcome.chain
+            if e["step"] == "llm_format_refused"] == [("json_schema", 400), ("json_object", 400)]
+    assert event(outcome, "intent_llm")["response_format"] == "prompt"
+    [body] = server.bodies
+    assert "response_format" not in body
+    await route(service, "squid eyes")
+    assert len(server.refused) == 2 and len(server.bodies) == 2
+
+
+async def test_a_400_that_does_not_name_response_format_is_a_failure(
+    service: Service, server: ChatServer
+) -> None:
+    server.set_fault(Fault.status(400))
+    outcome = await route(service, "octopus hearts")
+    assert steps(outcome) == ["llm_error", "intent_default"]
+    error = event(outcome, "llm_error")
+    assert error["reason"] == "llm_failed" and error["response_format"] == "json_schema"
+    assert len(server.bodies) == 1  # asked once: no other form was tried
 
 
 async def test_a_fresh_decision_is_cached(service: Service, server: ChatServer) -> None:
@@ -207,7 +280,7 @@ async def test_prompts_are_kept_only_when_configured(server: ChatServer) -> None
         await svc.aclose()
     llm = event(outcome, "intent_llm")
     assert llm["raw_answer"] == '{"source": "web"}'
-    assert llm["prompt"][1]["content"].endswith("octopus hearts")
+    assert llm["prompt"][-1]["content"].endswith("octopus hearts")
     assert event(failed, "llm_error")["raw_answer"] == "no idea"
     assert KEY not in json.dumps(outcome.chain + failed.chain)
 
