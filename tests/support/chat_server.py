@@ -11,10 +11,12 @@ error body `{"error": {"message", "type", "param", "code"}}` with the documented
 
 `response_format` is checked against `accepts` (the `type`s this server takes; all of
 them by default, as OpenAI and vLLM do). A `type` outside it is refused the way a real
-server refuses it: with the FastAPI 422 body llama-cpp-python's server sends
-(`{"detail": [{"loc": ["body", "response_format", "type"], "msg": "Input should be 'text'
-or 'json_object'", ...}]}`) while it takes `json_object`, else with OpenAI's 400
-(`param: "response_format"`), as a server with no JSON mode answers.
+server refuses it. While `json_object` is accepted, as llama-cpp-python's server does:
+with `refusal_status` 500 (what 0.3.36 sends: its pydantic error inside an OpenAI error
+body, `type: internal_server_error`) or 422 (FastAPI's own body, `{"detail": [{"loc":
+["body", "response_format", "type"], "msg": "Input should be 'text' or 'json_object'"}]}`,
+as other releases send). Otherwise with OpenAI's 400 (`param: "response_format"`), as a
+server with no JSON mode answers.
 
 What the "model" says is scripted: `reply` (a fixed string) or `responder` (a function of
 the request's messages). Faults (slow answers, HTTP errors, a body that is not JSON) come
@@ -64,6 +66,7 @@ class ChatServer(WireServer):
         self.responder = responder
         self.api_key = api_key
         self.accepts: set[str] = set(ALL_FORMATS)
+        self.refusal_status = 500
         self.bodies: list[dict[str, Any]] = []  # accepted requests only
         self.refused: list[dict[str, Any]] = []  # requests refused for their response_format
         self.rejected = 0  # requests refused for a missing or wrong key
@@ -122,7 +125,12 @@ class ChatServer(WireServer):
             detail = {"type": "literal_error", "loc": ["body", "response_format", "type"],
                       "msg": f"Input should be {allowed}", "input": kind,
                       "ctx": {"expected": allowed}}
-            return JSONResponse({"detail": [detail]}, status_code=422)
+            if self.refusal_status == 422:
+                return JSONResponse({"detail": [detail]}, status_code=422)
+            message = (f"1 validation error:\n  {detail!r}\n\n  File \"llama_cpp/server/"
+                       "app.py\", line 376, in create_chat_completion\n    POST "
+                       "/v1/chat/completions")
+            return openai_error(self.refusal_status, message, "internal_server_error")
         body = {"error": {"message": f"Invalid value for 'response_format': {kind!r} is "
                           "not supported with this model.", "type": "invalid_request_error",
                           "param": "response_format", "code": None}}
