@@ -10,7 +10,9 @@ portable CPU flags) over Gemma 3 270M in Q4_K_M, a GGUF shipped by the PyPI pack
 
 The server binds port 0 on loopback and the harness reads the port uvicorn reports, so
 no other process can take the port between choosing and binding it. It is stopped by its
-PID (SIGTERM, then SIGKILL). `timed=True` starts it through `llama_timed.py`, the same
+PID (SIGTERM, then SIGKILL). One inference thread by default: llama.cpp's threads wait on
+each other, and on 2 cores shared with the rest of the suite, 2 threads took ~6 s an
+answer where 1 took ~1 s (measured side by side under the same load). `timed=True` starts it through `llama_timed.py`, the same
 server with a wrapper that times its own request handling (for the benchmark).
 
 The only allowed skip is when the venv cannot be built here, and never under `CI=true`.
