@@ -127,7 +127,7 @@ def stop(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
 _PROCS: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def start(log_path: Path, *, timed: bool = False, threads: int = 2) -> LlamaServer:
+def start(log_path: Path, *, timed: bool = False, threads: int = 1) -> LlamaServer:
     """Build or reuse the venv, start the server, wait until it answers `/v1/models`."""
     python, model = ensure_venv()
     entry = [str(TIMED_LAUNCHER)] if timed else ["-m", "llama_cpp.server"]
