@@ -303,14 +303,14 @@ def llm_report(
     plain: dict[str, list[Outcome]], llm: dict[str, list[Outcome]], seconds: float
 ) -> str:
     """Per file: accuracy without and with the LLM, and what the LLM's own parts did."""
-    lines = ["== with the LLM, side by side (all rows)",
-             f"   {'file':<28}{'no LLM':>16}{'with LLM':>16}{'LLM parts':>11}"
-             f"{'LLM right':>11}{'LLM failed':>12}"]
+    header = (f"   {'file':<28}{'no LLM':>16}{'with LLM':>16}{'LLM parts':>11}"
+              f"{'LLM right':>11}{'LLM failed':>12}")
+    lines = ["== with the LLM, side by side (all rows)", header]
     totals = [0, 0, 0, 0, 0, 0]
-    for name in plain:
-        before = sum(o.correct for o in plain[name])
+    for name, without in plain.items():
+        before = sum(o.correct for o in without)
         after = sum(o.correct for o in llm[name])
-        rows = len(plain[name])
+        rows = len(without)
         decided = [o for o in llm[name] if any(stage == "intent_llm" for _, _, stage in o.parts)]
         right = sum(o.correct for o in decided)
         failed = sum(o.llm_failed for o in llm[name])
@@ -321,6 +321,11 @@ def llm_report(
     before, after, rows, decided, right, failed = totals
     lines.append(f"   {'all files':<28}{before / rows:>9.1%} ({before:>4})"
                  f"{after / rows:>9.1%} ({after:>4}){decided:>11}{right:>11}{failed:>12}")
+    if after < before:
+        lines.append(f"   verdict: with this model routing is WORSE by {before - after} rows "
+                     f"({(before - after) / rows:.1%}): it is better left unconfigured")
+    else:
+        lines.append(f"   verdict: with this model routing is {after - before} rows better")
     lines.append(f"   ({rows} utterances; 'LLM parts': rows with a part the LLM decided; "
                  f"'LLM failed': rows where it failed or answered unusably; {seconds:.0f}s "
                  "with the LLM)")
