@@ -191,7 +191,9 @@ class LLMStage:
             await self._client.aclose()
             self._client = None
 
-    async def ask(self, messages: list[dict[str, str]]) -> LLMAnswer:
+    async def ask(
+        self, messages: list[dict[str, str]], routes: dict[str, str] | None = None
+    ) -> LLMAnswer:
         """One chat completion -> the named route; LLMFailure on anything unusable.
 
         Asks in the form this server accepted before (the first form for a new server);
@@ -200,7 +202,8 @@ class LLMStage:
         """
         await self.start()
         assert self._client is not None
-        schema = answer_schema([*self.routes, NONE])
+        routes = self.routes if routes is None else routes  # the same names, in some order
+        schema = answer_schema([*routes, NONE])
         form = self.forms.first(self.base_url)
         started = time.perf_counter()
         try:
@@ -238,7 +241,7 @@ class LLMStage:
         if not isinstance(raw, str):
             raise LLMFailure("llm_unusable", "the answer has no text content", form=form)
         try:
-            route = parse_answer(raw, self.routes)
+            route = parse_answer(raw, routes)
         except LLMFailure as failure:
             failure.form = form
             raise
@@ -250,27 +253,73 @@ class LLMStage:
         turn = await self.sessions.recall(context.session_id)
         return (turn.query, turn.route) if turn is not None else None
 
+    async def _answers(
+        self, query: str, previous: tuple[str, str] | None
+    ) -> list[tuple[list[dict[str, str]], LLMAnswer]]:
+        """The answer (two, with the order check: the routes listed both ways), each with
+        its messages, all within the one deadline; LLMFailure on the first that fails."""
+        orders = [self.routes]
+        if self.config.order_check and len(self.routes) > 1:
+            orders.append(dict(reversed(list(self.routes.items()))))
+        asks = [(build_messages(routes, query, previous), routes) for routes in orders]
+        try:
+            async with asyncio.timeout(self.config.timeout_s):
+                if self.forms.known(self.base_url) is None:
+                    # Negotiate on the first request alone, then ask the rest in that form.
+                    first = await self.ask(*asks[0])
+                    rest = [await self.ask(*pair) for pair in asks[1:]]
+                    answers = [first, *rest]
+                else:
+                    gathered = await asyncio.gather(*(self.ask(*pair) for pair in asks),
+                                                    return_exceptions=True)
+                    for item in gathered:
+                        if isinstance(item, BaseException):
+                            raise item
+                    answers = [item for item in gathered if isinstance(item, LLMAnswer)]
+        except TimeoutError:
+            raise LLMFailure("llm_failed", f"no answer within {self.config.timeout_s:g}s",
+                             form=self.forms.first(self.base_url)) from None
+        return [(messages, answer) for (messages, _), answer in zip(asks, answers, strict=True)]
+
     async def _consult(
         self, query: str, context: ResolveContext, escalated: bool
     ) -> LLMAnswer | None:
         """Ask, recording the outcome; None when the LLM failed (event recorded)."""
-        messages = build_messages(self.routes, query, await self._previous(context))
+        previous = await self._previous(context)
+        started = time.perf_counter()
         try:
-            answer = await self.ask(messages)
+            asked = await self._answers(query, previous)
         except LLMFailure as failure:
             fields: dict[str, Any] = {}
             if failure.form is not None:
                 fields["response_format"] = failure.form
             if self.capture_prompts:
-                fields.update(prompt=messages, raw_answer=failure.raw)
+                fields.update(prompt=build_messages(self.routes, query, previous),
+                              raw_answer=failure.raw)
             record("llm_error", query=query, reason=failure.reason, detail=failure.detail,
                    discourse_escalated=escalated, **fields)
             context.default_reason = failure.reason
             return None
-        fields = {"model": self.config.model, "elapsed_ms": answer.elapsed_ms,
+        elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
+        messages, answer = asked[0]
+        fields = {"model": self.config.model, "elapsed_ms": elapsed_ms,
                   "response_format": answer.form, **answer.usage}
         if self.capture_prompts:
             fields.update(prompt=messages, raw_answer=answer.raw)
+        if len(asked) > 1:
+            routes = [a.route for _, a in asked]
+            if self.capture_prompts:
+                fields["raw_answers"] = [a.raw for _, a in asked]
+            if any(route != answer.route for route in routes):
+                # A model that names whatever is listed first gives no information.
+                names = [route or NONE for route in routes]
+                record("llm_error", query=query, reason="llm_unusable",
+                       detail=f"the answer changed with the order of the routes: {names[0]} "
+                       f"as listed, {names[1]} listed the other way round",
+                       discourse_escalated=escalated, answers=names, **fields)
+                context.default_reason = "llm_unusable"
+                return None
+            fields["order_check"] = "agreed"
         if answer.route is None:
             record("intent_llm", query=query, decision=None, discourse_escalated=escalated,
                    matched=False, outcome="no_source", **fields)
