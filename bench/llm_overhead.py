@@ -1,8 +1,8 @@
 """What the LLM stage costs apart from the model: its time minus the chat server's own.
 
-No LLM runs here, so the model is the test suite's chat-completions server
+By default the model is the test suite's chat-completions server
 (`tests/support/chat_server.py`, the OpenAI wire format) answering `{"source": "web"}` at
-once, in its own process (so it never shares this process's GIL). The server times its
+once (one ask per decision: `order_check` off), in its own process (so it never shares this process's GIL). The server times its
 own handler (from the whole body received to the response built) and hands those times
 back afterwards. Measured, one call at a time, on distinct queries, rounds interleaved:
 
@@ -23,8 +23,10 @@ Gemma 3 270M, started from the suite's cached venv by `tests/support/llama_serve
 the server is wrapped (`tests/support/llama_timed.py`) so it times its own handling of
 each request (body received to last byte sent: queueing, inference, serialising), and the
 stage's time minus that is what the router adds to a real model. A bare httpx POST of the
-same body, interleaved, gives the HTTP floor beside it. `BENCH_LLM_REAL_CALLS` (20) calls
-of each, on distinct queries, after a warm-up that also negotiates the response format.
+same body, interleaved, gives the HTTP floor beside it; a decision with the order check
+(two asks, the routes listed both ways) beside them, minus the span of the server's two
+handlings. `BENCH_LLM_REAL_CALLS` (20) calls of each, on distinct queries, after a warm-up
+that also negotiates the response format.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ async def measure(url: str) -> None:
          "web": {"description": "web search: news, prices, places"},
          "forecast": {"description": "the weather forecast"},
          "ha": {"description": "the smart home: lights, switches, sensors"}},
-        {}, llm={"base_url": f"{url}/v1", "model": "bench", "timeout_s": 5})
+        {}, llm={"base_url": f"{url}/v1", "model": "bench", "timeout_s": 5,
+                 "order_check": False})
     service = Service(config)
     await service.start(sources=False)
     stage = service.resolver.stage("intent_llm")
@@ -229,55 +232,68 @@ async def measure_real(url: str, model: str) -> None:
     from routing.llm_format import answer_schema, response_format
     from search.service import Service
 
-    config = scripted_config(
-        {"kiwix": {"description": "an offline encyclopedia"},
-         "web": {"description": "web search: news, prices, places"},
-         "forecast": {"description": "the weather forecast"},
-         "ha": {"description": "the smart home: lights, switches, sensors"}},
-        {}, llm={"base_url": f"{url}/v1", "model": model, "timeout_s": 120},
-        decision_cache_max_entries=0)
-    service = Service(config)
-    await service.start(sources=False)
-    stage = service.resolver.stage("intent_llm")
-    assert stage is not None
+    def service_for(order_check: bool) -> Service:
+        return Service(scripted_config(
+            {"kiwix": {"description": "an offline encyclopedia"},
+             "web": {"description": "web search: news, prices, places"},
+             "forecast": {"description": "the weather forecast"},
+             "ha": {"description": "the smart home: lights, switches, sensors"}},
+            {}, llm={"base_url": f"{url}/v1", "model": model, "timeout_s": 120,
+                     "order_check": order_check},
+            decision_cache_max_entries=0))
+
+    services = {"stage": service_for(False), "checked": service_for(True)}
+    stages = {}
+    for name, service in services.items():
+        await service.start(sources=False)
+        stages[name] = service.resolver.stage("intent_llm")
+        assert stages[name] is not None
+    one = stages["stage"]
     queries = (f"{q} ({n})" for n in range(10**6) for q in REAL_QUERIES)
 
     async with httpx.AsyncClient(timeout=120) as control, \
             httpx.AsyncClient(timeout=120) as raw:
-        async def timings() -> list[float]:
-            return list((await control.get(f"{url}/bench/timings")).json())
+        async def server_span() -> tuple[float, int]:
+            """The span (ms) the server spent on the requests since the last call."""
+            spans = (await control.get(f"{url}/bench/timings")).json()
+            return (max(e for _, e in spans) - min(s for s, _ in spans)) * 1000.0, len(spans)
 
-        async def run_stage() -> tuple[float, float]:
+        async def run_stage(name: str) -> tuple[float, float]:
             with route_log():
                 start = time.perf_counter_ns()
-                await stage.decide(next(queries), ResolveContext())
+                await stages[name].decide(next(queries), ResolveContext())
                 elapsed = (time.perf_counter_ns() - start) / 1e6
-            [server_ms] = await timings()
-            return elapsed, server_ms
+            span, count = await server_span()
+            assert count == (2 if name == "checked" else 1), count
+            return elapsed, span
 
         async def run_raw() -> tuple[float, float]:
-            form = stage.forms.first(stage.base_url)
+            form = one.forms.first(one.base_url)
             body: dict[str, Any] = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS,
-                                    "messages": build_messages(stage.routes, next(queries))}
-            constraint = response_format(form, answer_schema([*stage.routes, NONE]))
+                                    "messages": build_messages(one.routes, next(queries))}
+            constraint = response_format(form, answer_schema([*one.routes, NONE]))
             if constraint is not None:
                 body["response_format"] = constraint
             start = time.perf_counter_ns()
             response = await raw.post(f"{url}/v1/chat/completions", json=body)
             elapsed = (time.perf_counter_ns() - start) / 1e6
             assert response.status_code == 200, response.text[:300]
-            [server_ms] = await timings()
-            return elapsed, server_ms
+            span, _ = await server_span()
+            return elapsed, span
 
-        for _ in range(3):  # warm up; the first call negotiates the response format
-            with route_log():
-                await stage.decide(next(queries), ResolveContext())
-        await timings()
-        rows: dict[str, list[tuple[float, float]]] = {"stage": [], "raw": []}
+        runners = {"stage": lambda: run_stage("stage"), "raw": run_raw,
+                   "checked": lambda: run_stage("checked")}
+        for stage in stages.values():  # warm up; the first call negotiates the form
+            for _ in range(2):
+                with route_log():
+                    await stage.decide(next(queries), ResolveContext())
+        await control.get(f"{url}/bench/timings")
+        rows: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
         for r in range(REAL_CALLS):
-            for name in order(r, ("stage", "raw")):
-                rows[name].append(await (run_stage if name == "stage" else run_raw)())
-    await service.aclose()
+            for name in (*order(r, ("stage", "raw")), "checked"):
+                rows[name].append(await runners[name]())
+    for service in services.values():
+        await service.aclose()
     summary = {}
     for name, pairs in rows.items():
         over = [t - s for t, s in pairs]
@@ -285,20 +301,22 @@ async def measure_real(url: str, model: str) -> None:
                          "server_p50_ms": median([s for _, s in pairs]),
                          "overhead_p50_ms": median(over),
                          "overhead_p99_ms": percentile(over, 0.99)}
-    labels = {"stage": "LLM stage (decide)", "raw": "bare httpx POST"}
-    print(f"real llama.cpp server ({model}, form {stage.forms.known(stage.base_url)}), "
-          f"{REAL_CALLS} calls each, interleaved")
-    print(f"{'':22} {'total p50':>11} {'server p50':>11} {'minus server p50':>17} {'p99':>9}")
+    labels = {"stage": "LLM stage, one ask", "raw": "bare httpx POST",
+              "checked": "LLM stage, order check"}
+    form = one.forms.known(one.base_url)
+    print(f"real llama.cpp server ({model}, form {form}), {REAL_CALLS} calls each, interleaved")
+    print(f"{'':24} {'total p50':>11} {'server p50':>11} {'minus server p50':>17} {'p99':>9}")
     for name, row in summary.items():
-        print(f"{labels[name]:22} {row['total_p50_ms']:8.1f} ms {row['server_p50_ms']:8.1f} ms "
+        print(f"{labels[name]:24} {row['total_p50_ms']:8.1f} ms {row['server_p50_ms']:8.1f} ms "
               f"{row['overhead_p50_ms']:14.2f} ms {row['overhead_p99_ms']:6.2f} ms")
-    stage_row = summary["stage"]
+    stage_row, checked = summary["stage"], summary["checked"]
     share = stage_row["overhead_p50_ms"] / stage_row["total_p50_ms"]
     print(f"the stage adds {stage_row['overhead_p50_ms']:.2f} ms p50 to the server's "
           f"{stage_row['server_p50_ms']:.0f} ms ({share:.2%} of the decision's time); "
-          f"a bare POST adds {summary['raw']['overhead_p50_ms']:.2f} ms")
-    emit("llm_overhead_real", calls=REAL_CALLS, model=model,
-         form=stage.forms.known(stage.base_url), **summary)
+          f"a bare POST adds {summary['raw']['overhead_p50_ms']:.2f} ms; the order check "
+          f"takes {checked['total_p50_ms'] / stage_row['total_p50_ms']:.2f}x the time of one "
+          "ask (this server answers one request at a time)")
+    emit("llm_overhead_real", calls=REAL_CALLS, model=model, form=form, **summary)
 
 
 def main_real() -> None:

@@ -18,10 +18,12 @@ exemplars and rules that merely memorise sentences show up as a gap between the 
         [--llm BASE_URL [--llm-model NAME] [--llm-timeout S]]
 
 With `--llm BASE_URL` (an OpenAI-compatible server, `http://127.0.0.1:8000/v1`) the same
-rows are routed twice, side by side: once as configured without an LLM, once with the LLM
-stage asked where the earlier stages do not decide. It prints both accuracies per file,
-how many parts the LLM decided and how many of those were right, and what the LLM's
-failures were, so what escalating to that model does to routing is measured, not guessed.
+rows are routed three times, side by side: as configured without an LLM; with the LLM
+stage asked once where the earlier stages do not decide (`order_check: false`); and with
+its default order check (asked with the routes listed both ways, the answer taken only
+when both agree). Per file it prints each accuracy, how many rows the LLM decided, how
+many of those were right, and how many it failed on, so what escalating to that model
+does to routing is measured, not guessed. The detailed tables are those of the last run.
 
 The eval directory defaults to `../shared/eval` next to the repository (or $ROUTING_EVAL_DIR).
 """
@@ -290,46 +292,57 @@ def summarise(
     }
 
 
-def with_llm(config: Any, base_url: str, model: str, timeout_s: float) -> Any:
+def with_llm(config: Any, base_url: str, model: str, timeout_s: float, order_check: bool) -> Any:
     """`config` with the LLM stage configured (everything else as it was)."""
     from search.config import LLMConfig
 
-    llm = LLMConfig(base_url=base_url, model=model, timeout_s=timeout_s)
+    llm = LLMConfig(base_url=base_url, model=model, timeout_s=timeout_s, order_check=order_check)
     routing = config.routing.model_copy(update={"llm": llm})
     return config.model_copy(update={"routing": routing})
 
 
-def llm_report(
-    plain: dict[str, list[Outcome]], llm: dict[str, list[Outcome]], seconds: float
-) -> str:
-    """Per file: accuracy without and with the LLM, and what the LLM's own parts did."""
-    header = (f"   {'file':<28}{'no LLM':>16}{'with LLM':>16}{'LLM parts':>11}"
-              f"{'LLM right':>11}{'LLM failed':>12}")
-    lines = ["== with the LLM, side by side (all rows)", header]
-    totals = [0, 0, 0, 0, 0, 0]
+def llm_report(runs: dict[str, dict[str, list[Outcome]]], seconds: float) -> str:
+    """Per file: accuracy of each run (the first without an LLM), and what the LLM did."""
+    labels = list(runs)
+    plain = runs[labels[0]]
+    header = f"   {'file':<28}" + "".join(f"{label:>22}" for label in labels)
+    lines = ["== without and with the LLM, side by side (all rows; LLM: decided/right/failed)",
+             header]
+    totals: dict[str, list[int]] = {label: [0, 0, 0, 0] for label in labels}
+    rows_total = 0
     for name, without in plain.items():
-        before = sum(o.correct for o in without)
-        after = sum(o.correct for o in llm[name])
         rows = len(without)
-        decided = [o for o in llm[name] if any(stage == "intent_llm" for _, _, stage in o.parts)]
-        right = sum(o.correct for o in decided)
-        failed = sum(o.llm_failed for o in llm[name])
-        for i, value in enumerate((before, after, rows, len(decided), right, failed)):
-            totals[i] += value
-        lines.append(f"   {name:<28}{before / rows:>9.1%} ({before:>4})"
-                     f"{after / rows:>9.1%} ({after:>4}){len(decided):>11}{right:>11}{failed:>12}")
-    before, after, rows, decided, right, failed = totals
-    lines.append(f"   {'all files':<28}{before / rows:>9.1%} ({before:>4})"
-                 f"{after / rows:>9.1%} ({after:>4}){decided:>11}{right:>11}{failed:>12}")
-    if after < before:
-        lines.append(f"   verdict: with this model routing is WORSE by {before - after} rows "
-                     f"({(before - after) / rows:.1%}): it is better left unconfigured")
-    else:
-        lines.append(f"   verdict: with this model routing is {after - before} rows better")
-    lines.append(f"   ({rows} utterances; 'LLM parts': rows with a part the LLM decided; "
-                 f"'LLM failed': rows where it failed or answered unusably; {seconds:.0f}s "
-                 "with the LLM)")
+        rows_total += rows
+        cells = []
+        for label in labels:
+            outcomes = runs[label][name]
+            right = sum(o.correct for o in outcomes)
+            decided = [o for o in outcomes
+                       if any(stage == "intent_llm" for _, _, stage in o.parts)]
+            counts = [right, len(decided), sum(o.correct for o in decided),
+                      sum(o.llm_failed for o in outcomes)]
+            totals[label] = [t + c for t, c in zip(totals[label], counts, strict=True)]
+            cells.append(_run_cell(counts, rows, label == labels[0]))
+        lines.append(f"   {name:<28}" + "".join(cells))
+    lines.append(f"   {'all files':<28}" + "".join(
+        _run_cell(totals[label], rows_total, label == labels[0]) for label in labels))
+    base = totals[labels[0]][0]
+    for label in labels[1:]:
+        delta = totals[label][0] - base
+        verdict = "WORSE" if delta < 0 else "not worse" if delta == 0 else "better"
+        lines.append(f"   {label}: routing is {verdict} than without an LLM ({delta:+d} rows, "
+                     f"{delta / rows_total:+.1%})")
+    lines.append(f"   ({rows_total} utterances; decided: rows with a part the LLM decided; "
+                 "failed: rows where it failed, answered unusably or changed its answer with "
+                 f"the order of the routes; {seconds:.0f}s for the LLM runs)")
     return "\n".join(lines)
+
+
+def _run_cell(counts: list[int], rows: int, plain: bool) -> str:
+    right, decided, decided_right, failed = counts
+    if plain:
+        return f"{right / rows:>14.1%} ({right:>4})"
+    return f"{right / rows:>8.1%} {decided:>4}/{decided_right:>3}/{failed:<4}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,13 +370,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no *.jsonl files in {eval_dir}", file=sys.stderr)
         return 2
     config = isolated_config(Path(args.config)) if args.isolated else load_config(args.config)
-    plain: dict[str, list[Outcome]] | None = None
-    if args.llm:
-        plain = asyncio.run(evaluate(config, files))
-        config = with_llm(config, args.llm, args.llm_model, args.llm_timeout)
+    runs: dict[str, dict[str, list[Outcome]]] = {}
     started = time.perf_counter()
+    if args.llm:
+        runs["no LLM"] = asyncio.run(evaluate(config, files))
+        started = time.perf_counter()
+        unchecked = with_llm(config, args.llm, args.llm_model, args.llm_timeout, False)
+        runs["LLM, one ask"] = asyncio.run(evaluate(unchecked, files))
+        config = with_llm(config, args.llm, args.llm_model, args.llm_timeout, True)
     outcomes = asyncio.run(evaluate(config, files))
     elapsed = time.perf_counter() - started
+    if args.llm:
+        runs["LLM, order check"] = outcomes
     halves = HALVES if args.half == "all" else (args.half,)
     summary = summarise(outcomes, halves)
     misses: list[str] = []
@@ -386,8 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                     parts = " | ".join(f"{p} -> {label} ({stage})" for p, label, stage in o.parts)
                     print(f"     x [{half_of(o.row.text)}] expected {o.row.expected}: {parts}")
             print()
-        if plain is not None:
-            print(llm_report(plain, outcomes, elapsed))
+        if runs:
+            print(llm_report(runs, elapsed))
             print()
         total = sum(len(rows) for rows in outcomes.values())
         print(f"{total} utterances in {elapsed:.1f}s (model load included)")

@@ -5,8 +5,10 @@ arguments as the server. llama-cpp-python's server reports no timings in its ans
 this wraps its ASGI app: for each `POST /v1/chat/completions`, the time from the whole
 request body received to the last byte of the response handed to uvicorn, which is the
 server's parsing, queueing, inference and serialising. `GET /bench/timings` returns the
-times (ms) recorded since the last call, in order, and forgets them. The benchmark
-subtracts them from the LLM stage's own time to get what the router adds.
+`[start, end]` of each (seconds on `time.perf_counter()`, which on Linux is the
+system-wide monotonic clock, so the caller can compare them with its own) recorded since
+the last call, in order, and forgets them. The benchmark subtracts the span they cover
+from the LLM stage's own time to get what the router adds.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import uvicorn
 
-_times: list[float] = []
+_times: list[tuple[float, float]] = []
 
 
 class Timed:
@@ -54,7 +56,7 @@ class Timed:
             await send(message)
             if (message["type"] == "http.response.body" and not message.get("more_body", False)
                     and started):
-                _times.append((time.perf_counter() - started[0]) * 1000.0)
+                _times.append((started[0], time.perf_counter()))
 
         await self.app(scope, timed_receive, timed_send)
 
