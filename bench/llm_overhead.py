@@ -2,7 +2,7 @@
 
 By default the model is the test suite's chat-completions server
 (`tests/support/chat_server.py`, the OpenAI wire format) answering `{"source": "web"}` at
-once (one ask per decision: `order_check` off), in its own process (so it never shares this process's GIL). The server times its
+once (one ask per decision: `bias_check` off, its probe is once per server anyway), in its own process (so it never shares this process's GIL). The server times its
 own handler (from the whole body received to the response built) and hands those times
 back afterwards. Measured, one call at a time, on distinct queries, rounds interleaved:
 
@@ -23,10 +23,8 @@ Gemma 3 270M, started from the suite's cached venv by `tests/support/llama_serve
 the server is wrapped (`tests/support/llama_timed.py`) so it times its own handling of
 each request (body received to last byte sent: queueing, inference, serialising), and the
 stage's time minus that is what the router adds to a real model. A bare httpx POST of the
-same body, interleaved, gives the HTTP floor beside it; a decision with the order check
-(two asks, the routes listed both ways) beside them, minus the span of the server's two
-handlings. `BENCH_LLM_REAL_CALLS` (20) calls of each, on distinct queries, after a warm-up
-that also negotiates the response format.
+same body, interleaved, gives the HTTP floor beside it. `BENCH_LLM_REAL_CALLS` (20) calls
+of each, on distinct queries, after a warm-up that also negotiates the response format.
 """
 
 from __future__ import annotations
@@ -110,7 +108,7 @@ async def measure(url: str) -> None:
          "forecast": {"description": "the weather forecast"},
          "ha": {"description": "the smart home: lights, switches, sensors"}},
         {}, llm={"base_url": f"{url}/v1", "model": "bench", "timeout_s": 5,
-                 "order_check": False})
+                 "bias_check": False})
     service = Service(config)
     await service.start(sources=False)
     stage = service.resolver.stage("intent_llm")
@@ -232,17 +230,17 @@ async def measure_real(url: str, model: str) -> None:
     from routing.llm_format import answer_schema, response_format
     from search.service import Service
 
-    def service_for(order_check: bool) -> Service:
+    def service_for() -> Service:
         return Service(scripted_config(
             {"kiwix": {"description": "an offline encyclopedia"},
              "web": {"description": "web search: news, prices, places"},
              "forecast": {"description": "the weather forecast"},
              "ha": {"description": "the smart home: lights, switches, sensors"}},
             {}, llm={"base_url": f"{url}/v1", "model": model, "timeout_s": 120,
-                     "order_check": order_check},
+                     "bias_check": False},
             decision_cache_max_entries=0))
 
-    services = {"stage": service_for(False), "checked": service_for(True)}
+    services = {"stage": service_for()}
     stages = {}
     for name, service in services.items():
         await service.start(sources=False)
@@ -264,7 +262,7 @@ async def measure_real(url: str, model: str) -> None:
                 await stages[name].decide(next(queries), ResolveContext())
                 elapsed = (time.perf_counter_ns() - start) / 1e6
             span, count = await server_span()
-            assert count == (2 if name == "checked" else 1), count
+            assert count == 1, count
             return elapsed, span
 
         async def run_raw() -> tuple[float, float]:
@@ -281,8 +279,7 @@ async def measure_real(url: str, model: str) -> None:
             span, _ = await server_span()
             return elapsed, span
 
-        runners = {"stage": lambda: run_stage("stage"), "raw": run_raw,
-                   "checked": lambda: run_stage("checked")}
+        runners = {"stage": lambda: run_stage("stage"), "raw": run_raw}
         for stage in stages.values():  # warm up; the first call negotiates the form
             for _ in range(2):
                 with route_log():
@@ -290,7 +287,7 @@ async def measure_real(url: str, model: str) -> None:
         await control.get(f"{url}/bench/timings")
         rows: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
         for r in range(REAL_CALLS):
-            for name in (*order(r, ("stage", "raw")), "checked"):
+            for name in order(r, ("stage", "raw")):
                 rows[name].append(await runners[name]())
     for service in services.values():
         await service.aclose()
@@ -301,21 +298,18 @@ async def measure_real(url: str, model: str) -> None:
                          "server_p50_ms": median([s for _, s in pairs]),
                          "overhead_p50_ms": median(over),
                          "overhead_p99_ms": percentile(over, 0.99)}
-    labels = {"stage": "LLM stage, one ask", "raw": "bare httpx POST",
-              "checked": "LLM stage, order check"}
+    labels = {"stage": "LLM stage (decide)", "raw": "bare httpx POST"}
     form = one.forms.known(one.base_url)
     print(f"real llama.cpp server ({model}, form {form}), {REAL_CALLS} calls each, interleaved")
     print(f"{'':24} {'total p50':>11} {'server p50':>11} {'minus server p50':>17} {'p99':>9}")
     for name, row in summary.items():
         print(f"{labels[name]:24} {row['total_p50_ms']:8.1f} ms {row['server_p50_ms']:8.1f} ms "
               f"{row['overhead_p50_ms']:14.2f} ms {row['overhead_p99_ms']:6.2f} ms")
-    stage_row, checked = summary["stage"], summary["checked"]
+    stage_row = summary["stage"]
     share = stage_row["overhead_p50_ms"] / stage_row["total_p50_ms"]
     print(f"the stage adds {stage_row['overhead_p50_ms']:.2f} ms p50 to the server's "
           f"{stage_row['server_p50_ms']:.0f} ms ({share:.2%} of the decision's time); "
-          f"a bare POST adds {summary['raw']['overhead_p50_ms']:.2f} ms; the order check "
-          f"takes {checked['total_p50_ms'] / stage_row['total_p50_ms']:.2f}x the time of one "
-          "ask (this server answers one request at a time)")
+          f"a bare POST adds {summary['raw']['overhead_p50_ms']:.2f} ms")
     emit("llm_overhead_real", calls=REAL_CALLS, model=model, form=form, **summary)
 
 

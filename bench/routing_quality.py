@@ -19,9 +19,9 @@ exemplars and rules that merely memorise sentences show up as a gap between the 
 
 With `--llm BASE_URL` (an OpenAI-compatible server, `http://127.0.0.1:8000/v1`) the same
 rows are routed three times, side by side: as configured without an LLM; with the LLM
-stage asked once where the earlier stages do not decide (`order_check: false`); and with
-its default order check (asked with the routes listed both ways, the answer taken only
-when both agree). Per file it prints each accuracy, how many rows the LLM decided, how
+stage's every answer taken where the earlier stages do not decide (`bias_check: false`);
+and with its default bias check (the route the model names for a query with no content,
+"N/A", is not taken for a real one). Per file it prints each accuracy, how many rows the LLM decided, how
 many of those were right, and how many it failed on, so what escalating to that model
 does to routing is measured, not guessed. The detailed tables are those of the last run.
 
@@ -292,11 +292,11 @@ def summarise(
     }
 
 
-def with_llm(config: Any, base_url: str, model: str, timeout_s: float, order_check: bool) -> Any:
+def with_llm(config: Any, base_url: str, model: str, timeout_s: float, bias_check: bool) -> Any:
     """`config` with the LLM stage configured (everything else as it was)."""
     from search.config import LLMConfig
 
-    llm = LLMConfig(base_url=base_url, model=model, timeout_s=timeout_s, order_check=order_check)
+    llm = LLMConfig(base_url=base_url, model=model, timeout_s=timeout_s, bias_check=bias_check)
     routing = config.routing.model_copy(update={"llm": llm})
     return config.model_copy(update={"routing": routing})
 
@@ -333,8 +333,8 @@ def llm_report(runs: dict[str, dict[str, list[Outcome]]], seconds: float) -> str
         lines.append(f"   {label}: routing is {verdict} than without an LLM ({delta:+d} rows, "
                      f"{delta / rows_total:+.1%})")
     lines.append(f"   ({rows_total} utterances; decided: rows with a part the LLM decided; "
-                 "failed: rows where it failed, answered unusably or changed its answer with "
-                 f"the order of the routes; {seconds:.0f}s for the LLM runs)")
+                 "failed: rows where it failed, answered unusably or named the route it names "
+                 f"for a query with no content; {seconds:.0f}s for the LLM runs)")
     return "\n".join(lines)
 
 
@@ -376,12 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         runs["no LLM"] = asyncio.run(evaluate(config, files))
         started = time.perf_counter()
         unchecked = with_llm(config, args.llm, args.llm_model, args.llm_timeout, False)
-        runs["LLM, one ask"] = asyncio.run(evaluate(unchecked, files))
+        runs["LLM, every answer"] = asyncio.run(evaluate(unchecked, files))
         config = with_llm(config, args.llm, args.llm_model, args.llm_timeout, True)
     outcomes = asyncio.run(evaluate(config, files))
     elapsed = time.perf_counter() - started
     if args.llm:
-        runs["LLM, order check"] = outcomes
+        runs["LLM, bias check"] = outcomes
     halves = HALVES if args.half == "all" else (args.half,)
     summary = summarise(outcomes, halves)
     misses: list[str] = []

@@ -46,6 +46,9 @@ NONE = "none"
 # Enough for `{"source": "<name>"}` even wrapped in a sentence or a code fence; a model that
 # rambles past it is cut off instead of spending the whole deadline.
 MAX_TOKENS = 100
+# A query with no content ("contextual calibration", Zhao et al. 2021): what a model names
+# for it is its bias, and the same name for a real query carries no information.
+CONTENT_FREE = "N/A"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 _DECODER = json.JSONDecoder()
 
@@ -172,6 +175,7 @@ class LLMStage:
         self.base_url = config.base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.forms = FormMemory()
+        self._biases: dict[str, str | None] = {}  # base URL -> route named for CONTENT_FREE
         self._client: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
@@ -191,9 +195,7 @@ class LLMStage:
             await self._client.aclose()
             self._client = None
 
-    async def ask(
-        self, messages: list[dict[str, str]], routes: dict[str, str] | None = None
-    ) -> LLMAnswer:
+    async def ask(self, messages: list[dict[str, str]]) -> LLMAnswer:
         """One chat completion -> the named route; LLMFailure on anything unusable.
 
         Asks in the form this server accepted before (the first form for a new server);
@@ -202,8 +204,7 @@ class LLMStage:
         """
         await self.start()
         assert self._client is not None
-        routes = self.routes if routes is None else routes  # the same names, in some order
-        schema = answer_schema([*routes, NONE])
+        schema = answer_schema([*self.routes, NONE])
         form = self.forms.first(self.base_url)
         started = time.perf_counter()
         try:
@@ -241,7 +242,7 @@ class LLMStage:
         if not isinstance(raw, str):
             raise LLMFailure("llm_unusable", "the answer has no text content", form=form)
         try:
-            route = parse_answer(raw, routes)
+            route = parse_answer(raw, self.routes)
         except LLMFailure as failure:
             failure.form = form
             raise
@@ -253,73 +254,59 @@ class LLMStage:
         turn = await self.sessions.recall(context.session_id)
         return (turn.query, turn.route) if turn is not None else None
 
-    async def _answers(
-        self, query: str, previous: tuple[str, str] | None
-    ) -> list[tuple[list[dict[str, str]], LLMAnswer]]:
-        """The answer (two, with the order check: the routes listed both ways), each with
-        its messages, all within the one deadline; LLMFailure on the first that fails."""
-        orders = [self.routes]
-        if self.config.order_check and len(self.routes) > 1:
-            orders.append(dict(reversed(list(self.routes.items()))))
-        asks = [(build_messages(routes, query, previous), routes) for routes in orders]
-        try:
-            async with asyncio.timeout(self.config.timeout_s):
-                if self.forms.known(self.base_url) is None:
-                    # Negotiate on the first request alone, then ask the rest in that form.
-                    first = await self.ask(*asks[0])
-                    rest = [await self.ask(*pair) for pair in asks[1:]]
-                    answers = [first, *rest]
-                else:
-                    gathered = await asyncio.gather(*(self.ask(*pair) for pair in asks),
-                                                    return_exceptions=True)
-                    for item in gathered:
-                        if isinstance(item, BaseException):
-                            raise item
-                    answers = [item for item in gathered if isinstance(item, LLMAnswer)]
-        except TimeoutError:
-            raise LLMFailure("llm_failed", f"no answer within {self.config.timeout_s:g}s",
-                             form=self.forms.first(self.base_url)) from None
-        return [(messages, answer) for (messages, _), answer in zip(asks, answers, strict=True)]
+    async def _bias(self, deadline: float) -> str | None:
+        """The route this model names for a query with no content, asked once per server
+        (None: it answered "none", as a model that reads the query does). A route named
+        for "N/A" is the model's habit, not a reading of the query."""
+        if self.base_url in self._biases:
+            return self._biases[self.base_url]
+        messages = build_messages(self.routes, CONTENT_FREE)
+        async with asyncio.timeout_at(deadline):
+            answer = await self.ask(messages)
+        record("llm_bias_probe", query=CONTENT_FREE, answer=answer.route or NONE,
+               response_format=answer.form)
+        self._biases[self.base_url] = answer.route
+        return answer.route
 
     async def _consult(
         self, query: str, context: ResolveContext, escalated: bool
     ) -> LLMAnswer | None:
         """Ask, recording the outcome; None when the LLM failed (event recorded)."""
-        previous = await self._previous(context)
+        messages = build_messages(self.routes, query, await self._previous(context))
         started = time.perf_counter()
+        deadline = asyncio.get_running_loop().time() + self.config.timeout_s
+        bias: str | None = None
         try:
-            asked = await self._answers(query, previous)
+            try:
+                if self.config.bias_check:
+                    bias = await self._bias(deadline)
+                async with asyncio.timeout_at(deadline):
+                    answer = await self.ask(messages)
+            except TimeoutError:  # the deadline of the probe and the answer together
+                raise LLMFailure("llm_failed", f"no answer within {self.config.timeout_s:g}s",
+                                 form=self.forms.first(self.base_url)) from None
         except LLMFailure as failure:
             fields: dict[str, Any] = {}
             if failure.form is not None:
                 fields["response_format"] = failure.form
             if self.capture_prompts:
-                fields.update(prompt=build_messages(self.routes, query, previous),
-                              raw_answer=failure.raw)
+                fields.update(prompt=messages, raw_answer=failure.raw)
             record("llm_error", query=query, reason=failure.reason, detail=failure.detail,
                    discourse_escalated=escalated, **fields)
             context.default_reason = failure.reason
             return None
         elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
-        messages, answer = asked[0]
         fields = {"model": self.config.model, "elapsed_ms": elapsed_ms,
                   "response_format": answer.form, **answer.usage}
         if self.capture_prompts:
             fields.update(prompt=messages, raw_answer=answer.raw)
-        if len(asked) > 1:
-            routes = [a.route for _, a in asked]
-            if self.capture_prompts:
-                fields["raw_answers"] = [a.raw for _, a in asked]
-            if any(route != answer.route for route in routes):
-                # A model that names whatever is listed first gives no information.
-                names = [route or NONE for route in routes]
-                record("llm_error", query=query, reason="llm_unusable",
-                       detail=f"the answer changed with the order of the routes: {names[0]} "
-                       f"as listed, {names[1]} listed the other way round",
-                       discourse_escalated=escalated, answers=names, **fields)
-                context.default_reason = "llm_unusable"
-                return None
-            fields["order_check"] = "agreed"
+        if bias is not None and answer.route == bias:
+            record("llm_error", query=query, reason="llm_unusable",
+                   detail=f"the model names {bias} even for a query with no content "
+                   f"({CONTENT_FREE!r}): that answer says nothing about this query",
+                   discourse_escalated=escalated, answer=bias, **fields)
+            context.default_reason = "llm_unusable"
+            return None
         if answer.route is None:
             record("intent_llm", query=query, decision=None, discourse_escalated=escalated,
                    matched=False, outcome="no_source", **fields)

@@ -50,11 +50,11 @@ class LLMConfig(Strict):
     model: str = ""
     api_key: SecretStr | None = None
     timeout_s: float = Field(default=10.0, gt=0, le=300)
-    order_check: bool = Field(
+    bias_check: bool = Field(
         default=True,
-        description="Ask twice, the routes listed in opposite orders, and take the answer "
-        "only when both agree: a small model that names whichever route is listed first "
-        "then ends at the default instead of deciding wrongly. Costs a second call.",
+        description="Once per server, ask for a query with no content ('N/A'); a route the "
+        "model names for it is its habit, so that route named for a real query is not "
+        "taken (the part ends at the default). A model that reads the query says 'none'.",
     )
 
 

@@ -71,7 +71,7 @@ def config(base_url: str) -> Config:
             "default_source": "kiwix",
             "keywords": {"forecast": ["weather", "tomorrow"], "ha": ["kitchen", "lights"]},
             "semantic": {"enabled": False},
-            "llm": {"base_url": base_url, "model": "m", "timeout_s": 2},
+            "llm": {"base_url": base_url, "model": "m", "timeout_s": 2, "bias_check": False},
         },
         "sources": {name: {"type": "scripted"} for name in ("kiwix", "forecast", "ha", "web")},
         "trace": {"enabled": False},

@@ -31,8 +31,8 @@ DESCRIPTIONS = {
 
 
 def config(base_url: str, *, capture: bool = False, timeout_s: float = 2.0,
-           order_check: bool = False) -> Config:
-    """The order check is off unless a test is about it: one request per decision keeps
+           bias_check: bool = False) -> Config:
+    """The bias probe is off unless a test is about it: one request per decision keeps
     the other tests' view of the wire simple."""
     return parse_config({
         "routing": {
@@ -41,7 +41,7 @@ def config(base_url: str, *, capture: bool = False, timeout_s: float = 2.0,
             "semantic": {"enabled": False},
             "fusion": {"everything": ["kiwix", "web"]},
             "llm": {"base_url": base_url, "model": "router-test", "api_key": KEY,
-                    "timeout_s": timeout_s, "order_check": order_check},
+                    "timeout_s": timeout_s, "bias_check": bias_check},
         },
         "sources": {name: {"type": "scripted", "description": text}
                     for name, text in DESCRIPTIONS.items()},
@@ -60,6 +60,7 @@ def _reset(server: ChatServer) -> None:
     server.clear_faults()
     server.reply = '{"source": "web"}'
     server.accepts = set(ALL_FORMATS)
+    server.content_free_reply = '{"source": "none"}'
     server.refusal_status = 500
     server.bodies.clear()
     server.refused.clear()
@@ -183,77 +184,64 @@ async def test_an_error_that_does_not_name_response_format_is_a_failure(
     assert len(server.bodies) == 1  # asked once: no other form was tried
 
 
-def first_listed(messages: list[dict[str, Any]]) -> str:
-    """A "model" that names whichever source its prompt lists first."""
-    listing = messages[-1]["content"].split("Sources:\n", 1)[1]
-    return json.dumps({"source": listing.split(":", 1)[0].removeprefix("- ")})
-
-
-@pytest.fixture
-async def checked(server: ChatServer) -> AsyncIterator[Service]:
-    svc = Service(config(server.base_url, order_check=True, capture=True))
+async def test_the_bias_probe_is_asked_once_per_server(server: ChatServer) -> None:
+    svc = Service(config(server.base_url, bias_check=True))
     await svc.start(sources=False)
-    yield svc
-    await svc.aclose()
-
-
-def listed(body: dict[str, Any]) -> list[str]:
-    listing = body["messages"][-1]["content"].split("Sources:\n", 1)[1].split("\n\n")[0]
-    return [line.split(":", 1)[0].removeprefix("- ") for line in listing.splitlines()]
-
-
-async def test_the_order_check_asks_both_ways_and_takes_an_agreed_answer(
-    checked: Service, server: ChatServer
-) -> None:
-    outcome = await route(checked, "octopus hearts")
-    assert [(p.route, p.stage) for p in outcome.results] == [("web", "intent_llm")]
-    llm = event(outcome, "intent_llm")
-    assert llm["order_check"] == "agreed"
-    assert llm["raw_answers"] == ['{"source": "web"}'] * 2
-    first, second = server.bodies
-    assert listed(first) == ["kiwix", "forecast", "web", "everything", "none"]
-    assert listed(second) == ["everything", "web", "forecast", "kiwix", "none"]
-    assert constraint(second) == ("json_schema", ["everything", "web", "forecast", "kiwix",
-                                                  "none"])
-
-
-async def test_a_model_that_names_the_first_listed_route_ends_at_the_default(
-    checked: Service, server: ChatServer
-) -> None:
-    server.responder = first_listed
     try:
-        outcome = await route(checked, "octopus hearts")
-        again = await route(checked, "octopus hearts")
+        first = await route(svc, "octopus hearts")
+        second = await route(svc, "squid eyes")
     finally:
-        server.responder = None
-    assert [(p.route, p.stage) for p in outcome.results] == [("kiwix", "intent_default")]
-    assert steps(outcome) == ["llm_error", "intent_default"]
-    error = event(outcome, "llm_error")
-    assert error["reason"] == "llm_unusable" and error["answers"] == ["kiwix", "everything"]
-    assert "changed with the order of the routes" in error["detail"]
-    assert event(outcome, "intent_default")["reason"] == "llm_unusable"
-    # Not cached as a decision: asked again next time.
-    assert steps(again) == ["llm_error", "intent_default"] and len(server.bodies) == 4
+        await svc.aclose()
+    assert steps(first) == ["llm_bias_probe", "intent_llm"]
+    probe = event(first, "llm_bias_probe")
+    assert (probe["query"], probe["answer"], probe["response_format"]) == (
+        "N/A", "none", "json_schema")
+    assert steps(second) == ["intent_llm"]
+    assert [p.route for p in first.results + second.results] == ["web", "web"]
+    assert [b["messages"][-1]["content"].rsplit("\n", 1)[-1] for b in server.bodies] == [
+        "Query: N/A", "Query: octopus hearts", "Query: squid eyes"]
 
 
-async def test_the_order_check_is_one_deadline_and_negotiates_once(
+async def test_a_route_the_model_names_for_no_content_is_not_taken(
     server: ChatServer,
 ) -> None:
-    server.accepts = {"text", "json_object"}
-    svc = Service(config(server.base_url, order_check=True))
+    server.content_free_reply = '{"source": "web"}'  # a model whose habit is "web"
+    svc = Service(config(server.base_url, bias_check=True))
     await svc.start(sources=False)
     try:
-        outcome = await route(svc, "octopus hearts")
-        server.set_fault(Fault.delay(3.0))
+        habit = await route(svc, "octopus hearts")
+        server.reply = '{"source": "forecast"}'
+        other = await route(svc, "will the lake freeze")
+        server.reply = '{"source": "web"}'
+        again = await route(svc, "octopus hearts")
+    finally:
+        await svc.aclose()
+    assert [(p.route, p.stage) for p in habit.results] == [("kiwix", "intent_default")]
+    assert steps(habit) == ["llm_bias_probe", "llm_error", "intent_default"]
+    error = event(habit, "llm_error")
+    assert error["reason"] == "llm_unusable" and error["answer"] == "web"
+    assert "even for a query with no content" in error["detail"]
+    assert event(habit, "intent_default")["reason"] == "llm_unusable"
+    # Another route is an answer that depends on the query: taken.
+    assert [(p.route, p.stage) for p in other.results] == [("forecast", "intent_llm")]
+    # The declined answer was not cached: asked again, declined again, no second probe.
+    assert steps(again) == ["llm_error", "intent_default"]
+    assert len(server.bodies) == 4
+
+
+async def test_the_probe_and_the_answer_share_one_deadline(server: ChatServer) -> None:
+    server.set_fault(Fault.delay(1.5))
+    svc = Service(config(server.base_url, bias_check=True))  # timeout_s 2: not both
+    await svc.start(sources=False)
+    try:
         started = time.perf_counter()
-        slow = await route(svc, "squid eyes")
+        outcome = await route(svc, "octopus hearts")
         elapsed = time.perf_counter() - started
     finally:
         await svc.aclose()
-    assert steps(outcome) == ["llm_format_refused", "intent_llm"]
-    assert [constraint(b)[0] for b in server.bodies] == ["json_object"] * 4
-    assert elapsed < 3.0  # both asks bounded by the one 2 s deadline
-    assert event(slow, "llm_error")["detail"] == "no answer within 2s"
+    assert 2.0 <= elapsed < 2.8
+    assert steps(outcome) == ["llm_bias_probe", "llm_error", "intent_default"]
+    assert event(outcome, "llm_error")["detail"] == "no answer within 2s"
 
 
 async def test_a_fresh_decision_is_cached(service: Service, server: ChatServer) -> None:

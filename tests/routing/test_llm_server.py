@@ -47,16 +47,16 @@ PATIENT_S = 120.0  # the model takes ~1 s an answer on 2 idle cores; the cores a
 
 
 def config(server: LlamaServer, *, timeout_s: float = PATIENT_S,
-           descriptions: dict[str, str] = DESCRIPTIONS, order_check: bool = False) -> Config:
-    """The order check (on by default in config.yaml) is off unless a test is about it,
-    so a decision is the model's one real answer."""
+           descriptions: dict[str, str] = DESCRIPTIONS, bias_check: bool = False) -> Config:
+    """The bias probe (on by default) is off unless a test is about it, so a decision is
+    the model's one real answer."""
     return parse_config({
         "routing": {
             "default_source": next(iter(descriptions)),
             "request_deadline_s": PATIENT_S + 10,
             "semantic": {"enabled": False},
             "llm": {"base_url": server.base_url, "model": server.model,
-                    "timeout_s": timeout_s, "order_check": order_check},
+                    "timeout_s": timeout_s, "bias_check": bias_check},
         },
         "sources": {name: {"type": "scripted", "description": text}
                     for name, text in descriptions.items()},
@@ -142,31 +142,30 @@ async def test_the_routes_are_whatever_is_configured(llama_server: LlamaServer) 
         await svc.aclose()
 
 
-async def test_the_order_check_takes_only_answers_that_survive_reordering(
-    llama_server: LlamaServer,
-) -> None:
-    """As configured by default: each query asked with the routes listed both ways."""
-    svc = Service(config(llama_server, order_check=True))
+async def test_the_bias_probe_declines_the_models_habit(llama_server: LlamaServer) -> None:
+    """As configured by default: the route the model names for "N/A" is never taken."""
+    svc = Service(config(llama_server, bias_check=True))
     await svc.start(sources=False)
     try:
         outcomes = [await route(svc, query) for query in QUERIES[:4]]
     finally:
         await svc.aclose()
+    probe = event(outcomes[0], "llm_bias_probe")
+    assert probe["query"] == "N/A" and probe["answer"] in {*DESCRIPTIONS, "none"}
+    assert probe["response_format"] == "json_object"
+    assert all("llm_bias_probe" not in steps(o) for o in outcomes[1:])  # once per server
     for outcome in outcomes:
         [part] = outcome.results
-        decided = [e for e in outcome.chain if e["step"] == "intent_llm"]
-        if decided:
-            [llm] = decided
-            assert llm["order_check"] == "agreed"
-            first, second = (json.loads(raw)["source"] for raw in llm["raw_answers"])
-            assert first == second
-        else:
+        answer = json.loads(next(e["raw_answer"] for e in outcome.chain
+                                 if e["step"] in {"intent_llm", "llm_error"}))["source"]
+        if answer == probe["answer"] and answer != "none":
             error = event(outcome, "llm_error")
-            assert error["reason"] == "llm_unusable", error
-            first, second = error["answers"]
-            assert first != second and {first, second} <= {*DESCRIPTIONS, "none"}
+            assert error["reason"] == "llm_unusable" and error["answer"] == answer
             assert part.stage == "intent_default"
             assert event(outcome, "intent_default")["reason"] == "llm_unusable"
+        else:
+            assert event(outcome, "intent_llm")["decision"] == (
+                None if answer == "none" else answer)
 
 
 async def test_a_timeout_well_below_the_model_time(llama_server: LlamaServer) -> None:

@@ -61,7 +61,7 @@ def config(
     }
     if llm_url is not None:
         routing["llm"] = {"base_url": llm_url, "model": "router", "timeout_s": 5,
-                          "order_check": False}  # one request per decision, counted below
+                          "bias_check": False}  # one request per decision, counted below
     entries = sources or {"kiwix": {}, "web": {}}
     return parse_config({
         "routing": routing,
@@ -421,7 +421,7 @@ def worker_config(tmp_path: Path, redis_url: str, llm_url: str, zim: Path) -> Pa
         "routing": {
             "default_source": "kiwix",
             "semantic": {"enabled": False},
-            "llm": {"base_url": llm_url, "model": "router", "timeout_s": 5, "order_check": False},
+            "llm": {"base_url": llm_url, "model": "router", "timeout_s": 5, "bias_check": False},
         },
         "sources": {"kiwix": {"type": "zim", "paths": [str(zim)], "description": "encyclopedia"}},
         "cache": {"redis_url": redis_url},

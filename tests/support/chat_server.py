@@ -19,7 +19,9 @@ as other releases send). Otherwise with OpenAI's 400 (`param: "response_format"`
 server with no JSON mode answers.
 
 What the "model" says is scripted: `reply` (a fixed string) or `responder` (a function of
-the request's messages). Faults (slow answers, HTTP errors, a body that is not JSON) come
+the request's messages). To the LLM stage's content-free probe (the query "N/A") it says
+`content_free_reply`, by default `{"source": "none"}`, as a model that reads the query
+does; a test sets it to a route to play a model with a habit. Faults (slow answers, HTTP errors, a body that is not JSON) come
 from `WireServer`; every request body is kept in `bodies` for assertions.
 
     with ChatServer(reply='{"source": "web"}', api_key="sk-test") as srv:
@@ -65,6 +67,7 @@ class ChatServer(WireServer):
         self.reply = reply
         self.responder = responder
         self.api_key = api_key
+        self.content_free_reply = '{"source": "none"}'
         self.accepts: set[str] = set(ALL_FORMATS)
         self.refusal_status = 500
         self.bodies: list[dict[str, Any]] = []  # accepted requests only
@@ -137,6 +140,9 @@ class ChatServer(WireServer):
         return JSONResponse(body, status_code=400)
 
     def _content(self, messages: list[dict[str, Any]]) -> str:
+        last = messages[-1].get("content", "")
+        if isinstance(last, str) and last.endswith("Query: N/A"):
+            return self.content_free_reply
         if self.responder is not None:
             return self.responder(messages)
         return self.reply
