@@ -46,9 +46,9 @@ NONE = "none"
 # Enough for `{"source": "<name>"}` even wrapped in a sentence or a code fence; a model that
 # rambles past it is cut off instead of spending the whole deadline.
 MAX_TOKENS = 100
-# A query with no content ("contextual calibration", Zhao et al. 2021): what a model names
-# for it is its bias, and the same name for a real query carries no information.
-CONTENT_FREE = "N/A"
+# Queries with no content (as in "contextual calibration", Zhao et al. 2021): a route a
+# model names for them is its bias, and the same name for a real query says nothing.
+CONTENT_FREE = ("N/A", "", "[MASK]")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 _DECODER = json.JSONDecoder()
 
@@ -175,7 +175,8 @@ class LLMStage:
         self.base_url = config.base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.forms = FormMemory()
-        self._biases: dict[str, str | None] = {}  # base URL -> route named for CONTENT_FREE
+        # base URL -> the routes the model named for CONTENT_FREE queries
+        self._habits_by_server: dict[str, frozenset[str]] = {}
         self._client: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
@@ -195,20 +196,24 @@ class LLMStage:
             await self._client.aclose()
             self._client = None
 
-    async def ask(self, messages: list[dict[str, str]]) -> LLMAnswer:
+    async def ask(
+        self, messages: list[dict[str, str]], deadline: float | None = None
+    ) -> LLMAnswer:
         """One chat completion -> the named route; LLMFailure on anything unusable.
 
         Asks in the form this server accepted before (the first form for a new server);
         a refused form is recorded (`llm_format_refused`) and the next one tried at once,
-        all within the one deadline.
+        all before `deadline` (loop time; default `timeout_s` from now).
         """
         await self.start()
         assert self._client is not None
         schema = answer_schema([*self.routes, NONE])
         form = self.forms.first(self.base_url)
         started = time.perf_counter()
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self.config.timeout_s
         try:
-            async with asyncio.timeout(self.config.timeout_s):
+            async with asyncio.timeout_at(deadline):
                 while True:
                     body: dict[str, Any] = {"model": self.config.model, "messages": messages,
                                             "temperature": 0, "max_tokens": MAX_TOKENS}
@@ -254,19 +259,23 @@ class LLMStage:
         turn = await self.sessions.recall(context.session_id)
         return (turn.query, turn.route) if turn is not None else None
 
-    async def _bias(self, deadline: float) -> str | None:
-        """The route this model names for a query with no content, asked once per server
-        (None: it answered "none", as a model that reads the query does). A route named
-        for "N/A" is the model's habit, not a reading of the query."""
-        if self.base_url in self._biases:
-            return self._biases[self.base_url]
-        messages = build_messages(self.routes, CONTENT_FREE)
-        async with asyncio.timeout_at(deadline):
-            answer = await self.ask(messages)
-        record("llm_bias_probe", query=CONTENT_FREE, answer=answer.route or NONE,
-               response_format=answer.form)
-        self._biases[self.base_url] = answer.route
-        return answer.route
+    async def _habits(self, deadline: float) -> frozenset[str]:
+        """The routes this model names for queries with no content, asked once per server
+        (empty for a model that answers "none" to them, as one that reads the query does).
+        A route named for "N/A" is the model's habit, not a reading of the query."""
+        known = self._habits_by_server.get(self.base_url)
+        if known is not None:
+            return known
+        named = set()
+        for query in CONTENT_FREE:
+            answer = await self.ask(build_messages(self.routes, query), deadline)
+            record("llm_bias_probe", query=query, answer=answer.route or NONE,
+                   response_format=answer.form)
+            if answer.route is not None:
+                named.add(answer.route)
+        habits = frozenset(named)
+        self._habits_by_server[self.base_url] = habits
+        return habits
 
     async def _consult(
         self, query: str, context: ResolveContext, escalated: bool
@@ -274,17 +283,13 @@ class LLMStage:
         """Ask, recording the outcome; None when the LLM failed (event recorded)."""
         messages = build_messages(self.routes, query, await self._previous(context))
         started = time.perf_counter()
+        # One deadline for the whole decision, the first request's probes included.
         deadline = asyncio.get_running_loop().time() + self.config.timeout_s
-        bias: str | None = None
+        habits: frozenset[str] = frozenset()
         try:
-            try:
-                if self.config.bias_check:
-                    bias = await self._bias(deadline)
-                async with asyncio.timeout_at(deadline):
-                    answer = await self.ask(messages)
-            except TimeoutError:  # the deadline of the probe and the answer together
-                raise LLMFailure("llm_failed", f"no answer within {self.config.timeout_s:g}s",
-                                 form=self.forms.first(self.base_url)) from None
+            if self.config.bias_check:
+                habits = await self._habits(deadline)
+            answer = await self.ask(messages, deadline)
         except LLMFailure as failure:
             fields: dict[str, Any] = {}
             if failure.form is not None:
@@ -300,11 +305,12 @@ class LLMStage:
                   "response_format": answer.form, **answer.usage}
         if self.capture_prompts:
             fields.update(prompt=messages, raw_answer=answer.raw)
-        if bias is not None and answer.route == bias:
+        if answer.route is not None and answer.route in habits:
             record("llm_error", query=query, reason="llm_unusable",
-                   detail=f"the model names {bias} even for a query with no content "
-                   f"({CONTENT_FREE!r}): that answer says nothing about this query",
-                   discourse_escalated=escalated, answer=bias, **fields)
+                   detail=f"the model names {answer.route} even for a query with no "
+                   "content: that answer says nothing about this query",
+                   discourse_escalated=escalated, answer=answer.route,
+                   habits=sorted(habits), **fields)
             context.default_reason = "llm_unusable"
             return None
         if answer.route is None:

@@ -192,14 +192,15 @@ async def test_the_bias_probe_is_asked_once_per_server(server: ChatServer) -> No
         second = await route(svc, "squid eyes")
     finally:
         await svc.aclose()
-    assert steps(first) == ["llm_bias_probe", "intent_llm"]
-    probe = event(first, "llm_bias_probe")
-    assert (probe["query"], probe["answer"], probe["response_format"]) == (
-        "N/A", "none", "json_schema")
+    assert steps(first) == ["llm_bias_probe"] * 3 + ["intent_llm"]
+    probes = [(e["query"], e["answer"], e["response_format"]) for e in first.chain
+              if e["step"] == "llm_bias_probe"]
+    assert probes == [("N/A", "none", "json_schema"), ("", "none", "json_schema"),
+                      ("[MASK]", "none", "json_schema")]
     assert steps(second) == ["intent_llm"]
     assert [p.route for p in first.results + second.results] == ["web", "web"]
     assert [b["messages"][-1]["content"].rsplit("\n", 1)[-1] for b in server.bodies] == [
-        "Query: N/A", "Query: octopus hearts", "Query: squid eyes"]
+        "Query: N/A", "Query: ", "Query: [MASK]", "Query: octopus hearts", "Query: squid eyes"]
 
 
 async def test_a_route_the_model_names_for_no_content_is_not_taken(
@@ -217,21 +218,22 @@ async def test_a_route_the_model_names_for_no_content_is_not_taken(
     finally:
         await svc.aclose()
     assert [(p.route, p.stage) for p in habit.results] == [("kiwix", "intent_default")]
-    assert steps(habit) == ["llm_bias_probe", "llm_error", "intent_default"]
+    assert steps(habit) == ["llm_bias_probe"] * 3 + ["llm_error", "intent_default"]
     error = event(habit, "llm_error")
     assert error["reason"] == "llm_unusable" and error["answer"] == "web"
+    assert error["habits"] == ["web"]
     assert "even for a query with no content" in error["detail"]
     assert event(habit, "intent_default")["reason"] == "llm_unusable"
     # Another route is an answer that depends on the query: taken.
     assert [(p.route, p.stage) for p in other.results] == [("forecast", "intent_llm")]
     # The declined answer was not cached: asked again, declined again, no second probe.
     assert steps(again) == ["llm_error", "intent_default"]
-    assert len(server.bodies) == 4
+    assert len(server.bodies) == 6
 
 
 async def test_the_probe_and_the_answer_share_one_deadline(server: ChatServer) -> None:
     server.set_fault(Fault.delay(1.5))
-    svc = Service(config(server.base_url, bias_check=True))  # timeout_s 2: not both
+    svc = Service(config(server.base_url, bias_check=True))  # timeout_s 2: one ask fits
     await svc.start(sources=False)
     try:
         started = time.perf_counter()
@@ -241,7 +243,8 @@ async def test_the_probe_and_the_answer_share_one_deadline(server: ChatServer) -
         await svc.aclose()
     assert 2.0 <= elapsed < 2.8
     assert steps(outcome) == ["llm_bias_probe", "llm_error", "intent_default"]
-    assert event(outcome, "llm_error")["detail"] == "no answer within 2s"
+    error = event(outcome, "llm_error")
+    assert error["detail"] == "no answer within 2s" and error["response_format"] == "json_schema"
 
 
 async def test_a_fresh_decision_is_cached(service: Service, server: ChatServer) -> None:

@@ -150,17 +150,20 @@ async def test_the_bias_probe_declines_the_models_habit(llama_server: LlamaServe
         outcomes = [await route(svc, query) for query in QUERIES[:4]]
     finally:
         await svc.aclose()
-    probe = event(outcomes[0], "llm_bias_probe")
-    assert probe["query"] == "N/A" and probe["answer"] in {*DESCRIPTIONS, "none"}
-    assert probe["response_format"] == "json_object"
+    probes = [e for e in outcomes[0].chain if e["step"] == "llm_bias_probe"]
+    assert [e["query"] for e in probes] == ["N/A", "", "[MASK]"]
+    assert all(e["answer"] in {*DESCRIPTIONS, "none"} for e in probes)
+    assert all(e["response_format"] == "json_object" for e in probes)
+    habits = {e["answer"] for e in probes} - {"none"}
     assert all("llm_bias_probe" not in steps(o) for o in outcomes[1:])  # once per server
     for outcome in outcomes:
         [part] = outcome.results
         answer = json.loads(next(e["raw_answer"] for e in outcome.chain
                                  if e["step"] in {"intent_llm", "llm_error"}))["source"]
-        if answer == probe["answer"] and answer != "none":
+        if answer in habits:
             error = event(outcome, "llm_error")
             assert error["reason"] == "llm_unusable" and error["answer"] == answer
+            assert error["habits"] == sorted(habits)
             assert part.stage == "intent_default"
             assert event(outcome, "intent_default")["reason"] == "llm_unusable"
         else:

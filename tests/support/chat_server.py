@@ -19,9 +19,9 @@ as other releases send). Otherwise with OpenAI's 400 (`param: "response_format"`
 server with no JSON mode answers.
 
 What the "model" says is scripted: `reply` (a fixed string) or `responder` (a function of
-the request's messages). To the LLM stage's content-free probe (the query "N/A") it says
-`content_free_reply`, by default `{"source": "none"}`, as a model that reads the query
-does; a test sets it to a route to play a model with a habit. Faults (slow answers, HTTP errors, a body that is not JSON) come
+the request's messages). To the LLM stage's content-free probes (the queries "N/A", ""
+and "[MASK]") it says `content_free_reply`, by default `{"source": "none"}`, as a model
+that reads the query does; a test sets it to a route to play a model with a habit. Faults (slow answers, HTTP errors, a body that is not JSON) come
 from `WireServer`; every request body is kept in `bodies` for assertions.
 
     with ChatServer(reply='{"source": "web"}', api_key="sk-test") as srv:
@@ -44,6 +44,7 @@ from tests.support.wire_servers import WireServer
 
 Responder = Callable[[list[dict[str, Any]]], str]
 ALL_FORMATS = frozenset({"text", "json_object", "json_schema"})
+CONTENT_FREE = frozenset({"N/A", "", "[MASK]"})
 _IDS = itertools.count(1)
 
 
@@ -141,7 +142,7 @@ class ChatServer(WireServer):
 
     def _content(self, messages: list[dict[str, Any]]) -> str:
         last = messages[-1].get("content", "")
-        if isinstance(last, str) and last.endswith("Query: N/A"):
+        if isinstance(last, str) and last.rpartition("Query: ")[2] in CONTENT_FREE:
             return self.content_free_reply
         if self.responder is not None:
             return self.responder(messages)
