@@ -175,8 +175,8 @@ class LLMStage:
         self.base_url = config.base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.forms = FormMemory()
-        # base URL -> the routes the model named for CONTENT_FREE queries
-        self._habits_by_server: dict[str, frozenset[str]] = {}
+        # base URL -> {content-free query: the route the model named (None: "none")}
+        self._probes: dict[str, dict[str, str | None]] = {}
         self._client: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
@@ -262,20 +262,18 @@ class LLMStage:
     async def _habits(self, deadline: float) -> frozenset[str]:
         """The routes this model names for queries with no content, asked once per server
         (empty for a model that answers "none" to them, as one that reads the query does).
-        A route named for "N/A" is the model's habit, not a reading of the query."""
-        known = self._habits_by_server.get(self.base_url)
-        if known is not None:
-            return known
-        named = set()
+        A route named for "N/A" is the model's habit, not a reading of the query. Each
+        answer is kept as it arrives, so a slow model's probes finish over several
+        decisions rather than starting again in each."""
+        answered = self._probes.setdefault(self.base_url, {})
         for query in CONTENT_FREE:
+            if query in answered:
+                continue
             answer = await self.ask(build_messages(self.routes, query), deadline)
             record("llm_bias_probe", query=query, answer=answer.route or NONE,
                    response_format=answer.form)
-            if answer.route is not None:
-                named.add(answer.route)
-        habits = frozenset(named)
-        self._habits_by_server[self.base_url] = habits
-        return habits
+            answered[query] = answer.route
+        return frozenset(route for route in answered.values() if route is not None)
 
     async def _consult(
         self, query: str, context: ResolveContext, escalated: bool

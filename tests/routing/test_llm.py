@@ -247,6 +247,22 @@ async def test_the_probe_and_the_answer_share_one_deadline(server: ChatServer) -
     assert error["detail"] == "no answer within 2s" and error["response_format"] == "json_schema"
 
 
+async def test_a_slow_models_probes_finish_over_several_decisions(server: ChatServer) -> None:
+    """Each decision's deadline fits one answer, never two (a busy machine only makes the
+    second later): the probes already answered are kept."""
+    server.set_fault(Fault.delay(1.0))
+    svc = Service(config(server.base_url, bias_check=True, timeout_s=1.9))
+    await svc.start(sources=False)
+    try:
+        chains = [await route(svc, f"octopus hearts {n}") for n in range(4)]
+    finally:
+        await svc.aclose()
+    probed = [[e["query"] for e in c.chain if e["step"] == "llm_bias_probe"] for c in chains]
+    assert probed == [["N/A"], [""], ["[MASK]"], []]
+    assert [steps(c)[-1] for c in chains[:3]] == ["intent_default"] * 3
+    assert steps(chains[3]) == ["intent_llm"]
+
+
 async def test_a_fresh_decision_is_cached(service: Service, server: ChatServer) -> None:
     await route(service, "octopus hearts")
     again = await route(service, "Octopus  hearts?")
