@@ -269,7 +269,16 @@ class LLMStage:
         for query in CONTENT_FREE:
             if query in answered:
                 continue
-            answer = await self.ask(build_messages(self.routes, query), deadline)
+            try:
+                answer = await self.ask(build_messages(self.routes, query), deadline)
+            except LLMFailure as failure:
+                if failure.reason != "llm_unusable":
+                    raise  # no answer (timeout, HTTP error): asked again next time
+                # An answer that names no route shows no habit either.
+                record("llm_bias_probe", query=query, answer=None, detail=failure.detail,
+                       response_format=failure.form)
+                answered[query] = None
+                continue
             record("llm_bias_probe", query=query, answer=answer.route or NONE,
                    response_format=answer.form)
             answered[query] = answer.route

@@ -231,6 +231,20 @@ async def test_a_route_the_model_names_for_no_content_is_not_taken(
     assert len(server.bodies) == 6
 
 
+async def test_a_probe_answered_in_prose_shows_no_habit(server: ChatServer) -> None:
+    server.content_free_reply = "I am not sure what you mean."
+    svc = Service(config(server.base_url, bias_check=True))
+    await svc.start(sources=False)
+    try:
+        outcome = await route(svc, "octopus hearts")
+    finally:
+        await svc.aclose()
+    probes = [e for e in outcome.chain if e["step"] == "llm_bias_probe"]
+    assert [(e["answer"], e["detail"]) for e in probes] == [
+        (None, "the answer holds no JSON object")] * 3
+    assert [(p.route, p.stage) for p in outcome.results] == [("web", "intent_llm")]
+
+
 async def test_the_probe_and_the_answer_share_one_deadline(server: ChatServer) -> None:
     server.set_fault(Fault.delay(1.5))
     svc = Service(config(server.base_url, bias_check=True))  # timeout_s 2: one ask fits
