@@ -11,9 +11,16 @@ once per server, `routing.llm_format`); the event says which (`response_format`)
 instructions go in the user message, not a system message: some chat templates (Gemma's,
 as llama-cpp-python applies it) drop the system message, and the model would never see
 the routes. The answer is still validated against the routes (a server may ignore the
-constraint); JSON wrapped in prose or a code fence is tolerated. What went wrong decides
-the default's reason: `llm_failed` (connection error, timeout, HTTP error) or
-`llm_unusable` (no JSON, no source, an unknown source). A fresh decision is cached
+constraint); JSON wrapped in prose or a code fence is tolerated.
+
+A small model may name one route whatever it is asked. With `bias_check` (the default),
+the first decision against a server also asks queries with no content (`CONTENT_FREE`);
+a route named for them is a habit, and an answer naming it is declined (`llm_unusable`):
+such a model then leaves routing as it was without it, instead of making it worse.
+
+What went wrong decides the default's reason: `llm_failed` (connection error, timeout,
+HTTP error) or `llm_unusable` (no JSON, no source, an unknown source, a habit). A fresh
+decision is cached
 exactly (decision cache) and semantically (reused for paraphrases by the semantic stage),
 unless the query leans on the conversation.
 
