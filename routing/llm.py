@@ -20,9 +20,8 @@ such a model then leaves routing as it was without it, instead of making it wors
 
 What went wrong decides the default's reason: `llm_failed` (connection error, timeout,
 HTTP error) or `llm_unusable` (no JSON, no source, an unknown source, a habit). A fresh
-decision is cached
-exactly (decision cache) and semantically (reused for paraphrases by the semantic stage),
-unless the query leans on the conversation.
+decision is cached exactly (decision cache) and semantically (reused for paraphrases by
+the semantic stage), unless the query leans on the conversation.
 
 The prompt and raw answer go into events only with `trace.capture_prompts: true`: they
 can carry personal data. The API key is only ever in the Authorization header.
