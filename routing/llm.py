@@ -281,11 +281,11 @@ class LLMStage:
                 if failure.reason != "llm_unusable":
                     raise  # no answer (timeout, HTTP error): asked again next time
                 # An answer that names no route shows no habit either.
-                record("llm_bias_probe", query=query, answer=None, detail=failure.detail,
+                record("llm_bias_probe", probe=query, answer=None, detail=failure.detail,
                        response_format=failure.form)
                 answered[query] = None
                 continue
-            record("llm_bias_probe", query=query, answer=answer.route or NONE,
+            record("llm_bias_probe", probe=query, answer=answer.route or NONE,
                    response_format=answer.form)
             answered[query] = answer.route
         return frozenset(route for route in answered.values() if route is not None)

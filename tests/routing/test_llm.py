@@ -193,7 +193,7 @@ async def test_the_bias_probe_is_asked_once_per_server(server: ChatServer) -> No
     finally:
         await svc.aclose()
     assert steps(first) == ["llm_bias_probe"] * 3 + ["intent_llm"]
-    probes = [(e["query"], e["answer"], e["response_format"]) for e in first.chain
+    probes = [(e["probe"], e["answer"], e["response_format"]) for e in first.chain
               if e["step"] == "llm_bias_probe"]
     assert probes == [("N/A", "none", "json_schema"), ("", "none", "json_schema"),
                       ("[MASK]", "none", "json_schema")]
@@ -271,7 +271,7 @@ async def test_a_slow_models_probes_finish_over_several_decisions(server: ChatSe
         chains = [await route(svc, f"octopus hearts {n}") for n in range(4)]
     finally:
         await svc.aclose()
-    probed = [[e["query"] for e in c.chain if e["step"] == "llm_bias_probe"] for c in chains]
+    probed = [[e["probe"] for e in c.chain if e["step"] == "llm_bias_probe"] for c in chains]
     assert probed == [["N/A"], [""], ["[MASK]"], []]
     assert [steps(c)[-1] for c in chains[:3]] == ["intent_default"] * 3
     assert steps(chains[3]) == ["intent_llm"]

@@ -151,7 +151,7 @@ async def test_the_bias_probe_declines_the_models_habit(llama_server: LlamaServe
     finally:
         await svc.aclose()
     probes = [e for e in outcomes[0].chain if e["step"] == "llm_bias_probe"]
-    assert [e["query"] for e in probes] == ["N/A", "", "[MASK]"]
+    assert [e["probe"] for e in probes] == ["N/A", "", "[MASK]"]
     assert all(e["answer"] in {*DESCRIPTIONS, "none"} for e in probes)
     assert all(e["response_format"] == "json_object" for e in probes)
     habits = {e["answer"] for e in probes} - {"none"}
