@@ -15,6 +15,15 @@ exemplars and rules that merely memorise sentences show up as a gap between the 
 
     .venv/bin/python bench/routing_quality.py [--config config.yaml] [--eval-dir DIR]
         [--half all|tune|holdout] [--errors N] [--json]
+        [--llm BASE_URL [--llm-model NAME] [--llm-timeout S]]
+
+With `--llm BASE_URL` (an OpenAI-compatible server, `http://127.0.0.1:8000/v1`) the same
+rows are routed three times, side by side: as configured without an LLM; with the LLM
+stage's every answer taken where the earlier stages do not decide (`bias_check: false`);
+and with its default bias check (the route the model names for a query with no content,
+"N/A", is not taken for a real one). Per file it prints each accuracy, how many rows the LLM decided, how
+many of those were right, and how many it failed on, so what escalating to that model
+does to routing is measured, not guessed. The detailed tables are those of the last run.
 
 The eval directory defaults to `../shared/eval` next to the repository (or $ROUTING_EVAL_DIR).
 """
@@ -74,6 +83,7 @@ class Row:
 class Outcome:
     row: Row
     parts: list[tuple[str, str, str]]  # (part text, label, stage)
+    llm_failed: bool = False  # the LLM stage was asked and gave no usable answer
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -129,7 +139,8 @@ async def route_rows(service: Any, rows: Iterable[Row]) -> list[Outcome]:
                 flat.append(result.condition)
             flat.append(result)
         parts = [(r.query, part_label(r.route, r.stage), r.stage or "") for r in flat]
-        outcomes.append(Outcome(row, parts))
+        failed = any(e["step"] == "llm_error" for e in outcome.chain)
+        outcomes.append(Outcome(row, parts, failed))
     return outcomes
 
 
@@ -281,6 +292,59 @@ def summarise(
     }
 
 
+def with_llm(config: Any, base_url: str, model: str, timeout_s: float, bias_check: bool) -> Any:
+    """`config` with the LLM stage configured (everything else as it was)."""
+    from search.config import LLMConfig
+
+    llm = LLMConfig(base_url=base_url, model=model, timeout_s=timeout_s, bias_check=bias_check)
+    routing = config.routing.model_copy(update={"llm": llm})
+    return config.model_copy(update={"routing": routing})
+
+
+def llm_report(runs: dict[str, dict[str, list[Outcome]]], seconds: float) -> str:
+    """Per file: accuracy of each run (the first without an LLM), and what the LLM did."""
+    labels = list(runs)
+    plain = runs[labels[0]]
+    header = f"   {'file':<28}" + "".join(f"{label:>22}" for label in labels)
+    lines = ["== without and with the LLM, side by side (all rows; LLM: decided/right/failed)",
+             header]
+    totals: dict[str, list[int]] = {label: [0, 0, 0, 0] for label in labels}
+    rows_total = 0
+    for name, without in plain.items():
+        rows = len(without)
+        rows_total += rows
+        cells = []
+        for label in labels:
+            outcomes = runs[label][name]
+            right = sum(o.correct for o in outcomes)
+            decided = [o for o in outcomes
+                       if any(stage == "intent_llm" for _, _, stage in o.parts)]
+            counts = [right, len(decided), sum(o.correct for o in decided),
+                      sum(o.llm_failed for o in outcomes)]
+            totals[label] = [t + c for t, c in zip(totals[label], counts, strict=True)]
+            cells.append(_run_cell(counts, rows, label == labels[0]))
+        lines.append(f"   {name:<28}" + "".join(cells))
+    lines.append(f"   {'all files':<28}" + "".join(
+        _run_cell(totals[label], rows_total, label == labels[0]) for label in labels))
+    base = totals[labels[0]][0]
+    for label in labels[1:]:
+        delta = totals[label][0] - base
+        verdict = "WORSE" if delta < 0 else "not worse" if delta == 0 else "better"
+        lines.append(f"   {label}: routing is {verdict} than without an LLM ({delta:+d} rows, "
+                     f"{delta / rows_total:+.1%})")
+    lines.append(f"   ({rows_total} utterances; decided: rows with a part the LLM decided; "
+                 "failed: rows where it failed, answered unusably or named the route it names "
+                 f"for a query with no content; {seconds:.0f}s for the LLM runs)")
+    return "\n".join(lines)
+
+
+def _run_cell(counts: list[int], rows: int, plain: bool) -> str:
+    right, decided, decided_right, failed = counts
+    if plain:
+        return f"{right / rows:>14.1%} ({right:>4})"
+    return f"{right / rows:>8.1%} {decided:>4}/{decided_right:>3}/{failed:<4}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
@@ -291,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="swap the sources for the scripted test kind (no backends needed)")
     parser.add_argument("--only", default="", help="only files whose name contains this")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--llm", default="", metavar="BASE_URL",
+                        help="also route with this OpenAI-compatible LLM server, side by side")
+    parser.add_argument("--llm-model", default="router", help="the model name to ask for")
+    parser.add_argument("--llm-timeout", type=float, default=30.0, help="routing.llm.timeout_s")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -302,9 +370,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no *.jsonl files in {eval_dir}", file=sys.stderr)
         return 2
     config = isolated_config(Path(args.config)) if args.isolated else load_config(args.config)
+    runs: dict[str, dict[str, list[Outcome]]] = {}
     started = time.perf_counter()
+    if args.llm:
+        runs["no LLM"] = asyncio.run(evaluate(config, files))
+        started = time.perf_counter()
+        unchecked = with_llm(config, args.llm, args.llm_model, args.llm_timeout, False)
+        runs["LLM, every answer"] = asyncio.run(evaluate(unchecked, files))
+        config = with_llm(config, args.llm, args.llm_model, args.llm_timeout, True)
     outcomes = asyncio.run(evaluate(config, files))
     elapsed = time.perf_counter() - started
+    if args.llm:
+        runs["LLM, bias check"] = outcomes
     halves = HALVES if args.half == "all" else (args.half,)
     summary = summarise(outcomes, halves)
     misses: list[str] = []
@@ -326,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
                 for o in wrong[: args.errors]:
                     parts = " | ".join(f"{p} -> {label} ({stage})" for p, label, stage in o.parts)
                     print(f"     x [{half_of(o.row.text)}] expected {o.row.expected}: {parts}")
+            print()
+        if runs:
+            print(llm_report(runs, elapsed))
             print()
         total = sum(len(rows) for rows in outcomes.values())
         print(f"{total} utterances in {elapsed:.1f}s (model load included)")

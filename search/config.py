@@ -80,6 +80,13 @@ class LLMConfig(Strict):
     model: str = ""
     api_key: SecretStr | None = None
     timeout_s: float = Field(default=10.0, gt=0, le=300)
+    bias_check: bool = Field(
+        default=True,
+        description="Once per server, ask for queries with no content ('N/A', '', "
+        "'[MASK]'); a route the model names for them is its habit, so that route named for "
+        "a real query is not taken (the part ends at the default). A model that reads the "
+        "query says 'none' to them and loses nothing.",
+    )
 
 
 class SemanticConfig(Strict):

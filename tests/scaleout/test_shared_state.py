@@ -67,7 +67,8 @@ def config(
         "semantic": {"enabled": False},
     }
     if llm_url is not None:
-        routing["llm"] = {"base_url": llm_url, "model": "router", "timeout_s": 5}
+        routing["llm"] = {"base_url": llm_url, "model": "router", "timeout_s": 5,
+                          "bias_check": False}  # one request per decision, counted below
     entries = sources or {"kiwix": {}, "web": {}}
     return parse_config({
         "routing": routing,
@@ -454,7 +455,7 @@ def worker_config(tmp_path: Path, redis_url: str, llm_url: str, zim: Path) -> Pa
             "default_source": "kiwix",
             "shipped_routes": False,  # no keyword rule: the LLM decides, and Redis shares it
             "semantic": {"enabled": False},
-            "llm": {"base_url": llm_url, "model": "router", "timeout_s": 5},
+            "llm": {"base_url": llm_url, "model": "router", "timeout_s": 5, "bias_check": False},
         },
         "sources": {"kiwix": {"type": "zim", "paths": [str(zim)], "description": "encyclopedia"}},
         "cache": {"redis_url": redis_url},
