@@ -55,6 +55,7 @@ def config(server: LlamaServer, *, timeout_s: float = PATIENT_S,
             "default_source": next(iter(descriptions)),
             "request_deadline_s": PATIENT_S + 10,
             "semantic": {"enabled": False},
+            "shipped_routes": False,  # nothing but the LLM decides
             "llm": {"base_url": server.base_url, "model": server.model,
                     "timeout_s": timeout_s, "bias_check": bias_check},
         },
