@@ -1,6 +1,9 @@
 """Split a compound query into parts that can each be routed on their own.
 
-Hard separators (";", "and also", "and then", sentence ends) always split. Soft ones
+Hard separators (";", "and also", "and then") always split. A sentence end splits only
+between two requests: a sentence of context ("I'm planning a trip.", see
+routing/sentences.py) or one that leans on the sentence before ("How tall is it?") stays
+with its request. Soft ones
 ("and", "also", ",", "then") split only between two complete requests, so
 "salt and pepper" and "who wrote Romeo and Juliet" stay whole while
 "turn off the lights and what's the weather" splits. A request opens with a question word,
@@ -23,7 +26,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from routing.discourse import dependency
 from routing.lexicon import lexicon
+from routing.sentences import first_person_request, is_context
 from routing.text import CLAUSE_TRIM, CLAUSE_WORD
 
 _WORDS = lexicon().decompose  # routing/words.yaml: what each list is for
@@ -51,9 +56,14 @@ _CONTINUATIONS = _WORDS.continuations
 # A clause opening with one of these is a condition, not a request: "if it rains, ...".
 CONDITION_OPENERS = _WORDS.condition_openers
 
-_HARD = r";|\band\s+(?:also|then)\b|(?<=[?!])\s+(?=\S)|(?<=\w{3}\.)\s+(?=[A-Za-z])"
+_HARD = r";|\band\s+(?:also|then)\b"
+_STOP = r"(?<=[?!])\s+(?=\S)|(?<=\w{3}\.)\s+(?=[A-Za-z])"  # a sentence end
 _SOFT = r",|\balso\b|\band\b|\bthen\b"
-_SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<soft>{_SOFT})", re.IGNORECASE)
+_SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<stop>{_STOP})|(?P<soft>{_SOFT})", re.IGNORECASE)
+_SENTENCE_ENDS = re.compile(_STOP)
+# The discourse dependencies that tie a sentence to the one before: "How tall is it?",
+# "What about Friday?" continue the request before them; "Why is the sky blue?" need not.
+_LEANS_BACK = frozenset({"reference", "follow_up"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +179,26 @@ def _conditional_request(text: str) -> bool:
     return _can_stand_alone(text) or extract_conditional(text) is not None
 
 
+def _is_request(sentence: str) -> bool:
+    """A sentence that asks something itself: a complete request that is not context."""
+    words = _words(sentence)
+    if first_person_request(words):
+        return True  # "we're looking for a pub", even where no opener list has "we're"
+    return is_complete_request(sentence) and not is_context(words)
+
+
+def _two_requests(left: str, right: str) -> bool:
+    """At a sentence end: split only when the text before holds a request, the sentence
+    after is one too, and it doesn't lean on the one before ("How tall is it?"). So
+    "I'm planning a trip. What's the weather in Boston?" and "Find me a concert. I'm free
+    this weekend." stay one request each, while "Who wrote Hamlet? Is it raining?" splits."""
+    if not right.strip(CLAUSE_TRIM) or not _is_request(right):
+        return False
+    if dependency(right) in _LEANS_BACK:
+        return False
+    return any(_is_request(sentence) for sentence in _SENTENCE_ENDS.split(left))
+
+
 def _trim(
     query: str, start: int, end: int, claimed: tuple[str, str] | None = None
 ) -> Span | None:
@@ -210,6 +240,8 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
         claimed = None
         if match.group("hard") is not None:
             accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
+        elif match.group("stop") is not None:
+            accept = _two_requests(left, right)
         elif not _can_stand_alone(left) or _coordinated(left, right) or _refers_back(right):
             accept = False  # e.g. a condition still waiting for its consequence
         else:

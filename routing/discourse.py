@@ -33,6 +33,7 @@ _COMPARISON = re.compile(
     r"(?:better|bigger|older|larger|taller|more|higher|cheaper)|difference\s+between)\b"
 )
 _WEATHER_IT = _WORDS.weather_it
+_CLOCK_WORDS = _WORDS.clock_words
 
 
 def _starts(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:
@@ -44,8 +45,11 @@ def _ends(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:
 
 
 def _dummy_it(words: list[str], index: int) -> bool:
-    """'it' as the subject of weather or time ("will it rain", "it's cold"), not a reference."""
+    """'it' as the subject of weather or time ("will it rain", "it's cold", "what time is
+    it"), not a reference."""
     window = words[index + 1 : index + 4]
+    if index == len(words) - 1 and any(w in _CLOCK_WORDS for w in words[:index]):
+        return True
     return any(w in _WEATHER_IT for w in window) or words[index] == "it's"
 
 

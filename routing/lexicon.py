@@ -1,4 +1,4 @@
-"""The word lists of decomposition, conditions and discourse, as data (routing/words.yaml).
+"""The word lists of decomposition, sentences, conditions and discourse, as data (routing/words.yaml).
 
 Which words open a request, which make a condition a premise, which pronouns point back:
 the grammar lives in code, the vocabulary it uses in one shipped YAML file, read once
@@ -48,6 +48,15 @@ class DecomposeWords(_Section):
     particles: Words
 
 
+class SentenceWords(_Section):
+    context_subjects: Words
+    request_phrases: Words
+    wishes: Words
+    wish_openers: Words
+    inquiry_verbs: Words
+    plan_verbs: Words
+
+
 class ConditionalWords(_Section):
     whether_verbs: Words
     premise_subjects: Words
@@ -59,12 +68,14 @@ class DiscourseWords(_Section):
     references: Words
     determiner_uses: Words
     weather_it: Words
+    clock_words: Words
 
 
 class Lexicon(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     decompose: DecomposeWords
+    sentences: SentenceWords
     conditional: ConditionalWords
     discourse: DiscourseWords
 

@@ -58,6 +58,23 @@ def test_conditional_extraction_never_crashes_and_returns_substrings(text: str) 
         assert piece in text
 
 
+# Written for this test: statements that ask nothing, and requests that stand alone.
+CONTEXT = ["I'm planning a trip.", "We have guests tonight.", "My car is low on gas.",
+           "It's my day off.", "I like jazz."]
+REQUESTS = ["What's the weather in Boston on Friday?", "Find me a concert nearby.",
+            "Who wrote Hamlet?", "Turn off the kitchen lights.", "Play something relaxing."]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(CONTEXT + REQUESTS), min_size=1, max_size=6))
+def test_sentences_split_into_requests_each_with_its_context(sentences: list[str]) -> None:
+    parts = decompose(" ".join(sentences))
+    requests = sum(s in REQUESTS for s in sentences)
+    assert len(parts) == max(1, requests)
+    if requests:
+        assert all(any(r.rstrip(".?") in part for r in REQUESTS) for part in parts)
+
+
 def test_known_examples() -> None:
     assert decompose("salt and pepper") == ["salt and pepper"]
     assert decompose("who wrote Romeo and Juliet") == ["who wrote Romeo and Juliet"]
