@@ -34,6 +34,7 @@ _COMPARISON = re.compile(
 )
 _WEATHER_IT = _WORDS.weather_it
 _CLOCK_WORDS = _WORDS.clock_words
+_CLOCK_ADVERBS = _WORDS.clock_adverbs
 
 
 def _starts(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:
@@ -48,7 +49,9 @@ def _dummy_it(words: list[str], index: int) -> bool:
     """'it' as the subject of weather or time ("will it rain", "it's cold", "what time is
     it"), not a reference."""
     window = words[index + 1 : index + 4]
-    if index == len(words) - 1 and any(w in _CLOCK_WORDS for w in words[:index]):
+    if any(w in _CLOCK_WORDS for w in words[max(0, index - 3) : index]) and all(
+        w in _CLOCK_ADVERBS for w in words[index + 1 :]
+    ):
         return True
     return any(w in _WEATHER_IT for w in window) or words[index] == "it's"
 

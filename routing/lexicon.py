@@ -69,6 +69,7 @@ class DiscourseWords(_Section):
     determiner_uses: Words
     weather_it: Words
     clock_words: Words
+    clock_adverbs: Words
 
 
 class Lexicon(BaseModel):
