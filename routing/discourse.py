@@ -56,7 +56,9 @@ def _dummy_it(words: list[str], index: int) -> bool:
     return any(w in _WEATHER_IT for w in window) or words[index] == "it's"
 
 
-def _has_reference(words: list[str]) -> bool:
+def references(words: list[str]) -> list[int]:
+    """The indices of the words that point at something said earlier ("turn it off": 1)."""
+    found: list[int] = []
     for index, word in enumerate(words):
         base = word.removesuffix("'s")
         if base not in _REFERENCES and word not in _REFERENCES:
@@ -68,10 +70,14 @@ def _has_reference(words: list[str]) -> bool:
             # trailing "that"/"there" ("turn that off", "what's the weather there") refers.
             if index == len(words) - 1 or (base == "that" and index + 1 < len(words)
                                            and words[index + 1] in {"one", "off", "on", "up"}):
-                return True
+                found.append(index)
             continue
-        return True
-    return False
+        found.append(index)
+    return found
+
+
+def _has_reference(words: list[str]) -> bool:
+    return bool(references(words))
 
 
 def dependency(query: str) -> str | None:

@@ -1,4 +1,4 @@
-"""The word lists of decomposition, sentences, conditions and discourse, as data (routing/words.yaml).
+"""The word lists of decomposition, sentences, conditions, discourse and follow-ups, as data (routing/words.yaml).
 
 Which words open a request, which make a condition a premise, which pronouns point back:
 the grammar lives in code, the vocabulary it uses in one shipped YAML file, read once
@@ -72,6 +72,20 @@ class DiscourseWords(_Section):
     clock_adverbs: Words
 
 
+class FollowUpWords(_Section):
+    frames: Words
+    endings: Words
+    subject_pronouns: Words
+    possessives: Words
+    place_pronouns: Words
+    time_heads: Words
+    time_words: Words
+    place_prepositions: Words
+    subject_frames: Words
+    auxiliaries: Words
+    subject_ends: Words
+
+
 class Lexicon(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,6 +93,7 @@ class Lexicon(BaseModel):
     sentences: SentenceWords
     conditional: ConditionalWords
     discourse: DiscourseWords
+    followup: FollowUpWords
 
 
 def parse_lexicon(text: str) -> Lexicon:
