@@ -13,6 +13,7 @@ from routing.events import route_log
 from routing.intents import Decision, ResolveContext
 from routing.sessions import SessionStage, SessionStore
 from search.config import Config, parse_config
+from search.narrative import narrative
 from search.service import Service
 from tests.support.wire_servers import OpenMeteoServer
 from tests.support.zim import build_demo_zim
@@ -181,6 +182,11 @@ async def test_it_is_asked_of_its_source_as_what_it_stands_for(shipped: Service)
     [result] = follow.body["results"]
     assert result["query"] == "how tall is it" and result["rewritten"] == event["to"]
     assert "Eiffel Tower" in result["items"][0]["title"]
+    line = narrative(follow.chain)[0]
+    assert line.startswith("part 0 'how tall is it' asked as 'how tall is the eiffel tower', a "
+                           "follow-up of 'tell me about the eiffel tower' ('it' stands for "
+                           "'the eiffel tower'); went to kiwix")
+    assert "eiffel" not in narrative(follow.chain, with_text=False)[0].lower()
     alone = await shipped.search("how tall is it?", explain=True)  # no session: as asked
     assert "rewritten" not in [e["step"] for e in alone.chain]
 
