@@ -189,7 +189,7 @@ class Router:
         sessions = self.resolver.sessions
         asked = text
         if sessions is not None and shared.session_id:
-            asked = await sessions.follow_up(text, shared.session_id)
+            asked = await sessions.follow_up(text, shared.session_id, self.claims)
         result = await self._run_asked(asked, shared, conditional=conditional)
         if asked != text:
             result.query, result.rewritten = text, asked

@@ -109,14 +109,23 @@ class SessionStore:
         if self.shared is not None:
             self.shared.publish(session_id, turn)
 
-    async def follow_up(self, query: str, session_id: str | None) -> str:
+    async def follow_up(
+        self, query: str, session_id: str | None, claims: Callable[[str], str | None] | None = None
+    ) -> str:
         """`query` as the question it stands for after the session's last turn ("how tall
         is it?" -> "how tall is the eiffel tower?"), recording `rewritten`; unchanged when
-        there is no session, no earlier turn, or no rule of `routing.followup` applies."""
+        there is no session, no earlier turn, or no rule of `routing.followup` applies.
+
+        `claims` (the keyword rules' verdict on a text): a follow-up the rules give to
+        another route than the last turn's is about something else ("turn it off" after
+        the weather is about a device), so it is not rewritten."""
         if not session_id or not is_follow_up(query):
             return query
         turn = await self.recall(session_id)
         if turn is None:
+            return query
+        claimed = claims(query) if claims is not None else None
+        if claimed is not None and claimed != turn.route:
             return query
         found = rewrite(query, turn.query, turn.subject)
         if found is None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from routing.conditional import extract_conditional
 from routing.decompose import decompose
+from routing.followup import rewrite, subject
 
 WORDS = [
     "what", "is", "the", "weather", "today", "and", "also", "then", "lights", "status", "if",
@@ -73,6 +74,27 @@ def test_sentences_split_into_requests_each_with_its_context(sentences: list[str
     assert len(parts) == max(1, requests)
     if requests:
         assert all(any(r.rstrip(".?") in part for r in REQUESTS) for part in parts)
+
+
+FOLLOW_WORDS = ["what", "about", "how", "tall", "is", "it", "its", "there", "and", "in",
+                "oslo", "tomorrow", "on", "friday", "the", "eiffel", "tower", "tell", "me",
+                "them", "turn", "off", "lights", "?", "héllo", "’s", ""]
+follow_text = st.one_of(
+    st.lists(st.sampled_from(FOLLOW_WORDS), max_size=10).map(" ".join), st.text(max_size=80))
+
+
+@settings(max_examples=400, deadline=None)
+@given(follow_text, follow_text)
+def test_a_rewrite_never_crashes_and_keeps_the_follow_ups_words(query: str, previous: str) -> None:
+    found = rewrite(query, previous, subject(previous))
+    if found is None:
+        return
+    assert found.rule in {"pronoun", "time", "place", "subject"}
+    assert found.text.strip() and found.text != query
+    if found.rule == "pronoun":  # the query, with one word replaced by the carried words
+        assert found.carried in found.text and found.replaced.lower() in query.lower()
+    else:  # the previous question, with the follow-up's words in it
+        assert found.replaced in found.text and found.replaced in query
 
 
 def test_known_examples() -> None:

@@ -206,3 +206,12 @@ async def test_what_about_tomorrow_is_the_forecast_for_tomorrow_in_the_same_plac
     titles = {f"Weather for {day:%A} {day.isoformat()}"
               for day in (before + timedelta(days=1), after + timedelta(days=1))}
     assert [item["title"] for item in result["items"]] in [[title] for title in titles]
+
+
+async def test_a_follow_up_the_rules_give_to_another_route_is_not_rewritten(
+    shipped: Service,
+) -> None:
+    await shipped.search("what's the weather in oslo", dry_run=True, session_id="home")
+    outcome = await shipped.search("turn it off", dry_run=True, session_id="home", explain=True)
+    assert "rewritten" not in [e["step"] for e in outcome.chain]
+    assert outcome.results[0].query == "turn it off"
