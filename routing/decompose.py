@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from routing.discourse import dependency
 from routing.lexicon import lexicon
-from routing.sentences import first_person_request, is_context
+from routing.sentences import first_person_request, is_context, is_greeting
 from routing.text import CLAUSE_TRIM, CLAUSE_WORD
 
 _WORDS = lexicon().decompose  # routing/words.yaml: what each list is for
@@ -57,13 +57,17 @@ _CONTINUATIONS = _WORDS.continuations
 CONDITION_OPENERS = _WORDS.condition_openers
 
 _HARD = r";|\band\s+(?:also|then)\b"
-_STOP = r"(?<=[?!])\s+(?=\S)|(?<=\w{3}\.)\s+(?=[A-Za-z])"  # a sentence end
+# A sentence end: "?" or "!", or a full stop after a number or two letters ("a score of 5.",
+# "at 8 pm.", not "u. s. d.") and before a word; an abbreviation ("Mr.") is no end (below).
+_STOP = r"(?<=[?!])\s+(?=\S)|(?:(?<=\w{2}\.)|(?<=\d\.))\s+(?=[A-Za-z])"
 _SOFT = r",|\balso\b|\band\b|\bthen\b"
 _SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<stop>{_STOP})|(?P<soft>{_SOFT})", re.IGNORECASE)
 _SENTENCE_ENDS = re.compile(_STOP)
 # The discourse dependencies that tie a sentence to the one before: "How tall is it?",
 # "What about Friday?" continue the request before them; "Why is the sky blue?" need not.
 _LEANS_BACK = frozenset({"reference", "follow_up"})
+_LEANING_WORDS = 6
+_ABBREVIATIONS = lexicon().sentences.abbreviations
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,21 +184,31 @@ def _conditional_request(text: str) -> bool:
 
 
 def _is_request(sentence: str) -> bool:
-    """A sentence that asks something itself: a complete request that is not context."""
+    """A sentence that may ask something on its own. A sentence end is a strong boundary,
+    so any sentence of two words or more counts ("Nighttime mode.", "Desk lamp one off.")
+    but a greeting and a statement of context (routing/sentences.py)."""
     words = _words(sentence)
-    if first_person_request(words):
-        return True  # "we're looking for a pub", even where no opener list has "we're"
-    return is_complete_request(sentence) and not is_context(words)
+    if len(words) < 2 or is_greeting(words):
+        return False
+    return first_person_request(words) or not is_context(words)
+
+
+def _leans_back(sentence: str) -> bool:
+    """A short sentence that points at the one before ("How tall is it?", "What about
+    Friday?"); in a longer one the pronoun usually has its noun inside ("how old was
+    Einstein when he ...")."""
+    return len(_words(sentence)) <= _LEANING_WORDS and dependency(sentence) in _LEANS_BACK
 
 
 def _two_requests(left: str, right: str) -> bool:
-    """At a sentence end: split only when the text before holds a request, the sentence
-    after is one too, and it doesn't lean on the one before ("How tall is it?"). So
-    "I'm planning a trip. What's the weather in Boston?" and "Find me a concert. I'm free
-    this weekend." stay one request each, while "Who wrote Hamlet? Is it raining?" splits."""
-    if not right.strip(CLAUSE_TRIM) or not _is_request(right):
-        return False
-    if dependency(right) in _LEANS_BACK:
+    """At a sentence end: split only when the text before holds a request and the
+    sentence after is one too, not leaning on the one before. So "I'm planning a trip.
+    What's the weather in Boston?" and "Find me a concert. I'm free this weekend." stay
+    one request each, while "Who wrote Hamlet? Is it raining?" splits."""
+    before = _words(left)
+    if before and before[-1] in _ABBREVIATIONS and left.rstrip().endswith("."):
+        return False  # "Ask Mr. Smith": an abbreviation, not a sentence end
+    if not right.strip(CLAUSE_TRIM) or not _is_request(right) or _leans_back(right):
         return False
     return any(_is_request(sentence) for sentence in _SENTENCE_ENDS.split(left))
 

@@ -50,6 +50,9 @@ class DecomposeWords(_Section):
 
 class SentenceWords(_Section):
     context_subjects: Words
+    delayed_subjects: Words
+    greetings: Words
+    abbreviations: Words
     request_phrases: Words
     wishes: Words
     wish_openers: Words

@@ -209,6 +209,20 @@ def test_a_sentence_of_context_stays_with_its_request(context: str, request_: st
          ["Find me a concert. I'm free this weekend", "What's the weather in Oslo"]),
         # a greeting is not a request of its own
         ("Hi. What is the weather?", ["Hi. What is the weather"]),
+        ("Good morning! Turn on the lights.", ["Good morning! Turn on the lights"]),
+        # the asker after a time is context too
+        ("This weekend I'm free. Find me a concert nearby.",
+         ["This weekend I'm free. Find me a concert nearby"]),
+        # a telegraphic sentence is a request
+        ("Nighttime mode. What's the weather?", ["Nighttime mode", "What's the weather"]),
+        # a long sentence's pronoun has its noun inside it
+        ("Dim the lights. How old was Albert Einstein when he published relativity?",
+         ["Dim the lights", "How old was Albert Einstein when he published relativity"]),
+        # a full stop after a number or two letters ends a sentence; after an abbreviation not
+        ("Book a table at 8 pm. Will it rain?", ["Book a table at 8 pm", "Will it rain"]),
+        ("Give this book a score of 5. Find films nearby.",
+         ["Give this book a score of 5", "Find films nearby"]),
+        ("Ask Mr. Smith about the weather.", ["Ask Mr. Smith about the weather"]),
     ],
 )
 def test_a_sentence_end_splits_two_requests(query: str, parts: list[str]) -> None:
