@@ -80,16 +80,19 @@ def _span(text: str, tokens: list[_Token]) -> str:
 
 def _time_runs(tokens: list[_Token]) -> list[tuple[int, int]]:
     """(start, end) token ranges of the time expressions: runs of time words and numbers
-    with a head ("on friday", "the day after tomorrow", "in 3 days"); leading filler
-    words ("the", "at") only when the run has a head."""
+    ending with a head ("on friday", "the day after tomorrow", "in 3 days"); "the" or "at"
+    alone is no time."""
     runs: list[tuple[int, int]] = []
     index = 0
     while index < len(tokens):
         end = index
         while end < len(tokens) and (tokens[end].word in _TIME_WORDS or tokens[end].word.isdigit()):
             end += 1
-        if end > index and any(t.word in _TIME_HEADS for t in tokens[index:end]):
-            runs.append((index, end))
+        last = end
+        while last > index and tokens[last - 1].word not in _TIME_HEADS:
+            last -= 1  # "for the week | in oslo": a run ends with its head
+        if last > index:
+            runs.append((index, last))
         index = max(end, index + 1)
     return runs
 

@@ -43,6 +43,8 @@ def test_the_subject_is_the_noun_phrase_the_request_is_about(text: str, found: s
          "time"),
         ("and on friday?", "will it rain in oslo today", "will it rain in oslo on friday", "time"),
         ("tomorrow?", "weather in paris", "weather in paris tomorrow", "time"),
+        ("what about tomorrow?", "weather for the week in oslo", "weather tomorrow in oslo",
+         "time"),
         # another place
         ("and in bergen?", "what's the weather in oslo", "what's the weather in bergen", "place"),
         ("what about bergen?", "what's the weather in oslo", "what's the weather in bergen",
