@@ -56,6 +56,9 @@ class PartResult:
     error: dict[str, str] | None = None
     condition: PartResult | None = None
     withheld: dict[str, Any] | None = None
+    # The question the part was asked as, when it was a follow-up rewritten from the
+    # session ("how tall is it?" -> "how tall is the eiffel tower?").
+    rewritten: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -67,6 +70,8 @@ class PartResult:
         }
         if self.error is not None:
             data["error"] = self.error
+        if self.rewritten is not None:
+            data["rewritten"] = self.rewritten
         if self.withheld is not None:
             data["withheld"] = self.withheld
         if self.condition is not None:
@@ -208,6 +213,20 @@ class Router:
         return consequence
 
     async def _run_part(
+        self, text: str, shared: ResolveContext, *, conditional: bool = False
+    ) -> PartResult:
+        """A follow-up is asked as the question it stands for (`rewritten` records it);
+        the result keeps the part's own words in `query`."""
+        sessions = self.resolver.sessions
+        asked = text
+        if sessions is not None and shared.session_id:
+            asked = await sessions.follow_up(text, shared.session_id, self.claims)
+        result = await self._run_asked(asked, shared, conditional=conditional)
+        if asked != text:
+            result.query, result.rewritten = text, asked
+        return result
+
+    async def _run_asked(
         self, text: str, shared: ResolveContext, *, conditional: bool = False
     ) -> PartResult:
         # Stages note things on the context, and parts run concurrently: one per part.

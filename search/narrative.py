@@ -37,7 +37,7 @@ _STRUCTURAL = frozenset(
         "step", "seq", "t_ms", "part", "decision", "source", "sources", "from_source",
         "to_source", "outcome", "result_count", "elapsed_ms", "reason", "error_type",
         "similarity", "discourse_escalated", "route", "stage", "method", "status",
-        "status_code", "item_count", "type", "reasons", "operation",
+        "status_code", "item_count", "type", "reasons", "operation", "rule",
     }
 )
 
@@ -87,6 +87,8 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         return _withheld(event, with_text)
     if isinstance(step, str) and step.startswith("intent_") and decision is None:
         return _no_decision(event, with_text)
+    if step == "rewritten":
+        return _rewritten(event, with_text)
     if step == "intent_session":
         text = f"went to {decision} as a follow-up"
         if with_text and event.get("previous_query"):
@@ -146,6 +148,22 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         return text
     target = decision or source or event.get("route")
     return f"{step} {target}" if target else str(step)
+
+
+def _rewritten(event: dict[str, Any], with_text: bool) -> str:
+    """A follow-up asked as the question it stands for, and which words the rule moved."""
+    rule = event.get("rule") or "a rule"
+    if not with_text:
+        return f"asked as a follow-up of the previous turn ({rule})"
+    replaced, carried = _quote(event.get("replaced")), event.get("carried")
+    if rule == "pronoun":
+        how = f"{replaced} stands for {_quote(carried)}"
+    elif carried:
+        how = f"{replaced} in place of {_quote(carried)}"
+    else:
+        how = f"{replaced} added"
+    return (f"asked as {_quote(event.get('to'))}, a follow-up of "
+            f"{_quote(event.get('previous_query'))} ({how})")
 
 
 def _command(event: dict[str, Any]) -> str:

@@ -43,6 +43,8 @@ class PartResult(BaseModel):
     route: str | None = None
     error: ErrorDetail | None = None
     condition: PartResult | None = None
+    # a follow-up asked as the question it stands for (see the `rewritten` event)
+    rewritten: str | None = None
 
 
 class Event(BaseModel):

@@ -52,6 +52,8 @@ def test_discourse_dependent_queries(query: str, kind: str) -> None:
         "who wrote the hobbit",
         "is there a pharmacy open near me",
         "the lights that are on in the hall",
+        "what time is it",  # the clock's "it"
+        "what day is it today",
         "",
     ],
 )

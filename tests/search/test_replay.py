@@ -295,9 +295,10 @@ def test_a_stage_that_passed_is_shown_but_is_no_divergence() -> None:
 def test_a_follow_up_is_replayed_in_its_session(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """"what about tomorrow?" went where the session's previous turn went; replaying it
-    alone would lose that (a false "decision changed"), so replay rebuilds the session from
-    the earlier turns in the store, and a config change reaches the follow-up too."""
+    """"what about tomorrow?" was asked as the session's previous question for tomorrow;
+    replaying it alone would lose that (a false "decision changed"), so replay rebuilds the
+    session from the earlier turns in the store, and a config change reaches the follow-up
+    too."""
     db = tmp_path / "traces.db"
     keywords = {"ha": ["lights"], "web": ["news", "weather"]}
     config_path = write_config(tmp_path / "config.yaml", db, keywords=keywords)
@@ -315,7 +316,9 @@ def test_a_follow_up_is_replayed_in_its_session(
             await service.aclose()
 
     *_, follow_up = asyncio.run(converse())
-    assert [e["step"] for e in follow_up.chain][0] == "intent_session"
+    rewritten, decided = follow_up.chain[:2]
+    assert (rewritten["step"], rewritten["to"]) == ("rewritten", "weather in paris tomorrow")
+    assert (decided["step"], decided["decision"]) == ("intent_keyword", "web")
     assert stored(db, follow_up.trace_id)["session_id"] == "kitchen"
 
     code, out = cli(capsys, "replay", follow_up.trace_id, "--config", str(config_path),
