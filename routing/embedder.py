@@ -39,9 +39,6 @@ class Embedder:
     """Encodes text to L2-normalised float32 vectors (one row per text)."""
 
     def __init__(self, path: str, threads: int = 1) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import torch
         from sentence_transformers import SentenceTransformer
 

@@ -95,7 +95,15 @@ def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JS
     return request
 
 
-def create_app(config: Config, service: Service | None = None) -> Starlette:
+def create_app(
+    config: Config, service: Service | None = None, *, settle: bool = False
+) -> Starlette:
+    """The app over `service` (built from `config` when not given).
+
+    `settle`: freeze the start-up heap once the service has started (`settle_heap`). It
+    changes the garbage collector for the whole process, so only the server process
+    that owns it asks for it (`search serve`), never an embedder of the app.
+    """
     owned_observers: list[Any] = []
     if service is None:
         owned_observers = [MetricsObserver(), *telemetry_observers(config)]
@@ -117,7 +125,8 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await service.start()
-        settle_heap()
+        if settle:
+            settle_heap()
         try:
             async with AsyncExitStack() as stack:
                 if mcp_lifespan is not None:

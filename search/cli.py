@@ -80,7 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers: must be at least 1")
     if args.workers == 1:
-        uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+        uvicorn.run(create_app(config, settle=True), host=host, port=port, log_level="info", access_log=False)
         return EXIT_OK
     if args.config:
         os.environ["SEARCH_CONFIG"] = str(Path(args.config).resolve())
