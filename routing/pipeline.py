@@ -65,6 +65,8 @@ class PartResult:
             "items": self.items,
             "route": self.route,
         }
+        if self.stage is not None:
+            data["stage"] = self.stage  # the intent step that decided the route
         if self.error is not None:
             data["error"] = self.error
         if self.withheld is not None:
