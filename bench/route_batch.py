@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(tmp) / "queries.txt"
         path.write_text("\n".join(queries) + "\n", encoding="utf-8")
         # one alone first, then the batch, then one alone again: the load figure is their mean
-        alone_a, _ = run_cli(["route", queries[0], "--json", "--config", args.config])
+        alone_a, _ = run_cli(["route", queries[0], "--json", "--local", "--config", args.config])
         batch_s, out = run_cli(["route", "--input", str(path), "--config", args.config])
-        alone_b, _ = run_cli(["route", queries[0], "--json", "--config", args.config])
+        alone_b, _ = run_cli(["route", queries[0], "--json", "--local", "--config", args.config])
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
     if len(lines) != len(queries):
         raise SystemExit(f"expected {len(queries)} plans, got {len(lines)}")
