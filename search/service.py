@@ -222,7 +222,8 @@ class Service:
         return result
 
     async def _route(
-        self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False
+        self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False,
+        explain: bool = False,
     ) -> tuple[int, dict[str, str] | None, list[PartResult]]:
         """Run the router under the request deadline; (status, error, results).
 
@@ -257,7 +258,10 @@ class Service:
                 status_code = 502
                 error = {
                     "type": "all_parts_failed",
-                    "message": "every part of the query failed; see the explanation",
+                    "message": "every part of the query failed; " + (
+                        "see the explanation" if explain
+                        else "ask again with explain: true to see the chain"
+                    ),
                 }
         if error is not None:
             record("error", query=query, error_type=error["type"], message=error["message"])
@@ -281,7 +285,7 @@ class Service:
         try:
             with route_log(self.config.routing.max_events, self.recorder) as chain_log:
                 status_code, error, results = await self._route(
-                    query, dry_run, session_id, read_only)
+                    query, dry_run, session_id, read_only, explain)
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events
