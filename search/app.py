@@ -25,6 +25,7 @@ from routing.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.config import Config
+from search.health import HealthCache
 from search.json_codec import FastJSONResponse
 from search.mcp_server import build_mcp_server, http_endpoint
 from search.metrics import MetricsObserver, metrics_route
@@ -122,6 +123,8 @@ def create_app(
         # SSE stream; an open GET stream here would never send anything nor end).
         mcp_routes.append(Route("/mcp", mcp_app, methods=["POST", "DELETE"]))
 
+    health = HealthCache(service.sources, config.sources)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await service.start()
@@ -133,6 +136,7 @@ def create_app(
                     await stack.enter_async_context(mcp_lifespan())
                 yield
         finally:
+            await health.aclose()
             await service.aclose()
             for observer in owned_observers:
                 shutdown = getattr(observer, "shutdown", None)
@@ -170,7 +174,8 @@ def create_app(
                 "status": "ok",
                 "version": __version__,
                 "pid": os.getpid(),  # which worker answered, under `serve --workers N`
-                "sources": {name: e.enabled for name, e in config.sources.items()},
+                # type, enabled, reachable, version (checked at most every few seconds)
+                "sources": await health.snapshot(),
             }
         )
 

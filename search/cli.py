@@ -59,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("--config")
     COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
 
+    doctor = commands.add_parser(
+        "doctor", help="check each configured source and the LLM: reachable, version, auth"
+    )
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
+    doctor.add_argument("--config")
+
     mcp = commands.add_parser("mcp", help="serve the MCP tools over stdio (for MCP clients)")
     mcp.add_argument("--config")
     return parser
@@ -274,6 +280,30 @@ def _route_locally(config: Config, args: argparse.Namespace, queries: list[str])
     return asyncio.run(run())
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from search.doctor import diagnose, table
+    from search.scrub import Scrubber
+    from search.terminal import escape_controls
+
+    config = _load(args.config)
+    findings = asyncio.run(diagnose(config))
+    scrubber = Scrubber.from_config(config)
+    for finding in findings:
+        finding.detail = scrubber.text(finding.detail)
+    if args.json:
+        say(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False),
+            json_text=True)
+    else:
+        rows = [tuple(escape_controls(cell) for cell in row) for row in table(findings)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            say("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        for finding in findings:
+            if finding.detail:
+                say(f"{finding.name}: {escape_controls(finding.detail)}")
+    return EXIT_FAILED if any(f.down for f in findings if f.name in config.sources) else EXIT_OK
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     from search.mcp_server import run_stdio
 
@@ -282,7 +312,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 # Commands that always load the model; `query` and `route` do only when run in-process.
 MODEL_COMMANDS = frozenset({"serve", "mcp", "replay"})
-COMMANDS = {"serve": cmd_serve, "query": cmd_query, "route": cmd_route, "mcp": cmd_mcp}
+COMMANDS = {
+    "serve": cmd_serve, "query": cmd_query, "route": cmd_route, "doctor": cmd_doctor,
+    "mcp": cmd_mcp,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -119,10 +119,9 @@ class Source(ABC):
 
     kind: ClassVar[str] = "source"
 
-    def __init__(self, name: str, timeout_s: float = 5.0, description: str = "") -> None:
+    def __init__(self, name: str, timeout_s: float = 5.0) -> None:
         self.name = name
         self.timeout_s = timeout_s
-        self.description = description
 
     @abstractmethod
     async def search(self, query: str) -> list[Item]:
@@ -143,7 +142,12 @@ class Source(ABC):
         """Release what `start` opened. Called once on shutdown."""
 
     async def info(self) -> dict[str, Any]:
-        """Facts for `/healthz` (version, book count...). Must not contain secrets."""
+        """Facts for `/healthz` and `search doctor`: at least `type`; `version` when the
+        service reports one; `error` (a `SourceError.reason`) when asking it failed.
+
+        Cheap (one small request at most) and never raises for a source that is down.
+        Must not contain secrets: it is served to anyone who can reach `/healthz`.
+        """
         return {"type": self.kind}
 
 

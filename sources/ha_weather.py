@@ -202,7 +202,7 @@ class HAWeatherSource(Source):
     kind = "ha_weather"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.url = config.url
         self.entity_id = config.entity_id
         self.max_days = config.max_days

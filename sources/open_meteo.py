@@ -422,7 +422,7 @@ class OpenMeteoSource(Source):
     kind = "open_meteo"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.config = config
         self._client: httpx.AsyncClient | None = None
         self.params: dict[str, str | int | float] = {
