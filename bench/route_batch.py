@@ -6,7 +6,7 @@ The queries are distinct utterances from the eval sets (`../shared/eval/*.jsonl`
 compound, in a fixed order), written to a temporary file. Two runs of the real CLI, side
 by side: the batch, and one query alone (the same start-up and model load with nothing to
 route), so the report separates what loading costs from what routing 1,000 queries costs.
-Target (issue 3): the batch in under 60 s including model load.
+Target: the batch in under 60 s including model load.
 """
 
 from __future__ import annotations

@@ -44,9 +44,9 @@ def settle_heap() -> None:
     """Move everything built at start-up (modules, config, rule indexes, the model) out of
     the garbage collector's sight.
 
-    A full collection walks every tracked object; with start-up's hundred thousand of them
-    it paused the event loop for over 100 ms, and queued traces that live past a young
-    collection make full collections come often. Frozen objects are never collected,
+    A full collection walks every tracked object, so with start-up's hundred thousand of
+    them each one pauses the event loop in proportion; and queued traces that live past a
+    young collection make full collections come often. Frozen objects are never collected,
     which is what start-up state wants anyway.
     """
     gc.collect()
