@@ -10,7 +10,6 @@ rounds alternate which side runs first. Target: under a second when the server a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import subprocess

@@ -14,6 +14,7 @@ longer than `wait_s`) and only the four public fields: no URL, path or credentia
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,10 +63,8 @@ async def tcp_reachable(url: str, timeout_s: float) -> bool:
     except (OSError, TimeoutError):
         return False
     writer.close()
-    try:
+    with contextlib.suppress(OSError):  # the peer hung up first: it was there all the same
         await writer.wait_closed()
-    except OSError:
-        pass
     return True
 
 
@@ -159,7 +158,5 @@ class HealthCache:
     async def aclose(self) -> None:
         if self._refresh is not None and not self._refresh.done():
             self._refresh.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # shutting down
                 await self._refresh
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
-                pass

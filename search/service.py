@@ -36,10 +36,7 @@ log = logging.getLogger("search")
 
 def decode_items(data: Any) -> list[Item]:
     """Items back from the JSON the result cache keeps in Redis."""
-    return [
-        Item(str(d["title"]), str(d["text"]), None if d.get("url") is None else str(d["url"]))
-        for d in data
-    ]
+    return [Item.from_dict(d) for d in data]
 
 
 @dataclass(slots=True)

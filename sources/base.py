@@ -13,6 +13,7 @@ control gate calls `act`, so there is one place that decides whether a command r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -29,6 +30,12 @@ class Item:
         if self.url is None:
             return {"title": self.title, "text": self.text}
         return {"title": self.title, "text": self.text, "url": self.url}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Item:
+        """An item back from its `to_dict` form (the shared result cache, a stored capture)."""
+        url = data.get("url")
+        return cls(str(data["title"]), str(data["text"]), None if url is None else str(url))
 
 
 class SourceError(Exception):

@@ -37,7 +37,7 @@ def probe(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, list
     """(exit status, stdout, heavy modules imported, stderr) of one CLI command."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}, timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}, timeout=120, check=False,
     )
     report = json.loads(done.stderr.strip().splitlines()[-1])
     return report["exit"], done.stdout, report["heavy"], done.stderr
