@@ -51,7 +51,7 @@ SOURCES = ("forecast", "ha", "kiwix", "web")
 LABELS = (*SOURCES, "none")
 HALVES = ("tune", "holdout")
 
-# Targets without an LLM (issue 3).
+# Targets without an LLM.
 SINGLE_TARGET = 0.95
 COMPOUND_TARGET = 0.90
 NONE_CONFIDENT_MAX = 0.10

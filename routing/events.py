@@ -178,6 +178,12 @@ def current_part() -> str:
     return _part.get()
 
 
+def part_key(path: str) -> tuple[int, ...]:
+    """'1.10' after '1.2': part paths in numeric order, parents before their children;
+    the request ('') first."""
+    return tuple(int(p) if p.isdigit() else 0 for p in path.split(".")) if path else ()
+
+
 class route_log:  # noqa: N801 - used as a function: `with route_log() as log:`
     """Scope a fresh log to the enclosed request. Open it before any fan-out.
 

@@ -68,6 +68,8 @@ class PartResult:
             "items": self.items,
             "route": self.route,
         }
+        if self.stage is not None:
+            data["stage"] = self.stage  # the intent step that decided the route
         if self.error is not None:
             data["error"] = self.error
         if self.rewritten is not None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from routing.control import REASON_WORDS
+from routing.events import part_key
 
 # How a failure reason reads after the source's name.
 _FAILURES = {
@@ -40,11 +41,6 @@ _STRUCTURAL = frozenset(
         "status_code", "item_count", "type", "reasons", "operation", "rule",
     }
 )
-
-
-def part_key(path: str) -> tuple[int, ...]:
-    """'1.10' after '1.2': part paths in numeric order; the request ('') first."""
-    return tuple(int(p) if p.isdigit() else 0 for p in path.split(".")) if path else ()
 
 
 def _ms(value: Any) -> str:

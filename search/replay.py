@@ -88,7 +88,7 @@ class ReplaySource(Source):
     """
 
     def __init__(self, inner: Source, holder: BookHolder) -> None:
-        super().__init__(inner.name, inner.timeout_s, inner.description)
+        super().__init__(inner.name, inner.timeout_s)
         self.inner = inner
         self.kind = inner.kind  # type: ignore[misc]
         self.allow_control = bool(getattr(inner, "allow_control", False))
@@ -109,7 +109,7 @@ class ReplaySource(Source):
         book.log.append(Answered(self.name, query, "capture"))
         if "error" in entry:
             raise _replayed_error(entry["error"])
-        return [Item(i["title"], i["text"], i.get("url")) for i in entry.get("items", [])]
+        return [Item.from_dict(i) for i in entry.get("items", [])]
 
     async def _ensure_started(self) -> None:
         async with self._start_lock:
@@ -442,7 +442,7 @@ class Replayer:
         if turns:
             await self._rebuild_session(str(original["session_id"]), turns)
         for entry in book.cached:  # answers the original got from the result cache
-            items = [Item(i["title"], i["text"], i.get("url")) for i in entry.get("items", [])]
+            items = [Item.from_dict(i) for i in entry.get("items", [])]
             self.service.result_cache.set(
                 (str(entry["source"]), normalise(str(entry["query"]))), items
             )

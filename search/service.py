@@ -36,10 +36,7 @@ log = logging.getLogger("search")
 
 def decode_items(data: Any) -> list[Item]:
     """Items back from the JSON the result cache keeps in Redis."""
-    return [
-        Item(str(d["title"]), str(d["text"]), None if d.get("url") is None else str(d["url"]))
-        for d in data
-    ]
+    return [Item.from_dict(d) for d in data]
 
 
 @dataclass(slots=True)
@@ -222,7 +219,8 @@ class Service:
         return result
 
     async def _route(
-        self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False
+        self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False,
+        explain: bool = False,
     ) -> tuple[int, dict[str, str] | None, list[PartResult]]:
         """Run the router under the request deadline; (status, error, results).
 
@@ -257,7 +255,10 @@ class Service:
                 status_code = 502
                 error = {
                     "type": "all_parts_failed",
-                    "message": "every part of the query failed; see the explanation",
+                    "message": "every part of the query failed; " + (
+                        "see the explanation" if explain
+                        else "ask again with explain: true to see the chain"
+                    ),
                 }
         if error is not None:
             record("error", query=query, error_type=error["type"], message=error["message"])
@@ -281,7 +282,7 @@ class Service:
         try:
             with route_log(self.config.routing.max_events, self.recorder) as chain_log:
                 status_code, error, results = await self._route(
-                    query, dry_run, session_id, read_only)
+                    query, dry_run, session_id, read_only, explain)
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events

@@ -68,7 +68,7 @@ CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) WHERE session_id
 CREATE INDEX IF NOT EXISTS traces_replay_of ON traces(replay_of) WHERE replay_of IS NOT NULL;
 """
 # No index on started_at: every index costs each insert, and rows arrive in time order,
-# so "older than" is "before the first young row" in id order (see `_prune`), and a time
+# so "older than" is "before the first young row" in id order (see `prune`), and a time
 # filter scans at most `max_traces` rows.
 COLUMNS = (
     "trace_id", "started_at", "query", "status_code", "duration_ms", "failed", "fallback",

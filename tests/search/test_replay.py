@@ -20,6 +20,7 @@ from search.config import TraceConfig, load_config
 from search.replay import CaptureBook, ReplaySource, compare
 from search.service import Service
 from search.trace_store import SQLiteTraceStore, TraceFilter
+from tests.support.app import free_port
 from tests.support.scripted import ScriptedSource
 
 KEYWORDS = {"ha": ["lights"], "web": ["news"]}
@@ -33,6 +34,7 @@ SOURCES: dict[str, dict[str, Any]] = {
 def write_config(path: Path, db: Path, *, keywords: dict[str, list[str]] | None = None,
                  sources: dict[str, dict[str, Any]] | None = None, **trace: Any) -> Path:
     data = {
+        "server": {"port": free_port()},  # nothing listens there: the CLI runs in-process
         "routing": {"default_source": "kiwix", "keywords": keywords or KEYWORDS,
                     "shipped_routes": False, "semantic": {"enabled": False}},
         "sources": {n: {"type": "scripted", **e} for n, e in (sources or SOURCES).items()},

@@ -35,7 +35,7 @@ class ScriptedSource(ActingSource):
     kind = "scripted"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.config = config
         self.allow_control = config.allow_control
         self.calls = 0
