@@ -223,13 +223,15 @@ class Router:
         asked = text
         if sessions is not None and shared.session_id:
             asked = await sessions.follow_up(text, shared.session_id, self.claims)
-        result = await self._run_asked(asked, shared, conditional=conditional)
+        result = await self._run_asked(asked, shared, conditional=conditional,
+                                       rewritten=asked != text)
         if asked != text:
             result.query, result.rewritten = text, asked
         return result
 
     async def _run_asked(
-        self, text: str, shared: ResolveContext, *, conditional: bool = False
+        self, text: str, shared: ResolveContext, *, conditional: bool = False,
+        rewritten: bool = False,
     ) -> PartResult:
         # Stages note things on the context, and parts run concurrently: one per part.
         context = ResolveContext(session_id=shared.session_id, dry_run=shared.dry_run,
@@ -240,7 +242,8 @@ class Router:
                 return PartResult(text, None, "unserved", stage=decision.stage)
             circumstances = Circumstances(dry_run=context.dry_run, conditional=conditional,
                                           confident=decision.confident,
-                                          read_only=context.read_only)
+                                          read_only=context.read_only,
+                                          rewritten=rewritten)
             if context.dry_run:
                 record("planned", query=text, route=decision.route, stage=decision.stage)
                 self.dispatcher.withhold_plan(decision.route, text, circumstances)

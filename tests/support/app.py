@@ -35,7 +35,7 @@ CONTRACT_FIELDS: dict[str, set[str]] = {
     "control_withheld": {"query", "source", "reason"},
 }
 WITHHELD_REASONS = {"not_allowed", "dry_run", "replay", "conditional", "deferred",
-                    "low_confidence", "read_only"}
+                    "low_confidence", "read_only", "rewritten"}
 
 
 def assert_contract_event(event: dict[str, Any]) -> None:
