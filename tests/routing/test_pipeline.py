@@ -30,6 +30,8 @@ def service(sources: dict[str, dict[str, Any]], keywords: dict[str, list[str]],
 class CountingResolver:
     """Routes by the first word; counts every resolve, and fails on the word 'boom'."""
 
+    sessions = None  # no conversation memory: no follow-up rewriting
+
     def __init__(self, routes: dict[str, str | None]) -> None:
         self.routes = routes
         self.calls: list[str] = []
