@@ -35,6 +35,7 @@ import numpy as np
 from routing.decision_cache import DecisionCache
 from routing.events import record, run_in_thread
 from routing.intents import Decision, ResolveContext
+from routing.keyword import KeywordRules
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
 
@@ -257,6 +258,22 @@ class SemanticStage:
         vector = await run_in_thread(self.embedder.encode_one, query)
         context.embedding = vector
         return self.judge(query, vector, context)
+
+    def labels(self, rules: KeywordRules | None = None) -> list[str]:
+        """What the confidence ranks: routes with exemplars or rules, and `none` if it has
+        either (a config without `none` data cannot say "no source serves this")."""
+        found = list(self.index.labels) if self.index is not None else []
+        if rules is not None:
+            found += [r for r in rules.routes if r in self.routes or r == NONE]
+        return list(dict.fromkeys(found))
+
+    def similarities(self, vector: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
+        """Per label: its nearest exemplar's cosine similarity, and the classifier's
+        probability (empty without a classifier)."""
+        assert self.index is not None
+        similarity = {label: score for label, _, score in self.index.best_per_label(vector)}
+        probability = self.classifier.probabilities(vector) if self.classifier else {}
+        return similarity, probability
 
     def candidates(self, vector: np.ndarray) -> tuple[list[Candidate], Candidate | None]:
         """Exemplar candidates (one per label, best first) and the nearest learned decision."""

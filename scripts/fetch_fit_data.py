@@ -9,10 +9,14 @@ from and regenerates them.
   (SLURP's text comes from HWU64). Rows whose text equals an evaluation text are dropped.
 - ../shared/eval's single-intent files (SLURP devel and home-assistant/intents tests, both
   CC BY 4.0), copied as they are, so the repository holds every row a fit uses.
+- SNIPS (sonos/nlu-benchmark, 2017-06-custom-intent-engines, CC0): the train_*.json files
+  only (the validate_*.json files are that benchmark's test set), mapped as ../shared/eval
+  maps SNIPS intents.
 - OpenTriviaQA (uberspot/OpenTriviaQA, CC BY-SA 4.0): encyclopedic quiz questions that end
   in "?" and are short enough to be asked aloud, labelled kiwix.
 
     python scripts/fetch_fit_data.py [--git-dir-hwu DIR] [--git-dir-trivia DIR]
+        [--git-dir-snips DIR]
 
 The evaluation directory is ../shared/eval or $ROUTING_EVAL_DIR. Without a git dir it reads raw.githubusercontent.com (10 s timeout per file).
 """
@@ -36,6 +40,9 @@ HWU_REPO = "xliuhw/NLU-Evaluation-Data"
 HWU_DIR = ("CrossValidation/autoGeneFromRealAnno/autoGene_2018_03_22-13_01_25_169/"
            "CrossValidation/KFold_1/trainset")
 EVAL_DIR = Path(os.environ.get("ROUTING_EVAL_DIR", ROOT / "../shared/eval"))
+SNIPS_REPO = "sonos/nlu-benchmark"
+SNIPS_ROUTES = {"GetWeather": "forecast", "SearchScreeningEvent": "web", "PlayMusic": "none",
+                "AddToPlaylist": "none", "RateBook": "none", "BookRestaurant": "none"}
 TRIVIA_REPO = "uberspot/OpenTriviaQA"
 TRIVIA_CATEGORIES = ("animals", "geography", "history", "humanities", "literature", "people",
                      "religion-faith", "science-technology", "world", "general")
@@ -98,6 +105,20 @@ def hwu64(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
     return rows
 
 
+def snips(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
+    read = reader(SNIPS_REPO, git_dir)
+    rows: list[dict[str, str]] = []
+    for intent, route in sorted(SNIPS_ROUTES.items()):
+        path = f"2017-06-custom-intent-engines/{intent}/train_{intent}.json"
+        found = json.loads(read(path))[intent]
+        texts = sorted({"".join(chunk["text"] for chunk in r["data"]).strip() for r in found})
+        texts = [t for t in texts if t.lower() not in exclude]
+        random.Random(intent).shuffle(texts)
+        rows += [{"text": t, "route": route, "origin": f"snips:{intent}"}
+                 for t in texts[:PER_INTENT] if t]
+    return rows
+
+
 def trivia(git_dir: str | None) -> list[dict[str, str]]:
     read = reader(TRIVIA_REPO, git_dir)
     questions: list[str] = []
@@ -134,9 +155,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--git-dir-hwu", default=None)
     parser.add_argument("--git-dir-trivia", default=None)
+    parser.add_argument("--git-dir-snips", default=None)
     args = parser.parse_args()
     write("hwu64.jsonl", hwu64(args.git_dir_hwu, eval_texts()))
     write("opentriviaqa.jsonl", trivia(args.git_dir_trivia))
+    write("snips.jsonl", snips(args.git_dir_snips, eval_texts()))
     for name in ("slurp_devel.jsonl", "ha_intents_tests.jsonl"):
         write(name, shared_eval(name))
 
