@@ -1,6 +1,8 @@
 """Builds the intent resolver from config: the stages, in order, and the default route.
 
-keyword -> decision cache -> semantic -> LLM -> session -> default. The semantic stage is
+keyword -> decision cache -> semantic -> LLM -> session -> default. The keyword and
+semantic stages decide by the calibrated confidence of routing/confidence.py against
+`routing.min_confidence` (default: what `search fit` measured). The semantic stage is
 built only when enabled and the LLM stage only when `routing.llm.base_url` is set (else
 the default's reason is `llm_unconfigured`). Each route's rules and exemplars are the
 shipped ones with the user's overrides merged in (routing/route_data.py). Nothing heavy
@@ -57,7 +59,17 @@ def semantic_stage(
         threads=config.routing.semantic.threads if threads is None else threads,
         exemplars={name: list(r.exemplars) for name, r in data.items()},
         thresholds={name: r.threshold for name, r in data.items() if r.threshold is not None},
+        min_confidence=config.routing.min_confidence,
     )
+
+
+def confidence_labels(config: Config, data: dict[str, Route]) -> list[str]:
+    """What the calibrated confidence ranks: each configured route with rules (or, with the
+    semantic stage, exemplars), and `none` when it has either."""
+    names = set(config.sources) | set(config.routing.fusion) | {NONE}
+    semantic = config.routing.semantic.enabled
+    return [name for name, r in data.items()
+            if name in names and (r.keywords or (semantic and r.exemplars))]
 
 
 def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
@@ -101,6 +113,8 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
                 list(data[NONE].keywords) if NONE in data else [],
             ),
             escalation=llm,
+            labels=confidence_labels(config, data),
+            min_confidence=routing.min_confidence,
         ),
         DecisionCacheStage(decision_cache),
     ]
