@@ -158,5 +158,9 @@ def load_model(path: str | None = None) -> ConfidenceModel:
 
 
 def declined(stage: str, ranked: Ranked, threshold: float) -> str:
-    """What a declining stage says: "semantic 0.41 < 0.55"."""
-    return f"{stage} {ranked.confidence:.2f} < {threshold:.2f}"
+    """What a declining stage says: "semantic 0.41 < 0.55" (more digits where two would
+    read as equal: "semantic 0.9996 < 1.0000")."""
+    digits = 2
+    while digits < 6 and round(ranked.confidence, digits) >= round(threshold, digits):
+        digits += 1
+    return f"{stage} {ranked.confidence:.{digits}f} < {threshold:.{digits}f}"
