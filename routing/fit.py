@@ -242,6 +242,11 @@ async def fit(
 ) -> tuple[ConfidenceModel, dict[str, Any]]:
     """Fit on the shipped rows (or `rows`) plus `extra`; the model and its held-out report."""
     examples = await describe(config, [*(shipped_rows() if rows is None else rows), *extra])
+    return fit_described(examples)
+
+
+def fit_described(examples: Examples) -> tuple[ConfidenceModel, dict[str, Any]]:
+    """`fit` on rows already described (a benchmark leaves corpora out of one description)."""
     held = leave_one_corpus_out(examples)
     threshold, sweep = choose_threshold(examples, held)
     report = summarise(examples, held, threshold)

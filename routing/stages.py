@@ -12,6 +12,7 @@ building a Service stay quick.
 
 from __future__ import annotations
 
+from routing.confidence import load_model
 from routing.decision_cache import DecisionCache, DecisionCacheStage
 from routing.intents import IntentStage, KeywordStage, Resolver
 from routing.keyword import KeywordRules
@@ -60,6 +61,7 @@ def semantic_stage(
         exemplars={name: list(r.exemplars) for name, r in data.items()},
         thresholds={name: r.threshold for name, r in data.items() if r.threshold is not None},
         min_confidence=config.routing.min_confidence,
+        model=load_model(config.routing.confidence_path),
     )
 
 
@@ -115,6 +117,7 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
             escalation=llm,
             labels=confidence_labels(config, data),
             min_confidence=routing.min_confidence,
+            model=load_model(routing.confidence_path),
         ),
         DecisionCacheStage(decision_cache),
     ]

@@ -101,6 +101,11 @@ class RoutingConfig(Strict):
     request_deadline_s: float = Field(default=15.0, gt=0, le=600)
     max_events: int = Field(default=1000, ge=10, le=1_000_000)
     keyword_threshold: float = Field(default=85.0, ge=50, le=100)
+    confidence_path: str | None = Field(
+        default=None,
+        description="A fitted confidence artefact (`search fit --output`); default: the "
+        "shipped routing/fitted/confidence.json.",
+    )
     min_confidence: float | None = Field(
         default=None, ge=0, le=1,
         description="Below this calibrated confidence a stage declines (the LLM, if any, "
