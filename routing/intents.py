@@ -12,7 +12,7 @@ escalated to the LLM when one is configured (`discourse_escalated` on both event
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -170,7 +170,12 @@ class Resolver:
         *,
         sessions: SessionStore | None = None,
         fallback_reason: str = "no_match",
+        min_confidence: float | None = None,
     ) -> None:
+        """`min_confidence`: a decision below it is not `confident` (the control gate then
+        withholds a command); default: the fitted artefact's."""
+        self.min_confidence = (load_model().min_confidence if min_confidence is None
+                               else min_confidence)
         self.stages = stages
         self.default_route = default_route
         self.sessions = sessions
@@ -225,6 +230,9 @@ class Resolver:
                 break  # a stage found that no source serves this: the default says so
             decision = await stage.decide(query, context)
             if decision is not None:
+                if decision.confidence is not None and decision.confidence < self.min_confidence:
+                    # An LLM's or a session's fixed confidence under a stricter threshold.
+                    decision = replace(decision, confident=False)
                 if self.sessions is not None:
                     self.sessions.remember(context.session_id, query, decision)
                 return decision

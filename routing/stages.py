@@ -131,4 +131,6 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
         routing.default_source,
         sessions=sessions,
         fallback_reason="no_match" if llm is not None else "llm_unconfigured",
+        min_confidence=(load_model(routing.confidence_path).min_confidence
+                        if routing.min_confidence is None else routing.min_confidence),
     )

@@ -137,3 +137,27 @@ def test_the_artefact_is_a_probability_over_any_routes() -> None:
     assert abs(sum(p for _, p in ranked.routes) - 1.0) < 1e-9
     again = ConfidenceModel.from_json(model.to_json())
     assert np.allclose(again.full_weights, model.full_weights)
+
+
+async def test_the_control_gate_follows_the_same_scale() -> None:
+    """An LLM's answer (a fixed 0.7) under a stricter min_confidence decides the route but
+    is not confident: the command it would run is withheld, reason low_confidence."""
+    with ChatServer(reply='{"source": "ha"}') as server:
+        for threshold, reason in ((0.8, "low_confidence"), (0.6, None)):
+            service = Service(scripted_config(
+                {"ha": {"control_prefix": "unlockx", "allow_control": True}, "web": {}},
+                keywords={}, min_confidence=threshold,
+                llm={"base_url": server.base_url, "model": "m", "timeout_s": 2}))
+            await service.start(sources=False)
+            try:
+                outcome = await service.search("unlockx the shed", explain=True)
+            finally:
+                await service.aclose()
+            steps = [e["step"] for e in outcome.chain]
+            assert "intent_llm" in steps
+            withheld = [e["reason"] for e in outcome.chain if e["step"] == "control_withheld"]
+            acted = service.sources["ha"].acted  # type: ignore[attr-defined]
+            if reason is None:
+                assert withheld == [] and len(acted) == 1
+            else:
+                assert withheld == [reason] and acted == []
