@@ -18,6 +18,7 @@ source" the way the pipeline ends it. The artefact is fitted on everything.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -146,7 +147,7 @@ def calibration_error(confidence: np.ndarray, correct: np.ndarray) -> float:
     """Expected calibration error of the top choice, over equal-width bins."""
     edges = np.linspace(0.0, 1.0, BINS + 1)
     total = 0.0
-    for low, high in zip(edges[:-1], edges[1:], strict=True):
+    for low, high in itertools.pairwise(edges):
         inside = (confidence > low) & (confidence <= high)
         if inside.any():
             total += inside.sum() * abs(confidence[inside].mean() - correct[inside].mean())
@@ -221,7 +222,7 @@ def summarise(examples: Examples, held: HeldOut, threshold: float) -> dict[str, 
     kw_top = held.kw.max(axis=1)[matched]
     kw_right = (held.kw.argmax(axis=1) == examples.target)[matched]
     return {
-        "rows": int(len(examples.target)),
+        "rows": len(examples.target),
         "min_confidence": threshold,
         "accuracy_per_corpus": {c: round(float((routed == examples.target)[corpora == c].mean()), 4)
                                 for c in sorted(set(examples.corpus))},
@@ -271,8 +272,8 @@ def render(model: ConfidenceModel, report: dict[str, Any]) -> str:
     labels = list(report["confusion"])
     cols = sorted({c for row in report["confusion"].values() for c in row})
     lines = [f"fitted on {report['rows']} utterances; figures leave each corpus out",
-             f"min_confidence {report['min_confidence']:.2f} (best held-out accuracy with at "
-             f"most {NONE_ROUTED_MAX:.0%} of unserved requests routed)",
+             (f"min_confidence {report['min_confidence']:.2f} (best held-out accuracy with at "
+              f"most {NONE_ROUTED_MAX:.0%} of unserved requests routed)"),
              "threshold sweep: " + ", ".join(
                  f"{t} acc {v['accuracy']:.3f} none-routed {v['none_routed']:.3f}"
                  for t, v in report["threshold_sweep"].items()),
