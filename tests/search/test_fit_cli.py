@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "search", "fit", *args], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=300)
+                          text=True, cwd=ROOT, env=env, timeout=300, check=False)
 
 
 def test_fit_reports_held_out_figures_and_writes_a_usable_artefact(tmp_path: Path) -> None:
