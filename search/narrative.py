@@ -37,7 +37,8 @@ _STRUCTURAL = frozenset(
         "step", "seq", "t_ms", "part", "decision", "source", "sources", "from_source",
         "to_source", "outcome", "result_count", "elapsed_ms", "reason", "error_type",
         "similarity", "discourse_escalated", "route", "stage", "method", "status",
-        "status_code", "item_count", "type", "reasons", "operation",
+        "status_code", "item_count", "type", "reasons", "operation", "confidence",
+        "declined",
     }
 )
 
@@ -172,6 +173,8 @@ def _no_decision(event: dict[str, Any], with_text: bool) -> str:
         return "no configured source serves this, so none was asked"
     if outcome in ("unserved", "no_source"):
         return f"{stage} found no source that serves it"
+    if event.get("declined"):  # "semantic 0.41 < 0.55": its confidence was below the bar
+        return f"{stage} declined (confidence {str(event['declined']).split(' ', 1)[-1]})"
     similarity = event.get("similarity")
     text = f"{stage} did not decide ({outcome or 'no match'}"
     if isinstance(similarity, (int, float)):

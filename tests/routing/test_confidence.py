@@ -161,3 +161,12 @@ async def test_the_control_gate_follows_the_same_scale() -> None:
                 assert withheld == [] and len(acted) == 1
             else:
                 assert withheld == [reason] and acted == []
+
+
+async def test_the_narrative_says_a_stage_declined(service: Service) -> None:
+    from search.narrative import narrative
+
+    outcome = await route(service, "blorp zibble quux")
+    [line] = [ln for ln in narrative(outcome.chain) if ln.startswith("part 0")]
+    assert "the semantic stage declined (confidence 0." in line
+    assert "went to kiwix by default (low_confidence)" in line
