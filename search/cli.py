@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, load_config
-from search.fit_cli import add_fit_command
 from search.trace_cli import add_commands as add_trace_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -48,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("--json", action="store_true", help="print JSON")
     route.add_argument("--config")
     COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
+    from search.fit_cli import add_fit_command
+
     COMMANDS.update(add_fit_command(commands))  # fit
 
     mcp = commands.add_parser("mcp", help="serve the MCP tools over stdio (for MCP clients)")
