@@ -37,10 +37,11 @@ _STRUCTURAL = frozenset(
         "step", "seq", "t_ms", "part", "decision", "source", "sources", "from_source",
         "to_source", "outcome", "result_count", "elapsed_ms", "reason", "error_type",
         "similarity", "discourse_escalated", "route", "stage", "method", "status",
-        "status_code", "item_count", "type", "reasons", "operation", "confidence",
-        "declined",
+        "status_code", "item_count", "type", "reasons", "operation",
     }
 )
+# A stage's calibrated confidence and why it declined are numbers, never query text.
+_STRUCTURAL = _STRUCTURAL | {"confidence", "declined"}
 
 
 def part_key(path: str) -> tuple[int, ...]:
