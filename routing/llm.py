@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from routing.confidence import LLM_CONFIDENCE, single
 from routing.events import record
 from routing.intents import Decision, ResolveContext
 from routing.llm_format import Form, FormMemory, answer_schema, is_form_refusal, response_format
@@ -328,17 +329,19 @@ class LLMStage:
             return None
         if answer.route is None:
             record("intent_llm", query=query, decision=None, discourse_escalated=escalated,
-                   matched=False, outcome="no_source", **fields)
+                   matched=False, outcome="no_source", confidence=LLM_CONFIDENCE,
+                   candidates=single("none", LLM_CONFIDENCE).candidates(), **fields)
         else:
             record("intent_llm", query=query, decision=answer.route,
-                   discourse_escalated=escalated, matched=True, **fields)
+                   discourse_escalated=escalated, matched=True, confidence=LLM_CONFIDENCE,
+                   candidates=single(answer.route, LLM_CONFIDENCE).candidates(), **fields)
         return answer
 
     async def _remember(self, query: str, route: str, context: ResolveContext) -> None:
         if context.discourse is not None:
             return  # the decision depends on the conversation, not just the words
         if self.decision_cache is not None:
-            self.decision_cache.put(query, route, self.name)
+            self.decision_cache.put(query, route, self.name, LLM_CONFIDENCE)
         if self.learned is not None:
             vector = context.embedding
             if vector is None and self.semantic is not None:
@@ -357,7 +360,7 @@ class LLMStage:
             context.default_reason = "no_match"
             return None
         await self._remember(query, answer.route, context)
-        return Decision(answer.route, self.name)
+        return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)
 
     async def escalate(
         self, query: str, context: ResolveContext, keyword_route: str
@@ -366,4 +369,4 @@ class LLMStage:
         answer = await self._consult(query, context, escalated=True)
         if answer is None or answer.route is None:
             return None  # the keyword's decision stands
-        return Decision(answer.route, self.name)
+        return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from routing.confidence import LLM_CONFIDENCE, single
 from routing.discourse import is_follow_up
 from routing.events import record
 from routing.followup import rewrite, subject
@@ -144,6 +145,11 @@ class SessionStore:
         return len(self._turns)
 
 
+# A follow-up goes where the previous turn went: not measured (no labelled conversations
+# here), so a documented constant, equal to an LLM answer's.
+SESSION_CONFIDENCE = LLM_CONFIDENCE
+
+
 class SessionStage:
     """Routes a follow-up where the session's previous turn went, when nothing else decided."""
 
@@ -164,5 +170,7 @@ class SessionStage:
             decision=turn.route,
             previous_query=turn.query,
             previous_stage=turn.stage,
+            confidence=SESSION_CONFIDENCE,
+            candidates=single(turn.route, SESSION_CONFIDENCE).candidates(),
         )
-        return Decision(turn.route, self.name)
+        return Decision(turn.route, self.name, confidence=SESSION_CONFIDENCE)

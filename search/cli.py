@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     route.add_argument("--config")
     COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
+    from search.fit_cli import add_fit_command
+
+    COMMANDS.update(add_fit_command(commands))  # fit
 
     doctor = commands.add_parser(
         "doctor", help="check each configured source and the LLM: reachable, version, auth"

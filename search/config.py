@@ -141,6 +141,17 @@ class RoutingConfig(Strict):
         description="Parts one query may split into; over it the request is refused (422).",
     )
     keyword_threshold: float = Field(default=85.0, ge=50, le=100)
+    confidence_path: str | None = Field(
+        default=None,
+        description="A fitted confidence artefact (`search fit --output`); default: the "
+        "shipped routing/fitted/confidence.json.",
+    )
+    min_confidence: float | None = Field(
+        default=None, ge=0, le=1,
+        description="Below this calibrated confidence a stage declines (the LLM, if any, "
+        "decides; else the default, reason low_confidence). Default: the value `search fit` "
+        "measured as best (routing/fitted/confidence.json).",
+    )
     shipped_routes: bool = Field(
         default=True,
         description="Start from the package's routes (routing/routes/*.yaml); false: only "

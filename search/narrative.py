@@ -41,6 +41,8 @@ _STRUCTURAL = frozenset(
         "status_code", "item_count", "type", "reasons", "operation", "rule",
     }
 )
+# A stage's calibrated confidence and why it declined are numbers, never query text.
+_STRUCTURAL = _STRUCTURAL | {"confidence", "declined"}
 
 
 def _ms(value: Any) -> str:
@@ -186,6 +188,8 @@ def _no_decision(event: dict[str, Any], with_text: bool) -> str:
         return "no configured source serves this, so none was asked"
     if outcome in ("unserved", "no_source"):
         return f"{stage} found no source that serves it"
+    if event.get("declined"):  # "semantic 0.41 < 0.55": its confidence was below the bar
+        return f"{stage} declined (confidence {str(event['declined']).split(' ', 1)[-1]})"
     similarity = event.get("similarity")
     text = f"{stage} did not decide ({outcome or 'no match'}"
     if isinstance(similarity, (int, float)):

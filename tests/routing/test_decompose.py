@@ -24,8 +24,8 @@ from routing.decompose import decompose, decompose_claimed, is_complete_request
         ("add milk to the list and rate this book five stars",
          ["add milk to the list", "rate this book five stars"]),
         # a wake word opens a new request
-        ("desk lamp one off and olly where is the nearest shop",
-         ["desk lamp one off", "olly where is the nearest shop"]),
+        ("desk lamp one off and alexa where is the nearest shop",
+         ["desk lamp one off", "alexa where is the nearest shop"]),
         # a request's topic can open a clause
         ("book a table for four at the pub, weather in two hours in oslo",
          ["book a table for four at the pub", "weather in two hours in oslo"]),
@@ -109,10 +109,10 @@ def test_single_requests_stay_whole(query: str) -> None:
 
 def test_complete_request_needs_an_opening_and_substance() -> None:
     assert is_complete_request("what is the time")
-    assert is_complete_request("olly dim the lights")
+    assert is_complete_request("alexa dim the lights")
     assert is_complete_request("weather in oslo")
     assert not is_complete_request("weather")
-    assert not is_complete_request("olly please")
+    assert not is_complete_request("alexa please")
     assert not is_complete_request("pepper and salt")
     assert is_complete_request("largest animal")
     assert is_complete_request("ten day forecast")

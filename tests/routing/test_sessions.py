@@ -11,7 +11,7 @@ import yaml
 
 from routing.events import route_log
 from routing.intents import Decision, ResolveContext
-from routing.sessions import SessionStage, SessionStore
+from routing.sessions import SESSION_CONFIDENCE, SessionStage, SessionStore
 from search.config import Config, parse_config
 from search.narrative import narrative
 from search.service import Service
@@ -138,7 +138,7 @@ async def test_stage_records_its_own_event() -> None:
     stage = SessionStage(store)
     with route_log() as log:
         decision = await stage.decide("what about tomorrow", ResolveContext(session_id="s"))
-    assert decision == Decision("forecast", "intent_session")
+    assert decision == Decision("forecast", "intent_session", confidence=SESSION_CONFIDENCE)
     assert [e["step"] for e in log.snapshot()] == ["intent_session"]
 
 
