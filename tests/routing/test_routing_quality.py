@@ -18,7 +18,6 @@ are in the fit) would flatter it. The sources are swapped for the scripted test 
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 from pathlib import Path
 
