@@ -21,6 +21,7 @@ from routing.confidence import single
 from routing.events import record
 from routing.intents import Decision, ResolveContext
 from routing.shared_state import RedisLink, SharedCache
+from routing.steps import Step
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
 
@@ -112,7 +113,7 @@ class DecisionCacheStage:
             return None
         hit = self.cache.get(query)
         if hit is not None:
-            record("intent_cached", query=query, decision=hit.route, origin=hit.origin,
+            record(Step.INTENT_CACHED, query=query, decision=hit.route, origin=hit.origin,
                    **_confidence(hit))
             return Decision(hit.route, self.name, confidence=hit.confidence)
         if self.cache.shared is None:
@@ -121,7 +122,7 @@ class DecisionCacheStage:
         if hit is None:
             return None
         # Decided by another worker or replica.
-        record("intent_cached", query=query, decision=hit.route, origin=hit.origin, tier="shared",
+        record(Step.INTENT_CACHED, query=query, decision=hit.route, origin=hit.origin, tier="shared",
                **_confidence(hit))
         return Decision(hit.route, self.name, confidence=hit.confidence)
 

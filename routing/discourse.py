@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 
-from routing.lexicon import lexicon, phrases as word_phrases
+from routing.lexicon import lexicon
+from routing.lexicon import phrases as word_phrases
 from routing.text import words as split_words
 
 _WORDS = lexicon().discourse  # routing/words.yaml

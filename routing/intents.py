@@ -20,6 +20,7 @@ from routing.confidence import ConfidenceModel, Ranked, declined, load_model
 from routing.discourse import dependency
 from routing.events import record
 from routing.keyword import NONE, KeywordMatch, KeywordRules
+from routing.steps import Step
 
 # Pure functions of the query text, remembered for the questions a household repeats
 # (bounded); the events are recorded per request, where the result is used.
@@ -132,7 +133,7 @@ class KeywordStage:
         matched = list(match.matched)
         if ranked.confidence < self.min_confidence:
             # A tie, or words that point several ways: the semantic stage weighs them too.
-            record("intent_keyword", query=query, decision=None, discourse_escalated=False,
+            record(Step.INTENT_KEYWORD, query=query, decision=None, discourse_escalated=False,
                    matched=matched, outcome="declined",
                    declined=declined("keyword", ranked, self.min_confidence), **shown)
             context.ranked = ranked
@@ -140,7 +141,7 @@ class KeywordStage:
         route = ranked.winner
         if route == NONE:
             # "set an alarm", "add it to my playlist": no source serves it; say so, don't route.
-            record("intent_keyword", query=query, decision=None, discourse_escalated=False,
+            record(Step.INTENT_KEYWORD, query=query, decision=None, discourse_escalated=False,
                    matched=matched, outcome="unserved", **shown)
             context.unserved = True
             context.default_reason = "no_match"
@@ -151,7 +152,7 @@ class KeywordStage:
         fields: dict[str, Any] = {}
         if escalate:
             fields["discourse"] = context.discourse
-        record("intent_keyword", query=query, decision=route, discourse_escalated=escalate,
+        record(Step.INTENT_KEYWORD, query=query, decision=route, discourse_escalated=escalate,
                matched=matched, **shown, **fields)
         if escalate and self.escalation is not None:
             fresh = await self.escalation.escalate(query, context, route)
@@ -245,14 +246,14 @@ class Resolver:
         if context.unserved:
             # A stage judged it something no source serves ("set an alarm"): no source is
             # asked, rather than the default answering with whatever it finds.
-            record("intent_default", query=query, decision=None, reason="unserved",
+            record(Step.INTENT_DEFAULT, query=query, decision=None, reason="unserved",
                    outcome="unserved", **shown, **context.default_fields)
             return Decision(None, "intent_default", confident=False, confidence=confidence)
         # A stage declined: no stage after it (no LLM) was sure either.
         reason = context.default_reason or ("low_confidence" if ranked is not None
                                             else self.default_reason())
         record(
-            "intent_default",
+            Step.INTENT_DEFAULT,
             query=query,
             decision=self.default_route,
             reason=reason,

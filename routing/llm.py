@@ -42,6 +42,7 @@ from routing.confidence import LLM_CONFIDENCE, single
 from routing.events import record
 from routing.intents import Decision, ResolveContext
 from routing.llm_format import Form, FormMemory, answer_schema, is_form_refusal, response_format
+from routing.steps import Step
 
 if TYPE_CHECKING:
     from routing.decision_cache import DecisionCache
@@ -232,7 +233,7 @@ class LLMStage:
                     if (following is None or response.status_code == 200
                             or not is_form_refusal(response.status_code, response.text[:4000])):
                         break
-                    record("llm_format_refused", response_format=form,
+                    record(Step.LLM_FORMAT_REFUSED, response_format=form,
                            status=response.status_code, next=following)
                     form = following
         except (TimeoutError, httpx.TimeoutException):
@@ -282,11 +283,11 @@ class LLMStage:
                 if failure.reason != "llm_unusable":
                     raise  # no answer (timeout, HTTP error): asked again next time
                 # An answer that names no route shows no habit either.
-                record("llm_bias_probe", probe=query, answer=None, detail=failure.detail,
+                record(Step.LLM_BIAS_PROBE, probe=query, answer=None, detail=failure.detail,
                        response_format=failure.form)
                 answered[query] = None
                 continue
-            record("llm_bias_probe", probe=query, answer=answer.route or NONE,
+            record(Step.LLM_BIAS_PROBE, probe=query, answer=answer.route or NONE,
                    response_format=answer.form)
             answered[query] = answer.route
         return frozenset(route for route in answered.values() if route is not None)
@@ -310,7 +311,7 @@ class LLMStage:
                 fields["response_format"] = failure.form
             if self.capture_prompts:
                 fields.update(prompt=messages, raw_answer=failure.raw)
-            record("llm_error", query=query, reason=failure.reason, detail=failure.detail,
+            record(Step.LLM_ERROR, query=query, reason=failure.reason, detail=failure.detail,
                    discourse_escalated=escalated, **fields)
             context.default_reason = failure.reason
             return None
@@ -320,7 +321,7 @@ class LLMStage:
         if self.capture_prompts:
             fields.update(prompt=messages, raw_answer=answer.raw)
         if answer.route is not None and answer.route in habits:
-            record("llm_error", query=query, reason="llm_unusable",
+            record(Step.LLM_ERROR, query=query, reason="llm_unusable",
                    detail=f"the model names {answer.route} even for a query with no "
                    "content: that answer says nothing about this query",
                    discourse_escalated=escalated, answer=answer.route,
@@ -328,11 +329,11 @@ class LLMStage:
             context.default_reason = "llm_unusable"
             return None
         if answer.route is None:
-            record("intent_llm", query=query, decision=None, discourse_escalated=escalated,
+            record(Step.INTENT_LLM, query=query, decision=None, discourse_escalated=escalated,
                    matched=False, outcome="no_source", confidence=LLM_CONFIDENCE,
                    candidates=single("none", LLM_CONFIDENCE).candidates(), **fields)
         else:
-            record("intent_llm", query=query, decision=answer.route,
+            record(Step.INTENT_LLM, query=query, decision=answer.route,
                    discourse_escalated=escalated, matched=True, confidence=LLM_CONFIDENCE,
                    candidates=single(answer.route, LLM_CONFIDENCE).candidates(), **fields)
         return answer

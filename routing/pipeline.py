@@ -23,6 +23,7 @@ from routing.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.dispatch import Answer, Dispatcher
 from routing.events import part_scope, record
 from routing.intents import ResolveContext, Resolver
+from routing.steps import Step
 
 
 class TooManyParts(ValueError):
@@ -147,7 +148,7 @@ class Router:
         units: list[_Unit] = []
         if found is not None:
             record(
-                "conditional_detected",
+                Step.CONDITIONAL_DETECTED,
                 query=query,
                 condition=found.condition,
                 consequence=found.consequence,
@@ -161,7 +162,7 @@ class Router:
             # a split where the grammar saw one request says which routes the rules claimed
             why = {"claimed": [{"part": index, "routes": [before, after]}
                                for index, before, after in claimed]} if claimed else {}
-            record("decomposed", query=query, parts=shown, **why)
+            record(Step.DECOMPOSED, query=query, parts=shown, **why)
         return units
 
     async def run(
@@ -186,7 +187,7 @@ class Router:
                 conditional = _conditional_in(unit.text)
                 if conditional is not None:
                     record(
-                        "conditional_detected",
+                        Step.CONDITIONAL_DETECTED,
                         query=unit.text,
                         condition=conditional.condition,
                         consequence=conditional.consequence,
@@ -245,19 +246,19 @@ class Router:
                                           read_only=context.read_only,
                                           rewritten=rewritten)
             if context.dry_run:
-                record("planned", query=text, route=decision.route, stage=decision.stage)
+                record(Step.PLANNED, query=text, route=decision.route, stage=decision.stage)
                 self.dispatcher.withhold_plan(decision.route, text, circumstances)
                 return PartResult(text, decision.route, "planned", route=decision.route,
                                   stage=decision.stage)
             answer: Answer = await self.dispatcher.answer(decision.route, text, circumstances)
         except Exception as exc:  # noqa: BLE001 - one part's bug must not hide the others
             message = str(exc) or type(exc).__name__
-            record("error", query=text, error_type=type(exc).__name__, message=message)
+            record(Step.ERROR, query=text, error_type=type(exc).__name__, message=message)
             return PartResult(text, None, "error", error={"type": type(exc).__name__,
                                                           "message": message})
         if answer.status == "error":
             error = answer.error or {"type": "error", "message": "failed"}
-            record("error", query=text, error_type=error["type"], message=error["message"])
+            record(Step.ERROR, query=text, error_type=error["type"], message=error["message"])
         return PartResult(
             text,
             answer.source,

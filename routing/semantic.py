@@ -38,6 +38,7 @@ from routing.decision_cache import DecisionCache
 from routing.events import record
 from routing.intents import Decision, ResolveContext
 from routing.keyword import KeywordRules
+from routing.steps import Step
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
 from sources.workers import run_inference
@@ -311,7 +312,7 @@ class SemanticStage:
         if reused is not None and reused.score >= reused.threshold:
             # A paraphrase of a question the LLM already routed: the LLM's confidence.
             decision = single(reused.route, LLM_CONFIDENCE)
-            record("intent_semantic", query=query, matched_query=reused.text,
+            record(Step.INTENT_SEMANTIC, query=query, matched_query=reused.text,
                    similarity=round(reused.score, 4), decision=reused.route,
                    threshold=reused.threshold, origin="llm", matched=True,
                    confidence=LLM_CONFIDENCE, candidates=decision.candidates())
@@ -341,7 +342,7 @@ class SemanticStage:
         sure = confidence.confidence >= self.min_confidence
         if sure and confidence.winner != NONE:
             record(
-                "intent_semantic",
+                Step.INTENT_SEMANTIC,
                 query=query,
                 matched_query=winner.text if winner else None,
                 similarity=round(winner.score, 4) if winner else None,
@@ -358,7 +359,7 @@ class SemanticStage:
         fields = {} if unserved else {
             "declined": declined("semantic", confidence, self.min_confidence)}
         record(
-            "intent_semantic",
+            Step.INTENT_SEMANTIC,
             query=query,
             matched_query=winner.text if winner else None,
             similarity=round(winner.score, 4) if winner else None,

@@ -28,8 +28,8 @@ from routing.events import record
 from routing.followup import rewrite, subject
 from routing.intents import Decision, ResolveContext
 from routing.shared_state import RedisLink, SharedCache
+from routing.steps import Step
 from routing.ttl_cache import TTLCache
-
 
 SESSION_STAGE = "intent_session"
 
@@ -131,7 +131,7 @@ class SessionStore:
         found = rewrite(query, turn.query, turn.subject)
         if found is None:
             return query
-        record("rewritten", **{
+        record(Step.REWRITTEN, **{
             "query": query, "from": query, "to": found.text, "rule": found.rule,
             "carried": found.carried, "replaced": found.replaced,
             "previous_query": turn.query,
@@ -165,7 +165,7 @@ class SessionStage:
         if turn is None or not is_follow_up(query):
             return None
         record(
-            "intent_session",
+            Step.INTENT_SESSION,
             query=query,
             decision=turn.route,
             previous_query=turn.query,

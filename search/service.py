@@ -22,6 +22,7 @@ from routing.events import RecordedChain, RouteLog, record, route_log
 from routing.pipeline import PartResult, Router, TooManyParts
 from routing.shared_state import RedisLink, SharedBreaker, SharedCache
 from routing.stages import build_resolver
+from routing.steps import Step
 from routing.ttl_cache import TTLCache
 from search.config import Config
 from search.scrub import Scrubber
@@ -205,7 +206,7 @@ class Service:
     def _scrub_chain(self, recorded: RecordedChain) -> None:
         """Messages in the recorded events, scrubbed before anything reads the chain."""
         for entry in recorded.entries:
-            fields = entry[3]
+            fields = entry.fields
             for key in ("message", "detail"):
                 value = fields.get(key)
                 if isinstance(value, str):
@@ -261,7 +262,7 @@ class Service:
                     ),
                 }
         if error is not None:
-            record("error", query=query, error_type=error["type"], message=error["message"])
+            record(Step.ERROR, query=query, error_type=error["type"], message=error["message"])
         return status_code, error, results
 
     async def search(
@@ -286,8 +287,8 @@ class Service:
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events
-                cached = chain_log.happened("result_cache_hit")
-                fallback = chain_log.happened("fallback")
+                cached = chain_log.happened(Step.RESULT_CACHE_HIT)
+                fallback = chain_log.happened(Step.FALLBACK)
                 duration_ms = round(chain_log.elapsed_ms(), 3)
         finally:
             current_trace_id.reset(trace_token)

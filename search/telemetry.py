@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from routing.events import current_part, part_key
+from routing.steps import Step
 from search.traces import TraceRecord
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ log = logging.getLogger("search.telemetry")
 current_trace_id: ContextVar[str | None] = ContextVar("search_trace_id", default=None)
 
 SCOPE = "search.router"
-_SOURCE_STEP = "source_invoked"
+_SOURCE_STEP = Step.SOURCE_INVOKED
 _ERROR_OUTCOMES = frozenset({"error", "timeout"})
 
 
@@ -384,7 +385,7 @@ class OtelObserver:
                     attributes=event_attributes(event),
                     timestamp=at(float(event.get("t_ms", 0.0))),
                 )
-                if event.get("step") == "error" and owner is not root:
+                if event.get("step") == Step.ERROR and owner is not root:
                     owner.set_status(Status(StatusCode.ERROR, str(event.get("error_type"))))
 
         for path in sorted(bounds, key=part_key, reverse=True):  # children end first

@@ -13,6 +13,7 @@ import time
 from typing import Literal
 
 from routing.events import record
+from routing.steps import Step
 from sources.base import ActingSource, Command, Item, Source, SourceError, SourceUnavailable
 from sources.registry import SourceConfig, register_kind
 from sources.workers import run_source_work
@@ -79,7 +80,7 @@ class ScriptedSource(ActingSource):
 
     def _blocking_work(self, query: str) -> None:
         time.sleep(0.001)
-        record("worker_thread", source=self.name, query=query)
+        record(Step.WORKER_THREAD, source=self.name, query=query)
 
 
 def build(name: str, config: SourceConfig) -> Source:
