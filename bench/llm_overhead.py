@@ -98,8 +98,8 @@ async def measure(url: str) -> None:
     import httpx
 
     from routing.events import route_log
-    from routing.intents import ResolveContext
     from routing.llm import build_messages
+    from routing.types import ResolveContext
     from search.service import Service
 
     config = scripted_config(
@@ -225,9 +225,9 @@ async def measure_real(url: str, model: str) -> None:
     import httpx
 
     from routing.events import route_log
-    from routing.intents import ResolveContext
     from routing.llm import MAX_TOKENS, NONE, build_messages
     from routing.llm_format import answer_schema, response_format
+    from routing.types import ResolveContext
     from search.service import Service
 
     def service_for() -> Service:

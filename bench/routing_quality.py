@@ -309,7 +309,7 @@ def summarise(
 
 def with_llm(config: Any, base_url: str, model: str, timeout_s: float, bias_check: bool) -> Any:
     """`config` with the LLM stage configured (everything else as it was)."""
-    from search.config import LLMConfig
+    from routing.config import LLMConfig
 
     llm = LLMConfig(base_url=base_url, model=model, timeout_s=timeout_s, bias_check=bias_check)
     routing = config.routing.model_copy(update={"llm": llm})

@@ -46,8 +46,8 @@ def percentiles(samples_ms: list[float]) -> tuple[float, float, float]:
 
 async def measure_semantic(config_path: str, threads: int, count: int) -> dict[str, tuple]:
     from routing.events import route_log, run_in_thread
-    from routing.intents import ResolveContext
     from routing.stages import semantic_stage
+    from routing.types import ResolveContext
     from search.config import load_config
 
     config = load_config(config_path)

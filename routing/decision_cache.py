@@ -19,11 +19,11 @@ from typing import Any
 
 from routing.confidence import single
 from routing.events import record
-from routing.intents import Decision, ResolveContext
 from routing.shared_state import RedisLink, SharedCache
 from routing.steps import Step
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
+from routing.types import Decision, ResolveContext
 
 
 @dataclass(frozen=True, slots=True)

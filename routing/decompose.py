@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from routing.conditional import extract_conditional
 from routing.discourse import dependency
 from routing.lexicon import lexicon
 from routing.sentences import first_person_request, is_context, is_greeting
@@ -178,8 +179,6 @@ def _conditional_request(text: str) -> bool:
     words = _words(text)
     if len(words) < 4 or words[0] not in {"if", "unless"}:
         return False
-    from routing.conditional import extract_conditional  # it imports this module
-
     return _can_stand_alone(text) or extract_conditional(text) is not None
 
 

@@ -40,15 +40,15 @@ import httpx
 
 from routing.confidence import LLM_CONFIDENCE, single
 from routing.events import record
-from routing.intents import Decision, ResolveContext
 from routing.llm_format import Form, FormMemory, answer_schema, is_form_refusal, response_format
 from routing.steps import Step
+from routing.types import Decision, ResolveContext
 
 if TYPE_CHECKING:
+    from routing.config import LLMConfig
     from routing.decision_cache import DecisionCache
     from routing.semantic import LearnedDecisions, SemanticStage
     from routing.sessions import SessionStore
-    from search.config import LLMConfig
 
 NONE = "none"
 # Enough for `{"source": "<name>"}` even wrapped in a sentence or a code fence; a model that

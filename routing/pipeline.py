@@ -22,8 +22,9 @@ from routing.control import Circumstances
 from routing.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.dispatch import Answer, Dispatcher
 from routing.events import part_scope, record
-from routing.intents import ResolveContext, Resolver
+from routing.intents import Resolver
 from routing.steps import Step
+from routing.types import ResolveContext
 
 
 class TooManyParts(ValueError):

@@ -36,16 +36,16 @@ import numpy as np
 from routing.confidence import LLM_CONFIDENCE, ConfidenceModel, declined, load_model, single
 from routing.decision_cache import DecisionCache
 from routing.events import record
-from routing.intents import Decision, ResolveContext
 from routing.keyword import KeywordRules
 from routing.steps import Step
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
+from routing.types import Decision, ResolveContext
 from sources.workers import run_inference
 
 if TYPE_CHECKING:
+    from routing.config import SemanticConfig
     from routing.embedder import Embedder
-    from search.config import SemanticConfig
 
 NONE = "none"  # the label of exemplars no source serves; never a route
 

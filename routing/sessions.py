@@ -26,10 +26,10 @@ from routing.confidence import LLM_CONFIDENCE, single
 from routing.discourse import is_follow_up
 from routing.events import record
 from routing.followup import rewrite, subject
-from routing.intents import Decision, ResolveContext
 from routing.shared_state import RedisLink, SharedCache
 from routing.steps import Step
 from routing.ttl_cache import TTLCache
+from routing.types import Decision, ResolveContext
 
 SESSION_STAGE = "intent_session"
 

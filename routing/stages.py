@@ -12,16 +12,40 @@ building a Service stay quick.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Protocol
+
 from routing.confidence import load_model
+from routing.config import RoutingConfig
 from routing.decision_cache import DecisionCache, DecisionCacheStage
-from routing.intents import IntentStage, KeywordStage, Resolver
+from routing.intents import KeywordStage, Resolver
 from routing.keyword import KeywordRules
 from routing.llm import LLMStage
 from routing.route_data import NONE, Route, resolve_routes
 from routing.semantic import LearnedDecisions, SemanticStage
 from routing.sessions import SessionStage, SessionStore
 from routing.shared_state import RedisLink
-from search.config import Config
+from routing.types import IntentStage
+from sources.registry import SourceConfig
+
+
+class _TraceSettings(Protocol):
+    capture_prompts: bool
+
+
+class Config(Protocol):
+    """What building the resolver reads of the whole config (`search.config.Config`
+    composes it): routing's own section, the sources it routes to, and whether prompts
+    are kept in traces."""
+
+    @property
+    def routing(self) -> RoutingConfig: ...
+
+    @property
+    def sources(self) -> Mapping[str, SourceConfig]: ...
+
+    @property
+    def trace(self) -> _TraceSettings: ...
 
 
 def route_descriptions(config: Config) -> dict[str, str]:

@@ -15,8 +15,9 @@ import pytest
 from bench import routing_quality as rq
 from routing.confidence import FULL_FEATURES, KEYWORD_FEATURES, ConfidenceModel, load_model
 from routing.events import route_log
-from routing.intents import KeywordStage, ResolveContext
+from routing.intents import KeywordStage
 from routing.keyword import KeywordRules
+from routing.types import ResolveContext
 from search.config import Config
 from search.service import SearchOutcome, Service
 from tests.support.app import assert_contract_event, scripted_config

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from routing.events import route_log
-from routing.intents import Decision, ResolveContext
 from routing.pipeline import PartResult, Router, TooManyParts
+from routing.types import Decision, ResolveContext
 from search.service import Service
 from tests.support.app import scripted_config
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from routing.events import route_log
-from routing.intents import Decision, ResolveContext
 from routing.sessions import SESSION_CONFIDENCE, SessionStage, SessionStore
+from routing.types import Decision, ResolveContext
 from search.config import Config, parse_config
 from search.narrative import narrative
 from search.service import Service

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from routing.events import route_log
-from routing.intents import Decision, ResolveContext, Resolver
+from routing.intents import Resolver
 from routing.stages import build_resolver, route_descriptions
+from routing.types import Decision, ResolveContext
 from search.config import Config, parse_config
 from tests.support.chat_server import ChatServer
 

@@ -20,13 +20,13 @@ from sources import open_meteo, registry
 from sources.base import (
     SourceBadResponse,
     SourceError,
+    SourceRateLimited,
     SourceServerError,
     SourceTimeout,
     SourceUnauthorized,
     SourceUnavailable,
 )
 from sources.open_meteo import OpenMeteoSource, parse_forecast
-from sources.base import SourceRateLimited
 from tests.support.wire_servers import Fault, OpenMeteoServer, closed_port_url
 
 
