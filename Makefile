@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test lint bench clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON)"; exit 1; }
@@ -24,6 +24,11 @@ run: install
 
 test: install
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check search routing sources tests bench
+	$(VENV)/bin/ruff format --check search routing sources tests bench
+	$(VENV)/bin/mypy
 
 bench: install
 	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py

@@ -183,7 +183,7 @@ async def measure(url: str) -> None:
                 totals[name].extend(times)
                 server[name].extend(handler)
                 overheads[name].extend(t - h for t, h in zip(times, handler, strict=True))
-                round_medians[name] = median([t - h for t, h in zip(times, handler)])
+                round_medians[name] = median([t - h for t, h in zip(times, handler, strict=False)])
             own.append(round_medians["stage"] - round_medians["raw"])
         writer.close()
     await service.aclose()

@@ -257,10 +257,10 @@ def render(file: str, by_half: dict[str, Score], compound: bool) -> str:
                      key=lambda c: (c not in LABELS, LABELS.index(c) if c in LABELS else 0, c))
     lines.append("   confusion (" + "+".join(halves) + "; rows expected, columns routed):")
     widths = [max(len(c), 5) + 2 for c in columns]
-    lines.append("   " + " " * 22 + "".join(f"{c:>{w}}" for c, w in zip(columns, widths)))
+    lines.append("   " + " " * 22 + "".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=False)))
     for key in sorted(merged):
         lines.append(f"   {key:<22}" + "".join(
-            f"{merged[key].get(c, 0):>{w}}" for c, w in zip(columns, widths)))
+            f"{merged[key].get(c, 0):>{w}}" for c, w in zip(columns, widths, strict=False)))
     return "\n".join(lines)
 
 

@@ -202,7 +202,7 @@ class Dispatcher:
                 outcome, error = "timeout", SourceError(f"{name} took over {source.timeout_s}s")
             except SourceError as exc:
                 outcome, error = ("timeout" if exc.reason == "timeout" else "error"), exc
-            except Exception as exc:  # a buggy source must not take the request down
+            except Exception as exc:  # noqa: BLE001 - a buggy source must not take the request down
                 outcome, error = "error", SourceError(f"{type(exc).__name__}: {exc}")
             elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
         reason = "timeout" if outcome == "timeout" else (error.reason if error else "")
@@ -306,7 +306,7 @@ class Dispatcher:
             except SourceError as exc:
                 kind = "timeout" if exc.reason == "timeout" else "error"
                 outcome = _Outcome(kind, [], exc.reason, str(exc))
-            except Exception as exc:  # a buggy source must not take the request down
+            except Exception as exc:  # noqa: BLE001 - a buggy source must not take the request down
                 outcome = _Outcome("error", [], "error", f"{type(exc).__name__}: {exc}")
             elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
         fields: dict[str, object] = {}

@@ -72,7 +72,7 @@ class Examples:
 
     def subset(self, mask: np.ndarray) -> Examples:
         return Examples(self.labels, self.keyword[mask], self.full[mask], self.target[mask],
-                        self.weight[mask], [c for c, m in zip(self.corpus, mask) if m])
+                        self.weight[mask], [c for c, m in zip(self.corpus, mask, strict=False) if m])
 
 
 def shipped_rows(directory: Path = FIT_DATA) -> list[Labelled]:

@@ -152,8 +152,9 @@ def server_usage(payload: Any) -> dict[str, Any]:
     timings = payload.get("timings") if isinstance(payload, dict) else None
     if isinstance(timings, dict):
         parts = [timings.get("prompt_ms"), timings.get("predicted_ms")]
-        if all(isinstance(p, int | float) for p in parts):
-            found["server_ms"] = round(float(sum(parts)), 3)
+        numbers = [p for p in parts if isinstance(p, int | float)]
+        if len(numbers) == len(parts):
+            found["server_ms"] = round(float(sum(numbers)), 3)
     return found
 
 

@@ -126,15 +126,15 @@ class LabelClassifier:
         weights = (len(targets) / (len(self.labels) * counts))[targets][:, None].astype(np.float32)
         w = np.zeros((x.shape[1], len(self.labels)), dtype=np.float32)
         b = np.zeros(len(self.labels), dtype=np.float32)
-        rate, l2 = np.float32(rate), np.float32(l2)
+        step, decay = np.float32(rate), np.float32(l2)
         for _ in range(iterations):
             logits = x @ w + b
             logits -= logits.max(axis=1, keepdims=True)
             probs = np.exp(logits)
             probs /= probs.sum(axis=1, keepdims=True)
             grad = (probs - onehot) * weights / len(targets)
-            w -= rate * (x_t @ grad + l2 * w)
-            b -= rate * grad.sum(axis=0)
+            w -= step * (x_t @ grad + decay * w)
+            b -= step * grad.sum(axis=0)
         self.w = w
         self.b = b
 

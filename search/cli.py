@@ -191,7 +191,7 @@ def _read_queries(path: str) -> Iterator[str]:
     """Queries from a file: plain lines, or JSONL objects with a 'text' field; a line with
     nothing visible on it is skipped like a blank one."""
     try:
-        handle = Path(path).open(encoding="utf-8")
+        handle = Path(path).open(encoding="utf-8")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
         raise UsageError(f"--input: cannot read {path}: {exc.strerror}") from None
     with handle:

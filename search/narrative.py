@@ -182,8 +182,10 @@ def _withheld(event: dict[str, Any], with_text: bool) -> str:
 
 def _no_decision(event: dict[str, Any], with_text: bool) -> str:
     """A stage that looked but did not decide (unserved, below threshold, no source)."""
-    stage = {Step.INTENT_KEYWORD: "the keyword rules", Step.INTENT_SEMANTIC: "the semantic stage",
-             Step.INTENT_LLM: "the LLM"}.get(str(event.get("step")), str(event.get("step")))
+    stages: dict[str, str] = {Step.INTENT_KEYWORD: "the keyword rules",
+                              Step.INTENT_SEMANTIC: "the semantic stage",
+                              Step.INTENT_LLM: "the LLM"}
+    stage = stages.get(str(event.get("step")), str(event.get("step")))
     outcome = event.get("outcome")
     if event.get("step") == Step.INTENT_DEFAULT and outcome == "unserved":
         return "no configured source serves this, so none was asked"

@@ -240,7 +240,7 @@ def _align(
     matcher = difflib.SequenceMatcher(a=old_kinds, b=new_kinds, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
-            rows.extend(zip(old[i1:i2], new[j1:j2]))
+            rows.extend(zip(old[i1:i2], new[j1:j2], strict=False))
             continue
         width = max(i2 - i1, j2 - j1)
         for k in range(width):

@@ -228,7 +228,7 @@ def build_tracer_provider(
                 "(the OTLP/HTTP collector, e.g. http://127.0.0.1:4318)"
             )
         exporter = OTLPSpanExporter(
-            endpoint=traces_endpoint(telemetry.otlp_endpoint), timeout=telemetry.timeout_s
+            endpoint=traces_endpoint(endpoint), timeout=telemetry.timeout_s
         )
     ids = _PlannedIds()
     provider = TracerProvider(

@@ -22,8 +22,11 @@ from search.traces import TraceRecord
 class RowPolicy(Protocol):
     """The `trace:` settings a row depends on (`TraceConfig` has them)."""
 
-    capture_results: bool
-    redact: bool
+    @property
+    def capture_results(self) -> bool: ...
+
+    @property
+    def redact(self) -> bool: ...
 
 
 SCHEMA_VERSION = 3

@@ -189,7 +189,7 @@ def serve(settings: WriterSettings, stdin: int, stdout: Any, linger_s: float = L
             if not chunk:
                 break
         if buffer.strip():
-            writer.write(buffer.splitlines())
+            writer.write([bytes(line) for line in buffer.splitlines()])
     finally:
         writer.close()
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Protocol, cast
-
-from typing import Annotated
+from typing import Annotated, Protocol, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -106,9 +106,9 @@ class source_deadline:  # noqa: N801 - used like asyncio.timeout: `async with so
         self._token = _clock.set(_Clock(self._timeout))
         return self
 
-    async def __aexit__(self, *exc_info: object) -> bool | None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         _clock.reset(self._token)
-        return await self._timeout.__aexit__(*exc_info)  # type: ignore[arg-type]
+        await self._timeout.__aexit__(*exc_info)
 
 
 class _Resume:

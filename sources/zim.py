@@ -141,7 +141,7 @@ def _stem(word: str) -> str:
 def word_matches(query_word: str, text_word: str) -> bool:
     """'planets' matches 'planet', 'light' matches 'lights' but not 'lightning'."""
     stem = _stem(query_word)
-    if text_word == query_word or text_word == stem:
+    if text_word in (query_word, stem):
         return True
     return len(stem) >= 4 and text_word.startswith(stem) and len(text_word) - len(stem) <= 3
 

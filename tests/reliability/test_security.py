@@ -45,7 +45,7 @@ def listening_sockets(path: str, port: int) -> list[str]:
 def other_local_ipv4() -> list[str]:
     """This machine's non-loopback IPv4 addresses, from the kernel's routing trie."""
     lines = Path("/proc/net/fib_trie").read_text().splitlines()
-    found = {prev.split()[-1] for prev, line in zip(lines, lines[1:]) if "/32 host LOCAL" in line}
+    found = {prev.split()[-1] for prev, line in zip(lines, lines[1:], strict=False) if "/32 host LOCAL" in line}
     return sorted(a for a in found if not a.startswith("127."))
 
 

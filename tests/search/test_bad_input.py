@@ -128,7 +128,7 @@ def test_stored_escape_sequences_print_escaped_everywhere(
     assert_no_raw_controls(listing)
     assert "who \\x1b]0;pwned\\x07 was curie" in listing
     assert "tides \\x1b[2J\\x1b[H now" in listing
-    for outcome, query in zip(outcomes, HOSTILE):
+    for outcome, query in zip(outcomes, HOSTILE, strict=False):
         code, shown = cli(capsys, "trace", "show", outcome.trace_id, "--config", str(config))
         assert code == 0
         assert_no_raw_controls(shown)
