@@ -35,6 +35,7 @@ from search.request_guard import RequestGuard
 from search.schemas import ErrorDetail, SearchRequest, first_error
 from search.service import Service
 from search.telemetry import telemetry_observers
+from search.label_routes import label_routes
 from search.trace_routes import trace_routes
 from search.ui_routes import ui_routes
 
@@ -193,6 +194,7 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
             *trace_routes(),
+            *label_routes(),
             metrics_route(metrics),
             *ui_routes(),
             *mcp_routes,
