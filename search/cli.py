@@ -18,6 +18,7 @@ from typing import Any
 from search.config import Config, ConfigError, load_config
 from search.query_text import has_visible_text, query_problem
 from search.terminal import say
+from search.label_cli import add_commands as add_label_commands
 from search.trace_cli import add_commands as add_trace_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("--json", action="store_true", help="print JSON")
     route.add_argument("--config")
     COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
+    COMMANDS.update(add_label_commands(commands))  # label, check
 
     mcp = commands.add_parser("mcp", help="serve the MCP tools over stdio (for MCP clients)")
     mcp.add_argument("--config")

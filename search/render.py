@@ -43,6 +43,11 @@ def chain_table(chain: list[dict[str, Any]]) -> str:
     return "\n".join(_aligned(rows))
 
 
+def aligned(rows: list[tuple[str, ...]]) -> str:
+    """Rows (the first a header) as aligned columns, each cell kept to one line."""
+    return "\n".join(_aligned(rows))
+
+
 def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
     # A cell is one line, whatever the stored text holds (a newline, an escape sequence).
     rows = [tuple(escape_controls(c) for c in row) for row in rows]
