@@ -64,7 +64,8 @@ async def show_trace(request: Request) -> Response:
     if trace is None:
         return _error(404, "not_found", f"trace {trace_id}: no such trace")
     trace["narrative"] = narrative(
-        trace["chain"], with_text=not trace["redacted"], dropped_events=trace["dropped_events"]
+        trace["chain"], with_text=not trace["redacted"], dropped_events=trace["dropped_events"],
+        labels=trace.get("labels", []),
     )
     return JSONResponse(trace)
 
@@ -117,6 +118,9 @@ class TraceDetail(TraceSummary):
         description="Source answers, when `trace.capture_results` was on."
     )
     narrative: list[str] = Field(description="A diagnosis per part, read off the events.")
+    labels: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The user's labels of its parts (POST /traces/{id}/labels), oldest first.")
 
 
 def trace_components() -> dict[str, Any]:

@@ -191,3 +191,38 @@ def test_an_older_store_gets_its_labels_table_on_open(tmp_path: Path) -> None:
         assert store.labels() == []
     finally:
         store.close_sync()
+
+
+async def test_the_narrative_and_trace_show_say_a_part_was_labelled(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "traces.db"
+    config = home_config(db)
+    async with asgi_client(app_for(config)) as client:
+        trace_id = await _search(client, "latest news and also lights status")
+        for route in ("kiwix", "none"):
+            await client.post(f"/traces/{trace_id}/labels", json={"part": "1", "route": route})
+        shown = (await client.get(f"/traces/{trace_id}")).json()
+    part_1 = next(line for line in shown["narrative"] if line.startswith("part 1"))
+    assert part_1.endswith("the user labelled it: no source serves this (latest of 2 labels)")
+    assert not any("labelled" in line for line in shown["narrative"] if line.startswith("part 0"))
+    done = subprocess.run(
+        [sys.executable, "-m", "search", "trace", "show", trace_id, "--store", str(db)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("label "))
+    assert lines[header].split() == ["label", "time", "part", "decision", "labelled"]
+    assert [line.split()[2:] for line in lines[header + 1:]] == [["1", "ha", "kiwix"],
+                                                                  ["1", "ha", "none"]]
+
+
+def test_a_decision_shaped_by_a_user_label_says_so() -> None:
+    from search.narrative import sentence
+
+    event = {"step": "intent_semantic", "seq": 1, "t_ms": 1.0, "part": "0",
+             "query": "how are things at the cottage", "decision": "ha", "similarity": 0.93,
+             "matched_query": "how is the cottage", "origin": "user_label", "matched": True}
+    assert sentence(event) == "went to ha by similarity 0.93 to the user's label 'how is the cottage'"
+    assert sentence(event, with_text=False) == "went to ha by similarity 0.93 to a query the user labelled"
