@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from routing.events import run_in_thread
+from routing.stages import route_descriptions
 from search.narrative import narrative
 from search.schemas import ErrorDetail
 from search.trace_store import OUTCOMES, FilterError, TraceReader, parse_filters
@@ -63,6 +64,9 @@ async def show_trace(request: Request) -> Response:
         trace = await run_in_thread(reader.get_trace, trace_id)
     if trace is None:
         return _error(404, "not_found", f"trace {trace_id}: no such trace")
+    config = getattr(request.app.state.service, "config", None)
+    if config is not None:  # what the /ui label control offers
+        trace["label_routes"] = [*route_descriptions(config), "none"]
     trace["narrative"] = narrative(
         trace["chain"], with_text=not trace["redacted"], dropped_events=trace["dropped_events"],
         labels=trace.get("labels", []),
@@ -121,6 +125,8 @@ class TraceDetail(TraceSummary):
     labels: list[dict[str, Any]] = Field(
         default_factory=list,
         description="The user's labels of its parts (POST /traces/{id}/labels), oldest first.")
+    label_routes: list[str] = Field(
+        default_factory=list, description="The routes a label may name (and none).")
 
 
 def trace_components() -> dict[str, Any]:
