@@ -26,6 +26,7 @@ from routing.pipeline import TooManyParts
 from search import __version__
 from search.config import Config
 from search.json_codec import FastJSONResponse
+from search.label_routes import label_routes
 from search.mcp_server import build_mcp_server, http_endpoint
 from search.metrics import MetricsObserver, metrics_route
 from search.middleware import BearerTokenMiddleware
@@ -35,7 +36,6 @@ from search.request_guard import RequestGuard
 from search.schemas import ErrorDetail, SearchRequest, first_error
 from search.service import Service
 from search.telemetry import telemetry_observers
-from search.label_routes import label_routes
 from search.trace_routes import trace_routes
 from search.ui_routes import ui_routes
 

@@ -98,9 +98,10 @@ def _confidence(chain: list[dict[str, Any]], part: str) -> float | None:
     """The deciding intent event's `confidence`, where the stages record one."""
     value = None
     for event in chain:
-        if event.get("step") in INTENT_STEPS and event.get("part") == part:
-            if isinstance(event.get("confidence"), (int, float)):
-                value = float(event["confidence"])
+        confidence = event.get("confidence")
+        if (event.get("step") in INTENT_STEPS and event.get("part") == part
+                and isinstance(confidence, (int, float))):
+            value = float(confidence)
     return value
 
 

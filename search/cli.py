@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, load_config
+from search.label_cli import add_commands as add_label_commands
 from search.query_text import has_visible_text, query_problem
 from search.terminal import say
-from search.label_cli import add_commands as add_label_commands
 from search.trace_cli import add_commands as add_trace_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

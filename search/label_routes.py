@@ -70,7 +70,7 @@ async def add_label(request: Request) -> Response:
     from search.app import BodyTooLarge, read_body  # the app imports this module
 
     service = request.app.state.service
-    store = getattr(service, "traces", None)
+    store: Any = getattr(service, "traces", None)
     trace_id = request.path_params["trace_id"]
     if not all(hasattr(store, name) for name in ("add_label", "get_trace", "flush")):
         return _error(404, "not_found",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from search.terminal import escape_controls
@@ -43,9 +44,9 @@ def chain_table(chain: list[dict[str, Any]]) -> str:
     return "\n".join(_aligned(rows))
 
 
-def aligned(rows: list[tuple[str, ...]]) -> str:
+def aligned(rows: Sequence[tuple[str, ...]]) -> str:
     """Rows (the first a header) as aligned columns, each cell kept to one line."""
-    return "\n".join(_aligned(rows))
+    return "\n".join(_aligned(list(rows)))
 
 
 def _aligned(rows: list[tuple[str, ...]]) -> list[str]:

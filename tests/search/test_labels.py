@@ -194,6 +194,7 @@ def test_an_older_store_gets_its_labels_table_on_open(tmp_path: Path) -> None:
 
 
 async def test_the_narrative_and_trace_show_say_a_part_was_labelled(tmp_path: Path) -> None:
+    import asyncio
     import subprocess
     import sys
 
@@ -207,7 +208,8 @@ async def test_the_narrative_and_trace_show_say_a_part_was_labelled(tmp_path: Pa
     part_1 = next(line for line in shown["narrative"] if line.startswith("part 1"))
     assert part_1.endswith("the user labelled it: no source serves this (latest of 2 labels)")
     assert not any("labelled" in line for line in shown["narrative"] if line.startswith("part 0"))
-    done = subprocess.run(
+    done = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "search", "trace", "show", trace_id, "--store", str(db)],
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
