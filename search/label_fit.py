@@ -12,15 +12,23 @@
 - `changed_decisions`: the stored traces whose routing would change, as rows of trace,
   query (its pseudonym on a redacted store, which cannot be re-routed), part, old, new.
 
+- `labels_report`: all of the above for one store, as `search fit` prints it.
+- `write_artefact` / `with_artefact`: the household's fitted rows in the data directory
+  (beside the trace store, `routing-labels.json`), and a config with them applied.
+
 A router is `async (query) -> [(part, route)]`, route `none` for an unserved part;
 `dry_run_router(config)` builds one from a config (dry run, no trace stored).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from routing.route_data import RouteOverride, rule_key
@@ -192,3 +200,64 @@ def report_lines(before: float, after: float, rows: int, changed: list[ChangedDe
     if redacted_traces:
         lines.append(f"({redacted_traces} stored redacted trace(s) could not be re-routed)")
     return lines
+
+
+async def labels_report(config: Config, store: Any
+                        ) -> tuple[list[TrainingRow], Config, list[str]]:
+    """Everything `search fit` needs about the labels: the rows, `config` with them, and the
+    report (accuracy on the labelled set before and after; the stored decisions that
+    change). Loads the model twice (before, after); stores nothing."""
+    labels = store.labels()
+    rows = training_rows(labels)
+    redacted_labels = len(effective_labels(labels)) - len(rows)
+    fitted = with_labels(config, rows)
+    traces = stored_originals(store)
+    async with dry_run_router(config) as router:
+        before = await label_accuracy(rows, router)
+    async with dry_run_router(fitted) as router:
+        after = await label_accuracy(rows, router)
+        changed, redacted_traces = await changed_decisions(traces, router)
+    lines = report_lines(before, after, len(rows), changed, redacted_traces, redacted_labels)
+    return rows, fitted, lines
+
+
+# --- the user's artefact: beside the trace store, not in the package ----------------------
+
+ARTEFACT_NAME = "routing-labels.json"
+
+
+def artefact_path(config: Config) -> Path:
+    """Where the household's fitted labels live: the trace store's directory (the data
+    directory), so a package upgrade never replaces them."""
+    return Path(os.path.abspath(os.path.expanduser(config.trace.path))).parent / ARTEFACT_NAME
+
+
+def write_artefact(path: Path, rows: Sequence[TrainingRow]) -> None:
+    """The rows, written whole or not at all (a temporary file renamed over the old one).
+
+    It holds the labelled rows, not routing data derived from the shipped corpus: every
+    `search fit` recomputes the rest against the shipped data of the installed version.
+    """
+    body = {"version": 1, "rows": [{"text": r.text, "route": r.route, "weight": r.weight}
+                                   for r in rows]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(body, handle, ensure_ascii=False, indent=1)
+    os.chmod(temp, 0o600)  # the household's own phrasing, like the trace store
+    os.replace(temp, path)
+
+
+def read_artefact(path: Path) -> list[TrainingRow]:
+    """The fitted rows, or none when there is no artefact (never fitted)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    return [TrainingRow(str(r["text"]), str(r["route"]), float(r["weight"]))
+            for r in data.get("rows", [])]
+
+
+def with_artefact(config: Config) -> Config:
+    """`config` with the household's fitted labels, when `search fit` has written them."""
+    return with_labels(config, read_artefact(artefact_path(config)))
