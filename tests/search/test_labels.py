@@ -228,3 +228,36 @@ def test_a_decision_shaped_by_a_user_label_says_so() -> None:
              "matched_query": "how is the cottage", "origin": "user_label", "matched": True}
     assert sentence(event) == "went to ha by similarity 0.93 to the user's label 'how is the cottage'"
     assert sentence(event, with_text=False) == "went to ha by similarity 0.93 to a query the user labelled"
+
+
+def test_the_fitted_labels_live_beside_the_trace_store_and_apply_to_a_config(
+    tmp_path: Path,
+) -> None:
+    import stat
+
+    from search.label_fit import (
+        TrainingRow,
+        artefact_path,
+        read_artefact,
+        training_rows,
+        with_artefact,
+        write_artefact,
+    )
+    from search.trace_labels import Label
+
+    config = home_config(tmp_path / "data" / "traces.db")
+    path = artefact_path(config)
+    assert path.parent == tmp_path / "data"
+    assert with_artefact(config) == config  # never fitted: nothing changes
+
+    labels = [Label(1, "t", "0", "web", "how is the shed", "kiwix", 1.0, False),
+              Label(2, "t", "0", "ha", "How is the  shed?", "kiwix", 2.0, False),  # relabelled
+              Label(3, "u", "0", "web", "hmac-sha256:" + "0" * 64, "ha", 3.0, True)]
+    rows = training_rows(labels)
+    assert rows == [TrainingRow("How is the  shed?", "ha", 3.0)]  # latest wins; redacted out
+    write_artefact(path, rows)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_artefact(path) == rows
+    fitted = with_artefact(config).routing.routes["ha"]
+    assert fitted.exemplars == ["How is the  shed?"]
+    assert fitted.keywords == ["how is the shed? ^20"]
