@@ -29,7 +29,7 @@ from search.pseudonym import LEGACY_PREFIX, PREFIX
 
 NONE = "none"  # "no configured source serves this"
 INTENT_STEPS = ("intent_keyword", "intent_cached", "intent_semantic", "intent_llm",
-                "intent_default")
+                "intent_session", "intent_default")
 LABELS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS labels (
     id INTEGER PRIMARY KEY,
@@ -141,12 +141,17 @@ def insert_label(
     conn: sqlite3.Connection, trace_id: str, target: PartDecision, route: str, redacted: bool,
     now: float | None = None,
 ) -> Label:
+    """Store the label only if its trace is still there (retention may have just removed
+    an unlabelled trace); KeyError when it is gone."""
     created = time.time() if now is None else now
     cursor = conn.execute(
         "INSERT INTO labels (trace_id, part, route, query, decision, created_at, redacted) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (trace_id, target.part, route, target.query, target.decision, created, int(redacted)),
+        "SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM traces WHERE trace_id = ?)",
+        (trace_id, target.part, route, target.query, target.decision, created, int(redacted),
+         trace_id),
     )
+    if cursor.rowcount != 1:
+        raise KeyError(trace_id)
     return Label(int(cursor.lastrowid or 0), trace_id, target.part, route, target.query,
                  target.decision, created, redacted)
 
