@@ -261,3 +261,30 @@ def test_the_fitted_labels_live_beside_the_trace_store_and_apply_to_a_config(
     fitted = with_artefact(config).routing.routes["ha"]
     assert fitted.exemplars == ["How is the  shed?"]
     assert fitted.keywords == ["how is the shed? ^20"]
+
+
+async def test_the_fit_report_gives_accuracy_before_after_and_the_decisions_that_change(
+    tmp_path: Path,
+) -> None:
+    from search.label_fit import labels_report
+
+    config = home_config(tmp_path / "traces.db")
+    async with asgi_client(app_for(config)) as client:
+        wrong = await _search(client, "lights status")  # keyword rule: ha
+        await _search(client, "latest news")  # unrelated: stays with web
+        response = await client.post(f"/traces/{wrong}/labels",
+                                     json={"part": "0", "route": "kiwix"})
+        assert response.status_code == 201
+    store = SQLiteTraceStore(config.trace)
+    try:
+        rows, fitted, lines = await labels_report(config, store)
+    finally:
+        store.close_sync()
+    assert [(r.text, r.route) for r in rows] == [("lights status", "kiwix")]
+    assert lines[0] == "labelled set: 1 queries; accuracy before 0.0%, after 100.0%"
+    assert lines[1] == "stored decisions that change: 1"
+    header, *changed = lines[2].splitlines()
+    assert header.split() == ["trace", "part", "query", "old", "new"]
+    assert [row.split() for row in changed] == [[wrong, "0", "lights", "status", "ha", "kiwix"]]
+    assert fitted.routing.routes["kiwix"].exemplars == ["lights status"]
+    assert config.routing.routes == {}  # the config it was given is untouched
