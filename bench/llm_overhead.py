@@ -1,8 +1,8 @@
 """What the LLM stage costs apart from the model: its time minus the chat server's own.
 
-No LLM runs here, so the model is the test suite's chat-completions server
+By default the model is the test suite's chat-completions server
 (`tests/support/chat_server.py`, the OpenAI wire format) answering `{"source": "web"}` at
-once, in its own process (so it never shares this process's GIL). The server times its
+once (one ask per decision: `bias_check` off, its probe is once per server anyway), in its own process (so it never shares this process's GIL). The server times its
 own handler (from the whole body received to the response built) and hands those times
 back afterwards. Measured, one call at a time, on distinct queries, rounds interleaved:
 
@@ -17,6 +17,14 @@ back afterwards. Measured, one call at a time, on distinct queries, rounds inter
 
 A real local model server (llama.cpp, Ollama) adds its inference time on top; this is
 what the router adds to it.
+
+`--real` measures the same against a real llama.cpp server (llama-cpp-python's, over
+Gemma 3 270M, started from the suite's cached venv by `tests/support/llama_server.py`):
+the server is wrapped (`tests/support/llama_timed.py`) so it times its own handling of
+each request (body received to last byte sent: queueing, inference, serialising), and the
+stage's time minus that is what the router adds to a real model. A bare httpx POST of the
+same body, interleaved, gives the HTTP floor beside it. `BENCH_LLM_REAL_CALLS` (20) calls
+of each, on distinct queries, after a warm-up that also negotiates the response format.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import emit, env_int, median, order, percentile, scripted_config  # noqa: E402
 
 ROUNDS = env_int("BENCH_LLM_ROUNDS", 20)
+REAL_CALLS = env_int("BENCH_LLM_REAL_CALLS", 20)
 PER_ROUND = env_int("BENCH_LLM_PER_ROUND", 20)
 
 
@@ -89,8 +98,8 @@ async def measure(url: str) -> None:
     import httpx
 
     from routing.events import route_log
-    from routing.intents import ResolveContext
     from routing.llm import build_messages
+    from routing.types import ResolveContext
     from search.service import Service
 
     config = scripted_config(
@@ -98,7 +107,8 @@ async def measure(url: str) -> None:
          "web": {"description": "web search: news, prices, places"},
          "forecast": {"description": "the weather forecast"},
          "ha": {"description": "the smart home: lights, switches, sensors"}},
-        {}, llm={"base_url": f"{url}/v1", "model": "bench", "timeout_s": 5})
+        {}, llm={"base_url": f"{url}/v1", "model": "bench", "timeout_s": 5,
+                 "bias_check": False})
     service = Service(config)
     await service.start(sources=False)
     stage = service.resolver.stage("intent_llm")
@@ -201,6 +211,122 @@ async def measure(url: str) -> None:
     emit("llm_overhead", calls=n, stage_own_us=stage_own, **summary)
 
 
+# --- against a real llama.cpp server -----------------------------------------------------
+
+REAL_QUERIES = (
+    "who built the first steam engine", "how deep is the pacific ocean",
+    "will it hail this afternoon", "switch off the porch light", "price of a used bicycle",
+    "what does photosynthesis mean", "is the back door locked", "news about the election",
+    "how cold will it be at dawn", "when did the berlin wall fall",
+)
+
+
+async def measure_real(url: str, model: str) -> None:
+    import httpx
+
+    from routing.events import route_log
+    from routing.llm import MAX_TOKENS, NONE, build_messages
+    from routing.llm_format import answer_schema, response_format
+    from routing.types import ResolveContext
+    from search.service import Service
+
+    def service_for() -> Service:
+        return Service(scripted_config(
+            {"kiwix": {"description": "an offline encyclopedia"},
+             "web": {"description": "web search: news, prices, places"},
+             "forecast": {"description": "the weather forecast"},
+             "ha": {"description": "the smart home: lights, switches, sensors"}},
+            {}, llm={"base_url": f"{url}/v1", "model": model, "timeout_s": 120,
+                     "bias_check": False},
+            decision_cache_max_entries=0))
+
+    services = {"stage": service_for()}
+    stages = {}
+    for name, service in services.items():
+        await service.start(sources=False)
+        stages[name] = service.resolver.stage("intent_llm")
+        assert stages[name] is not None
+    one = stages["stage"]
+    queries = (f"{q} ({n})" for n in range(10**6) for q in REAL_QUERIES)
+
+    async with httpx.AsyncClient(timeout=120) as control, \
+            httpx.AsyncClient(timeout=120) as raw:
+        async def server_span() -> tuple[float, int]:
+            """The span (ms) the server spent on the requests since the last call."""
+            spans = (await control.get(f"{url}/bench/timings")).json()
+            return (max(e for _, e in spans) - min(s for s, _ in spans)) * 1000.0, len(spans)
+
+        async def run_stage(name: str) -> tuple[float, float]:
+            with route_log():
+                start = time.perf_counter_ns()
+                await stages[name].decide(next(queries), ResolveContext())
+                elapsed = (time.perf_counter_ns() - start) / 1e6
+            span, count = await server_span()
+            assert count == 1, count
+            return elapsed, span
+
+        async def run_raw() -> tuple[float, float]:
+            form = one.forms.first(one.base_url)
+            body: dict[str, Any] = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS,
+                                    "messages": build_messages(one.routes, next(queries))}
+            constraint = response_format(form, answer_schema([*one.routes, NONE]))
+            if constraint is not None:
+                body["response_format"] = constraint
+            start = time.perf_counter_ns()
+            response = await raw.post(f"{url}/v1/chat/completions", json=body)
+            elapsed = (time.perf_counter_ns() - start) / 1e6
+            assert response.status_code == 200, response.text[:300]
+            span, _ = await server_span()
+            return elapsed, span
+
+        runners = {"stage": lambda: run_stage("stage"), "raw": run_raw}
+        for stage in stages.values():  # warm up; the first call negotiates the form
+            for _ in range(2):
+                with route_log():
+                    await stage.decide(next(queries), ResolveContext())
+        await control.get(f"{url}/bench/timings")
+        rows: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
+        for r in range(REAL_CALLS):
+            for name in order(r, ("stage", "raw")):
+                rows[name].append(await runners[name]())
+    for service in services.values():
+        await service.aclose()
+    summary = {}
+    for name, pairs in rows.items():
+        over = [t - s for t, s in pairs]
+        summary[name] = {"total_p50_ms": median([t for t, _ in pairs]),
+                         "server_p50_ms": median([s for _, s in pairs]),
+                         "overhead_p50_ms": median(over),
+                         "overhead_p99_ms": percentile(over, 0.99)}
+    labels = {"stage": "LLM stage (decide)", "raw": "bare httpx POST"}
+    form = one.forms.known(one.base_url)
+    print(f"real llama.cpp server ({model}, form {form}), {REAL_CALLS} calls each, interleaved")
+    print(f"{'':24} {'total p50':>11} {'server p50':>11} {'minus server p50':>17} {'p99':>9}")
+    for name, row in summary.items():
+        print(f"{labels[name]:24} {row['total_p50_ms']:8.1f} ms {row['server_p50_ms']:8.1f} ms "
+              f"{row['overhead_p50_ms']:14.2f} ms {row['overhead_p99_ms']:6.2f} ms")
+    stage_row = summary["stage"]
+    share = stage_row["overhead_p50_ms"] / stage_row["total_p50_ms"]
+    print(f"the stage adds {stage_row['overhead_p50_ms']:.2f} ms p50 to the server's "
+          f"{stage_row['server_p50_ms']:.0f} ms ({share:.2%} of the decision's time); "
+          f"a bare POST adds {summary['raw']['overhead_p50_ms']:.2f} ms")
+    emit("llm_overhead_real", calls=REAL_CALLS, model=model, form=form, **summary)
+
+
+def main_real() -> None:
+    """Start a real llama.cpp server (timed), measure against it, stop it by PID."""
+    import tempfile
+
+    from tests.support import llama_server as harness
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = harness.start(Path(tmp) / "server.log", timed=True)
+        try:
+            asyncio.run(measure_real(server.url, server.model))
+        finally:
+            harness.stop(server.pid)
+
+
 def main() -> None:
     """Start the chat server process, measure against it, stop it (closing its stdin)."""
     proc = subprocess.Popen([sys.executable, __file__, "--serve"], stdin=subprocess.PIPE,
@@ -219,5 +345,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         serve()
+    elif len(sys.argv) > 1 and sys.argv[1] == "--real":
+        main_real()
     else:
         main()

@@ -6,7 +6,7 @@ The queries are distinct utterances from the eval sets (`../shared/eval/*.jsonl`
 compound, in a fixed order), written to a temporary file. Two runs of the real CLI, side
 by side: the batch, and one query alone (the same start-up and model load with nothing to
 route), so the report separates what loading costs from what routing 1,000 queries costs.
-Target (issue 3): the batch in under 60 s including model load.
+Target: the batch in under 60 s including model load.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(tmp) / "queries.txt"
         path.write_text("\n".join(queries) + "\n", encoding="utf-8")
         # one alone first, then the batch, then one alone again: the load figure is their mean
-        alone_a, _ = run_cli(["route", queries[0], "--json", "--config", args.config])
+        alone_a, _ = run_cli(["route", queries[0], "--json", "--local", "--config", args.config])
         batch_s, out = run_cli(["route", "--input", str(path), "--config", args.config])
-        alone_b, _ = run_cli(["route", queries[0], "--json", "--config", args.config])
+        alone_b, _ = run_cli(["route", queries[0], "--json", "--local", "--config", args.config])
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
     if len(lines) != len(queries):
         raise SystemExit(f"expected {len(queries)} plans, got {len(lines)}")

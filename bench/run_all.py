@@ -133,13 +133,13 @@ def main_rows(r: dict[str, dict[str, Any]]) -> list[Row]:
         (f"{d['three_ms']:.1f} ms: **{d['ratio']:.3f}×** (one source for all 3: "
         f"{d['same_source_ratio']:.3f}×)"), "≤ 1.3×", verdict(d["ratio"] <= 1.3)))
     add("recording_overhead", lambda d: (
-        "cache-hit `/search` with the real recorder (issue 2)",
+        "cache-hit `/search` with the real recorder",
         f"same request, no-op recorder: {d['null_us']:.0f} µs",
         f"{d['real_us']:.0f} µs: **{d['overhead_pct']:+.2f}%** (paired rounds)"
         + _instructions(d), "< +2%",
         verdict(d["overhead_pct"] < 2) + _instructions_verdict(d, 2)))
     add("trace_overhead", lambda d: (
-        "cache-hit `/search` with the SQLite trace store on (issue 5)",
+        "cache-hit `/search` with the SQLite trace store on",
         f"store off: {d['median_us']['off']:.0f} µs",
         (f"{d['median_us']['on']:.0f} µs: **{(d['paired_ratio'] - 1) * 100:+.2f}%** "
         f"(paired rounds)" + _instructions(d)), "< +5%",
@@ -150,16 +150,16 @@ def main_rows(r: dict[str, dict[str, Any]]) -> list[Row]:
         f"{d['final_mib']:.1f} MiB: **{d['ratio']:.3f}×**", "≤ 1.10× (soak criterion)",
         verdict(d["ratio"] <= 1.10)))
     add("semantic_stage", lambda d: (
-        f"semantic stage, {d['calls']} unseen eval utterances (issue 3)", "—",
+        f"semantic stage, {d['calls']} unseen eval utterances", "—",
         f"p50 **{d['p50_ms']:.1f} ms**, p99 {d['p99_ms']:.1f} ms", "p50 ≤ 25 ms",
         verdict(d["p50_ms"] <= 25)))
     add("route_batch", lambda d: (
-        f"`search route --input`, {d['queries']:,} eval utterances, a fresh process (issue 3)",
+        f"`search route --input`, {d['queries']:,} eval utterances, a fresh process",
         f"one query alone (start-up, model load): {d['load_s']:.1f} s",
         f"**{d['batch_s']:.1f} s** (routing ~{d['routing_ms_per_query']:.1f} ms/query)",
         "< 60 s incl. model load", verdict(d["batch_s"] < 60)))
     add("scaling", lambda d: (
-        "decision-cache lookup, 10,000 / 100,000 entries (issue 3)", "—",
+        "decision-cache lookup, 10,000 / 100,000 entries", "—",
         (f"{d['decisions']['10000']['lookup_hit_ns'] / 1000:.1f} µs / "
         f"{d['decisions']['100000']['lookup_hit_ns'] / 1000:.1f} µs"), "≤ 0.1 ms",
         verdict(max(d["decisions"][s]["lookup_hit_ns"] for s in ("10000", "100000")) <= 1e5)))

@@ -4,7 +4,7 @@
 
 Prints, for 1 and 2 torch threads side by side: p50 / p90 / p99 of one semantic decision
 (encode in a worker thread + matrix product + event), and of the encoding alone; then the
-decision-cache lookup time. Targets (issue 3): semantic p50 <= 25 ms with 1 thread;
+decision-cache lookup time. Targets: semantic p50 <= 25 ms with 1 thread;
 a decision-cache lookup <= 0.1 ms. On a 2-core machine the second thread makes a single
 short query slower, not faster: that is why the stage uses one.
 """
@@ -46,8 +46,8 @@ def percentiles(samples_ms: list[float]) -> tuple[float, float, float]:
 
 async def measure_semantic(config_path: str, threads: int, count: int) -> dict[str, tuple]:
     from routing.events import route_log, run_in_thread
-    from routing.intents import ResolveContext
     from routing.stages import semantic_stage
+    from routing.types import ResolveContext
     from search.config import load_config
 
     config = load_config(config_path)

@@ -8,7 +8,7 @@ each asked once, so neither cache answers them) one at a time, until `BENCH_SEMA
 `decide` is wrapped with a timer, so only parts that reached the stage (the keyword rules
 did not decide) are counted, with the encode in its worker thread, the matrix products
 and the event. Also printed: the whole dry-run request's latency for those requests, the
-model's load time and the RSS it costs. Target (issue 3): p50 <= 25 ms, one torch thread.
+model's load time and the RSS it costs. Target: p50 <= 25 ms, one torch thread.
 `bench/semantic_speed.py` compares 1 and 2 threads on the stage alone.
 """
 

@@ -1,4 +1,4 @@
-"""What persisting traces costs (issue 5), measured side by side in one run.
+"""What persisting traces costs, measured side by side in one run.
 
 1. A keyword-routed, result-cache-hit POST /search through the real ASGI app, with the
    SQLite trace store on (metadata only, the default) and switched off

@@ -15,9 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from routing.decompose import OPENERS, QUESTION_AFTER_WHEN
 from routing.lexicon import lexicon
 from routing.text import CLAUSE_TRIM, CLAUSE_WORD
+
+# Words that open a request, and "when is ..." questions: the decomposition's own lists
+# (routing/words.yaml), read here without importing the decomposer that uses this module.
+OPENERS = lexicon().decompose.openers
+QUESTION_AFTER_WHEN = lexicon().decompose.question_after_when
 
 _LEADING = re.compile(r"^\s*(?:if|when|whenever|unless|in case)\s+", re.IGNORECASE)
 # A trailing "when" is far more often a time clause than a condition to check first

@@ -14,6 +14,8 @@ happens:
 - `deferred`: the command is for later ("in an hour", "tomorrow", "at 7", "tonight");
   the router has no scheduler, and doing it now is doing something nobody asked for;
 - `low_confidence`: the part was not decided confidently (it ended at the default);
+- `rewritten`: the command's words came from an earlier turn (a follow-up such as "and
+  the kitchen?" rewritten to "turn off the lights in the kitchen"): the router guessed them;
 - `read_only`: the request came through a surface that promises not to act (the MCP
   `search` tool, annotated read-only; control has a tool of its own).
 """
@@ -34,6 +36,7 @@ class Withheld(StrEnum):
     CONDITIONAL = "conditional"
     DEFERRED = "deferred"
     LOW_CONFIDENCE = "low_confidence"
+    REWRITTEN = "rewritten"
     READ_ONLY = "read_only"
 
 
@@ -45,6 +48,7 @@ class Circumstances:
     conditional: bool = False  # the consequence of a condition (or a negated one)
     confident: bool = True
     read_only: bool = False  # the surface the request came through must not act
+    rewritten: bool = False  # the words were completed from an earlier turn
 
 
 _NUMBER = (r"(?:\d+(?:[.,]\d+)?|a|an|one|two|three|four|five|six|seven|eight|nine|ten|"
@@ -105,6 +109,8 @@ def withheld_reasons(
         reasons.append(Withheld.DEFERRED)
     if not circumstances.confident:
         reasons.append(Withheld.LOW_CONFIDENCE)
+    if circumstances.rewritten:
+        reasons.append(Withheld.REWRITTEN)
     if circumstances.read_only:
         reasons.append(Withheld.READ_ONLY)
     return reasons
@@ -117,5 +123,6 @@ REASON_WORDS: dict[str, str] = {
     Withheld.CONDITIONAL: "it depends on a condition the router does not evaluate",
     Withheld.DEFERRED: "it is meant for later, and the router does not schedule commands",
     Withheld.LOW_CONFIDENCE: "the router was not confident the request was meant for it",
+    Withheld.REWRITTEN: "its words were carried over from an earlier turn; say it in full",
     Withheld.READ_ONLY: "the request came through a read-only tool",
 }

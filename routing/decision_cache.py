@@ -17,17 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from routing.confidence import single
 from routing.events import record
-from routing.intents import Decision, ResolveContext
 from routing.shared_state import RedisLink, SharedCache
+from routing.steps import Step
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
+from routing.types import Decision, ResolveContext
 
 
 @dataclass(frozen=True, slots=True)
 class CachedDecision:
     route: str
     origin: str  # the stage that made the decision: intent_semantic | intent_llm
+    confidence: float = 1.0  # the calibrated confidence it was made with
 
 
 class DecisionCache:
@@ -50,17 +53,21 @@ class DecisionCache:
         if shared is not None:
             self.shared = SharedCache(
                 shared, "decision_cache", "decision", self._cache,
-                encode=lambda d: {"route": d.route, "origin": d.origin},
+                encode=lambda d: {"route": d.route, "origin": d.origin,
+                                  "confidence": d.confidence},
                 decode=self._decode,
             )
 
     def _decode(self, data: Any) -> CachedDecision:
         route, origin = data["route"], data["origin"]
+        confidence = data.get("confidence", 1.0)
         if not isinstance(route, str) or not isinstance(origin, str):
             raise TypeError("route and origin must be strings")
+        if not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+            raise ValueError("confidence must be a number in [0, 1]")
         if self._routes is not None and route not in self._routes:
             raise ValueError(f"unknown route {route!r}")
-        return CachedDecision(route, origin)
+        return CachedDecision(route, origin, float(confidence))
 
     def get(self, query: str) -> CachedDecision | None:
         """The local tier only (never waits)."""
@@ -73,10 +80,10 @@ class DecisionCache:
             return None
         return await self.shared.fetch(key)
 
-    def put(self, query: str, route: str, origin: str) -> None:
+    def put(self, query: str, route: str, origin: str, confidence: float = 1.0) -> None:
         key = normalise(query)
         if key:
-            decision = CachedDecision(route, origin)
+            decision = CachedDecision(route, origin, confidence)
             self._cache.set(key, decision)
             if self.shared is not None:
                 self.shared.publish(key, decision)
@@ -106,13 +113,21 @@ class DecisionCacheStage:
             return None
         hit = self.cache.get(query)
         if hit is not None:
-            record("intent_cached", query=query, decision=hit.route, origin=hit.origin)
-            return Decision(hit.route, self.name)
+            record(Step.INTENT_CACHED, query=query, decision=hit.route, origin=hit.origin,
+                   **_confidence(hit))
+            return Decision(hit.route, self.name, confidence=hit.confidence)
         if self.cache.shared is None:
             return None
         hit = await self.cache.get_shared(query)
         if hit is None:
             return None
         # Decided by another worker or replica.
-        record("intent_cached", query=query, decision=hit.route, origin=hit.origin, tier="shared")
-        return Decision(hit.route, self.name)
+        record(Step.INTENT_CACHED, query=query, decision=hit.route, origin=hit.origin, tier="shared",
+               **_confidence(hit))
+        return Decision(hit.route, self.name, confidence=hit.confidence)
+
+
+def _confidence(hit: CachedDecision) -> dict[str, Any]:
+    """The cached decision's own confidence: the same question gets the same answer."""
+    return {"confidence": round(hit.confidence, 4),
+            "candidates": single(hit.route, hit.confidence).candidates()}

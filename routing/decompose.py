@@ -1,6 +1,9 @@
 """Split a compound query into parts that can each be routed on their own.
 
-Hard separators (";", "and also", "and then", sentence ends) always split. Soft ones
+Hard separators (";", "and also", "and then") always split. A sentence end splits only
+between two requests: a sentence of context ("I'm planning a trip.", see
+routing/sentences.py) or one that leans on the sentence before ("How tall is it?") stays
+with its request. Soft ones
 ("and", "also", ",", "then") split only between two complete requests, so
 "salt and pepper" and "who wrote Romeo and Juliet" stay whole while
 "turn off the lights and what's the weather" splits. A request opens with a question word,
@@ -23,7 +26,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from routing.conditional import extract_conditional
+from routing.discourse import dependency
 from routing.lexicon import lexicon
+from routing.sentences import first_person_request, is_context, is_greeting
 from routing.text import CLAUSE_TRIM, CLAUSE_WORD
 
 _WORDS = lexicon().decompose  # routing/words.yaml: what each list is for
@@ -51,9 +57,18 @@ _CONTINUATIONS = _WORDS.continuations
 # A clause opening with one of these is a condition, not a request: "if it rains, ...".
 CONDITION_OPENERS = _WORDS.condition_openers
 
-_HARD = r";|\band\s+(?:also|then)\b|(?<=[?!])\s+(?=\S)|(?<=\w{3}\.)\s+(?=[A-Za-z])"
+_HARD = r";|\band\s+(?:also|then)\b"
+# A sentence end: "?" or "!", or a full stop after a number or two letters ("a score of 5.",
+# "at 8 pm.", not "u. s. d.") and before a word; an abbreviation ("Mr.") is no end (below).
+_STOP = r"(?<=[?!])\s+(?=\S)|(?:(?<=\w{2}\.)|(?<=\d\.))\s+(?=[A-Za-z])"
 _SOFT = r",|\balso\b|\band\b|\bthen\b"
-_SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<soft>{_SOFT})", re.IGNORECASE)
+_SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<stop>{_STOP})|(?P<soft>{_SOFT})", re.IGNORECASE)
+_SENTENCE_ENDS = re.compile(_STOP)
+# The discourse dependencies that tie a sentence to the one before: "How tall is it?",
+# "What about Friday?" continue the request before them; "Why is the sky blue?" need not.
+_LEANS_BACK = frozenset({"reference", "follow_up"})
+_LEANING_WORDS = 6
+_ABBREVIATIONS = lexicon().sentences.abbreviations
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +179,37 @@ def _conditional_request(text: str) -> bool:
     words = _words(text)
     if len(words) < 4 or words[0] not in {"if", "unless"}:
         return False
-    from routing.conditional import extract_conditional  # it imports this module
-
     return _can_stand_alone(text) or extract_conditional(text) is not None
+
+
+def _is_request(sentence: str) -> bool:
+    """A sentence that may ask something on its own. A sentence end is a strong boundary,
+    so any sentence of two words or more counts ("Nighttime mode.", "Desk lamp one off.")
+    but a greeting and a statement of context (routing/sentences.py)."""
+    words = _words(sentence)
+    if len(words) < 2 or is_greeting(words):
+        return False
+    return first_person_request(words) or not is_context(words)
+
+
+def _leans_back(sentence: str) -> bool:
+    """A short sentence that points at the one before ("How tall is it?", "What about
+    Friday?"); in a longer one the pronoun usually has its noun inside ("how old was
+    Einstein when he ...")."""
+    return len(_words(sentence)) <= _LEANING_WORDS and dependency(sentence) in _LEANS_BACK
+
+
+def _two_requests(left: str, right: str) -> bool:
+    """At a sentence end: split only when the text before holds a request and the
+    sentence after is one too, not leaning on the one before. So "I'm planning a trip.
+    What's the weather in Boston?" and "Find me a concert. I'm free this weekend." stay
+    one request each, while "Who wrote Hamlet? Is it raining?" splits."""
+    before = _words(left)
+    if before and before[-1] in _ABBREVIATIONS and left.rstrip().endswith("."):
+        return False  # "Ask Mr. Smith": an abbreviation, not a sentence end
+    if not right.strip(CLAUSE_TRIM) or not _is_request(right) or _leans_back(right):
+        return False
+    return any(_is_request(sentence) for sentence in _SENTENCE_ENDS.split(left))
 
 
 def _trim(
@@ -210,6 +253,8 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
         claimed = None
         if match.group("hard") is not None:
             accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
+        elif match.group("stop") is not None:
+            accept = _two_requests(left, right)
         elif not _can_stand_alone(left) or _coordinated(left, right) or _refers_back(right):
             accept = False  # e.g. a condition still waiting for its consequence
         else:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 
-from routing.lexicon import lexicon, phrases as word_phrases
+from routing.lexicon import lexicon
+from routing.lexicon import phrases as word_phrases
 from routing.text import words as split_words
 
 _WORDS = lexicon().discourse  # routing/words.yaml
@@ -33,6 +34,8 @@ _COMPARISON = re.compile(
     r"(?:better|bigger|older|larger|taller|more|higher|cheaper)|difference\s+between)\b"
 )
 _WEATHER_IT = _WORDS.weather_it
+_CLOCK_WORDS = _WORDS.clock_words
+_CLOCK_ADVERBS = _WORDS.clock_adverbs
 
 
 def _starts(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:
@@ -44,12 +47,19 @@ def _ends(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:
 
 
 def _dummy_it(words: list[str], index: int) -> bool:
-    """'it' as the subject of weather or time ("will it rain", "it's cold"), not a reference."""
+    """'it' as the subject of weather or time ("will it rain", "it's cold", "what time is
+    it"), not a reference."""
     window = words[index + 1 : index + 4]
+    if any(w in _CLOCK_WORDS for w in words[max(0, index - 3) : index]) and all(
+        w in _CLOCK_ADVERBS for w in words[index + 1 :]
+    ):
+        return True
     return any(w in _WEATHER_IT for w in window) or words[index] == "it's"
 
 
-def _has_reference(words: list[str]) -> bool:
+def references(words: list[str]) -> list[int]:
+    """The indices of the words that point at something said earlier ("turn it off": 1)."""
+    found: list[int] = []
     for index, word in enumerate(words):
         base = word.removesuffix("'s")
         if base not in _REFERENCES and word not in _REFERENCES:
@@ -61,10 +71,14 @@ def _has_reference(words: list[str]) -> bool:
             # trailing "that"/"there" ("turn that off", "what's the weather there") refers.
             if index == len(words) - 1 or (base == "that" and index + 1 < len(words)
                                            and words[index + 1] in {"one", "off", "on", "up"}):
-                return True
+                found.append(index)
             continue
-        return True
-    return False
+        found.append(index)
+    return found
+
+
+def _has_reference(words: list[str]) -> bool:
+    return bool(references(words))
 
 
 def dependency(query: str) -> str | None:

@@ -33,6 +33,7 @@ from routing.control import (
 from routing.events import capture, record
 from routing.fusion import reciprocal_rank_fusion
 from routing.shared_state import SharedBreaker, SharedCache
+from routing.steps import Step
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
 from sources.base import ActingSource, Command, Item, Source, SourceDisabled, SourceError
@@ -162,7 +163,7 @@ class Dispatcher:
         if not reasons:
             return None
         fields: dict[str, object] = {"when": when} if when is not None else {}
-        record("control_withheld", query=query, source=name, reason=reasons[0].value,
+        record(Step.CONTROL_WITHHELD, query=query, source=name, reason=reasons[0].value,
                reasons=[r.value for r in reasons], command=command.to_dict(), **fields)
         words = "; ".join(REASON_WORDS[r] for r in reasons)
         item = Item(
@@ -186,7 +187,7 @@ class Dispatcher:
         if not isinstance(source, ActingSource):  # reads commands but has no way to act
             return self._cannot_act(name, command, query)
         if not self.enabled.get(name, True):
-            record("source_skipped", source=name, query=query, reason="disabled")
+            record(Step.SOURCE_SKIPPED, source=name, query=query, reason="disabled")
             return Answer(None, "error", [], {"type": "disabled",
                                               "message": f"{name} is disabled in config"})
         async with self._slots[name]:
@@ -208,7 +209,7 @@ class Dispatcher:
         fields: dict[str, object] = {}
         if error is not None:
             fields = {"reason": reason, "message": str(error)}
-        record("source_invoked", source=name, query=query, elapsed_ms=elapsed_ms,
+        record(Step.SOURCE_INVOKED, source=name, query=query, elapsed_ms=elapsed_ms,
                outcome=outcome, result_count=len(items), operation="act",
                command=command.to_dict(), **fields)
         # Even a call that failed or came late may have changed something: what was read
@@ -219,7 +220,7 @@ class Dispatcher:
         return Answer(name, outcome, items)
 
     def _cannot_act(self, name: str, command: Command, query: str) -> Answer:
-        record("control_withheld", query=query, source=name, reason="not_allowed",
+        record(Step.CONTROL_WITHHELD, query=query, source=name, reason="not_allowed",
                reasons=["not_allowed"], command=command.to_dict())
         return Answer(name, "withheld", [Item("Not carried out", f"{name} cannot act.")],
                       withheld={"reason": "not_allowed", "reasons": ["not_allowed"],
@@ -238,7 +239,7 @@ class Dispatcher:
         for position, source_name in enumerate(chain):
             if position > 0:
                 record(
-                    "fallback",
+                    Step.FALLBACK,
                     from_source=chain[position - 1],
                     to_source=source_name,
                     query=query,
@@ -267,18 +268,18 @@ class Dispatcher:
                                    and getattr(source, "allow_control", False))
         cached = self.result_cache.get(key) if local else None
         if cached is not None:
-            record("result_cache_hit", source=name, query=query, result_count=len(cached))
+            record(Step.RESULT_CACHE_HIT, source=name, query=query, result_count=len(cached))
             return _Outcome("ok", cached, "", "")
         if cacheable and self.shared_results is not None:
             cached = await self.shared_results.fetch(key, self.cache_ttl_s.get(name),
                                                      keep_locally=local)
             if cached is not None:  # another worker or replica fetched it
-                record("result_cache_hit", source=name, query=query,
+                record(Step.RESULT_CACHE_HIT, source=name, query=query,
                        result_count=len(cached), tier="shared")
                 return _Outcome("ok", cached, "", "")
         if source is None or not self.enabled.get(name, True):
             error = SourceDisabled(f"{name} is disabled in config")
-            record("source_skipped", source=name, query=query, reason=error.reason)
+            record(Step.SOURCE_SKIPPED, source=name, query=query, reason=error.reason)
             return _Outcome("error", [], error.reason, str(error))
         breaker = self.breakers.get(name)
         shared = self.shared_breakers.get(name) if self.shared_breakers else None
@@ -286,7 +287,7 @@ class Dispatcher:
             admission = breaker.admit() if shared is None else await shared.admit()
             if not admission.allowed:
                 record(
-                    "source_skipped",
+                    Step.SOURCE_SKIPPED,
                     source=name,
                     query=query,
                     reason="circuit_open",
@@ -312,7 +313,7 @@ class Dispatcher:
         if outcome.outcome in ("error", "timeout"):
             fields = {"reason": outcome.reason, "message": outcome.message}
         record(
-            "source_invoked",
+            Step.SOURCE_INVOKED,
             source=name,
             query=query,
             elapsed_ms=elapsed_ms,
@@ -338,7 +339,7 @@ class Dispatcher:
 
     async def _fuse(self, route: str, query: str) -> Answer:
         members = self.fusion[route]
-        record("fusion", query=query, sources=list(members), route=route, method="rrf")
+        record(Step.FUSION, query=query, sources=list(members), route=route, method="rrf")
         outcomes = await asyncio.gather(*(self._call(name, query) for name in members))
         lists = [o.items for o in outcomes if o.outcome == "ok"]
         if lists:

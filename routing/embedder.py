@@ -26,6 +26,27 @@ import numpy as np
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, int], Embedder] = {}
+_PROGRESS = {"shown": True}
+
+
+def show_progress(shown: bool) -> None:
+    """Whether loading the model draws transformers' progress bars ("Loading weights").
+
+    A command whose output is piped or logged sets this false: a bar there is noise. It is
+    applied through the libraries' own switches when a model is loaded, so deciding costs
+    no import.
+    """
+    _PROGRESS["shown"] = shown
+
+
+def _apply_progress() -> None:
+    if _PROGRESS["shown"]:
+        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    disable_progress_bars()
+    transformers_logging.disable_progress_bar()
 
 
 def default_model_path() -> str:
@@ -39,9 +60,7 @@ class Embedder:
     """Encodes text to L2-normalised float32 vectors (one row per text)."""
 
     def __init__(self, path: str, threads: int = 1) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        _apply_progress()
         import torch
         from sentence_transformers import SentenceTransformer
 

@@ -16,16 +16,15 @@ import asyncio
 import contextvars
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
+
+from routing.steps import ALWAYS_KEPT, Step
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 DEFAULT_MAX_EVENTS = 1000
 
-# Steps that end a part or the request: always kept, even past the bound, so a failed
-# chain always says why it failed.
-_ALWAYS_KEPT = frozenset({"error"})
 _clock = time.perf_counter
 
 
@@ -50,7 +49,7 @@ class RouteLog:
     __slots__ = ("entries", "dropped_steps", "max_events", "started", "captures")
 
     def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
-        self.entries: list[_Entry] = []
+        self.entries: list[Entry] = []
         self.dropped_steps: list[str] = []
         self.max_events = max_events
         self.started = time.perf_counter()
@@ -60,9 +59,9 @@ class RouteLog:
     def past_bound(self, step: str, part: str, fields: dict[str, Any]) -> None:
         """An event past `max_events` (`record` appends the others itself): counted, and
         kept only if it must be."""
-        if step in _ALWAYS_KEPT:
+        if step in ALWAYS_KEPT:  # a failed chain always says why it failed
             seq = len(self.entries) + len(self.dropped_steps)
-            self.entries.append((_clock(), part, step, fields, seq))
+            self.entries.append(Entry(_clock(), part, step, fields, seq))
         else:
             self.dropped_steps.append(step)
 
@@ -73,7 +72,7 @@ class RouteLog:
     def happened(self, step: str) -> bool:
         """Whether `step` was recorded at least once in this request, kept or dropped."""
         for entry in self.entries:  # a plain loop: a generator costs more than the scan
-            if entry[2] == step:
+            if entry.step == step:
                 return True
         return step in self.dropped_steps
 
@@ -89,9 +88,14 @@ class RouteLog:
         return self.freeze().events()
 
 
-# (perf_counter at recording, part, step, the keyword fields given to `record`), and
-# past the bound the event's seq (before it, seq is the entry's index).
-_Entry = tuple[Any, ...]
+class Entry(NamedTuple):
+    """One recorded event as `record` stores it; the event dict is built only when read."""
+
+    at: float  # perf_counter at recording
+    part: str
+    step: str
+    fields: dict[str, Any]  # the keyword fields given to `record`
+    seq: int | None = None  # set past the bound; before it, seq is the entry's index
 
 
 class RecordedChain:
@@ -104,16 +108,16 @@ class RecordedChain:
 
     __slots__ = ("entries", "started", "_events")
 
-    def __init__(self, entries: list[_Entry], started: float) -> None:
-        """`entries` as `RouteLog` holds them (tuples, or lists read back from JSON)."""
-        self.entries = entries
+    def __init__(self, entries: list[Entry], started: float) -> None:
+        """`entries` as `RouteLog` holds them, or as lists read back from JSON."""
+        self.entries = [e if isinstance(e, Entry) else Entry(*e) for e in entries]
         self.started = started
         self._events: list[dict[str, Any]] | None = None
 
     def step_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(step, the event's own fields) per event, in order, without building events."""
         for entry in self.entries:
-            yield entry[2], entry[3]
+            yield entry.step, entry.fields
 
     def events(self) -> list[dict[str, Any]]:
         events = self._events
@@ -121,9 +125,9 @@ class RecordedChain:
             started = self.started
             # Microsecond resolution via int(): round(x, 3) costs more than the event.
             events = [
-                {"step": entry[2], "seq": entry[4] if len(entry) > 4 else index,
-                 "t_ms": int((entry[0] - started) * 1_000_000) / 1000.0, "part": entry[1],
-                 **entry[3]}
+                {"step": entry.step, "seq": index if entry.seq is None else entry.seq,
+                 "t_ms": int((entry.at - started) * 1_000_000) / 1000.0, "part": entry.part,
+                 **entry.fields}
                 for index, entry in enumerate(self.entries)
             ]
             self._events = events  # two racing readers build equal lists; either wins
@@ -150,7 +154,7 @@ _log: contextvars.ContextVar[RouteLog | None] = contextvars.ContextVar("route_lo
 _part: contextvars.ContextVar[str] = contextvars.ContextVar("route_part", default="")
 
 
-def record(step: str, **fields: Any) -> None:
+def record(step: Step, **fields: Any) -> None:
     """Append one event to the current request's chain; a no-op outside a request."""
     log = _log.get()
     if log is None:
@@ -158,7 +162,7 @@ def record(step: str, **fields: Any) -> None:
     # Inline, no method call: this runs for every event of every request.
     entries = log.entries
     if len(entries) < log.max_events:
-        entries.append((_clock(), _part.get(), step, fields))
+        entries.append(Entry(_clock(), _part.get(), step, fields))
     else:
         log.past_bound(step, _part.get(), fields)
 
@@ -176,6 +180,12 @@ def current_log() -> RouteLog | None:
 
 def current_part() -> str:
     return _part.get()
+
+
+def part_key(path: str) -> tuple[int, ...]:
+    """'1.10' after '1.2': part paths in numeric order, parents before their children;
+    the request ('') first."""
+    return tuple(int(p) if p.isdigit() else 0 for p in path.split(".")) if path else ()
 
 
 class route_log:  # noqa: N801 - used as a function: `with route_log() as log:`

@@ -12,82 +12,53 @@ escalated to the LLM when one is configured (`discourse_escalated` on both event
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
+from routing.confidence import ConfidenceModel, declined, load_model
 from routing.discourse import dependency
 from routing.events import record
-from routing.keyword import KeywordRules
+from routing.keyword import NONE, KeywordRules
+from routing.sessions import SessionStore
+from routing.steps import Step
+from routing.types import Decision, Escalation, IntentStage, ResolveContext
 
 # Pure functions of the query text, remembered for the questions a household repeats
 # (bounded); the events are recorded per request, where the result is used.
 _MEMO_SIZE = 2048
 _dependency = lru_cache(maxsize=_MEMO_SIZE)(dependency)
 
-if TYPE_CHECKING:
-    from routing.sessions import SessionStore
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """Where a part goes (a source or fusion route), and which stage said so."""
-
-    route: str | None  # None: no configured source serves it (`unserved`)
-    stage: str
-    confident: bool = True
-
-    @property
-    def unserved(self) -> bool:
-        return self.route is None
-
-
-@dataclass(slots=True)
-class ResolveContext:
-    """What a stage may look at besides the query text, and what stages tell later ones."""
-
-    session_id: str | None = None
-    dry_run: bool = False
-    read_only: bool = False  # commands must not run (see routing.control)
-    # Set by a stage that tried and failed (e.g. "llm_failed"), so the default says why.
-    default_reason: str | None = None
-    # Extra fields for the `intent_default` event (e.g. the nearest "none" exemplar).
-    default_fields: dict[str, Any] = field(default_factory=dict)
-    # A stage found the query is something no source serves ("set an alarm"): later
-    # stages (LLM, session) leave it to the default.
-    unserved: bool = False
-    # The kind of discourse dependency of the query ("follow_up", "why", ...), or None.
-    discourse: str | None = None
-    # The query's embedding, once the semantic stage computed it (reused by the LLM stage).
-    embedding: Any = None
-
-
-class IntentStage(Protocol):
-    name: str
-
-    async def decide(self, query: str, context: ResolveContext) -> Decision | None:
-        """A decision (after recording its event), or None to pass to the next stage."""
-
-
-class Escalation(Protocol):
-    """What a keyword decision is escalated to (the LLM stage)."""
-
-    async def escalate(self, query: str, context: ResolveContext, keyword_route: str) -> Decision | None:
-        """A fresh decision (its event recorded), or None to keep the keyword's."""
 
 
 CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
 
 
 class KeywordStage:
-    """Rules from `routing.keywords`; discourse-dependent matches go on to the LLM if any."""
+    """Rules from the resolved routes, weighed by the fitted keyword confidence: decides when
+    its winner clears `min_confidence`, else declines (saying so) for the semantic stage.
+    Discourse-dependent matches go on to the LLM if any."""
 
     name = "intent_keyword"
 
-    def __init__(self, rules: KeywordRules, escalation: Escalation | None = None) -> None:
+    def __init__(
+        self,
+        rules: KeywordRules,
+        escalation: Escalation | None = None,
+        *,
+        labels: list[str] | None = None,
+        min_confidence: float | None = None,
+        model: ConfidenceModel | None = None,
+    ) -> None:
+        """`labels`: every route the confidence ranks (default: those with rules)."""
         self.rules = rules
         self.escalation = escalation
+        self.model = model or load_model()
+        self.min_confidence = (self.model.min_confidence if min_confidence is None
+                               else min_confidence)
+        self.labels = labels or rules.routes
         self._match = lru_cache(maxsize=_MEMO_SIZE)(rules.match)
+        self._scores = lru_cache(maxsize=_MEMO_SIZE)(rules.scores)
 
     def claim(self, text: str) -> str | None:
         """The route (or "none") the rules give `text` alone by more than a hint ("nearby"
@@ -98,40 +69,42 @@ class KeywordStage:
         return match.route
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
-        match = self._match(query)
+        match = self._scores(query)
         if match is None:
             return None
-        if match.unserved:
-            # "set an alarm", "play it on spotify": no source serves it; say so, don't route.
-            record(
-                "intent_keyword",
-                query=query,
-                decision=None,
-                discourse_escalated=False,
-                matched=list(match.matched),
-                outcome="unserved",
-            )
+        context.keyword = match
+        labels = [*self.labels, *(r for r in match.scores if r not in self.labels)]
+        ranked = self.model.keyword(labels, match.scores)
+        shown = {"confidence": round(ranked.confidence, 4), "candidates": ranked.candidates()}
+        matched = list(match.matched)
+        if ranked.confidence < self.min_confidence:
+            # A tie, or words that point several ways: the semantic stage weighs them too.
+            record(Step.INTENT_KEYWORD, query=query, decision=None, discourse_escalated=False,
+                   matched=matched, outcome="declined",
+                   declined=declined("keyword", ranked, self.min_confidence), **shown)
+            context.ranked = ranked
+            return None
+        route = ranked.winner
+        if route == NONE:
+            # "set an alarm", "add it to my playlist": no source serves it; say so, don't route.
+            record(Step.INTENT_KEYWORD, query=query, decision=None, discourse_escalated=False,
+                   matched=matched, outcome="unserved", **shown)
             context.unserved = True
             context.default_reason = "no_match"
-            context.default_fields = {"nearest": match.matched[0]}
+            context.default_fields = {"nearest": matched[0] if matched else None}
+            context.ranked = ranked
             return None
         escalate = self.escalation is not None and context.discourse is not None
         fields: dict[str, Any] = {}
         if escalate:
             fields["discourse"] = context.discourse
-        record(
-            "intent_keyword",
-            query=query,
-            decision=match.route,
-            discourse_escalated=escalate,
-            matched=list(match.matched),
-            **fields,
-        )
+        record(Step.INTENT_KEYWORD, query=query, decision=route, discourse_escalated=escalate,
+               matched=matched, **shown, **fields)
         if escalate and self.escalation is not None:
-            fresh = await self.escalation.escalate(query, context, match.route)
+            fresh = await self.escalation.escalate(query, context, route)
             if fresh is not None:
                 return fresh
-        return Decision(match.route, self.name)
+        return Decision(route, self.name, confidence=ranked.confidence)
 
 
 class Resolver:
@@ -144,7 +117,12 @@ class Resolver:
         *,
         sessions: SessionStore | None = None,
         fallback_reason: str = "no_match",
+        min_confidence: float | None = None,
     ) -> None:
+        """`min_confidence`: a decision below it is not `confident` (the control gate then
+        withholds a command); default: the fitted artefact's."""
+        self.min_confidence = (load_model().min_confidence if min_confidence is None
+                               else min_confidence)
         self.stages = stages
         self.default_route = default_route
         self.sessions = sessions
@@ -199,21 +177,34 @@ class Resolver:
                 break  # a stage found that no source serves this: the default says so
             decision = await stage.decide(query, context)
             if decision is not None:
+                if decision.confidence is not None and decision.confidence < self.min_confidence:
+                    # An LLM's or a session's fixed confidence under a stricter threshold.
+                    decision = replace(decision, confident=False)
                 if self.sessions is not None:
                     self.sessions.remember(context.session_id, query, decision)
                 return decision
+        ranked = context.ranked
+        route = None if context.unserved else self.default_route
+        # Its confidence is the one the declining stage gave the route it ends at.
+        confidence = dict(ranked.routes).get(route or NONE, 0.0) if ranked else 0.0
+        shown = {"confidence": round(confidence, 4),
+                 "candidates": ranked.candidates() if ranked else []}
         if context.unserved:
             # A stage judged it something no source serves ("set an alarm"): no source is
             # asked, rather than the default answering with whatever it finds.
-            record("intent_default", query=query, decision=None, reason="unserved",
-                   outcome="unserved", **context.default_fields)
-            return Decision(None, "intent_default", confident=False)
-        reason = context.default_reason or self.default_reason()
+            record(Step.INTENT_DEFAULT, query=query, decision=None, reason="unserved",
+                   outcome="unserved", **shown, **context.default_fields)
+            return Decision(None, "intent_default", confident=False, confidence=confidence)
+        # A stage declined: no stage after it (no LLM) was sure either.
+        reason = context.default_reason or ("low_confidence" if ranked is not None
+                                            else self.default_reason())
         record(
-            "intent_default",
+            Step.INTENT_DEFAULT,
             query=query,
             decision=self.default_route,
             reason=reason,
+            **shown,
             **context.default_fields,
         )
-        return Decision(self.default_route, "intent_default", confident=False)
+        return Decision(self.default_route, "intent_default", confident=False,
+                        confidence=confidence)

@@ -110,6 +110,11 @@ class KeywordRules:
                         self._fuzzy_by_letter.setdefault(word[0], []).append(word)
         self._word_cache: dict[str, frozenset[str]] = {}
 
+    @property
+    def routes(self) -> list[str]:
+        """Every route (and `none`) with at least one rule, in rule order."""
+        return list(dict.fromkeys(route for route, _, _, _ in self._rules))
+
     def _rule_words(self, query_word: str) -> frozenset[str]:
         """Every rule word `query_word` matches (exactly, inflected or as a typo)."""
         found = self._word_cache.get(query_word)
@@ -196,8 +201,9 @@ class KeywordRules:
             for p, w in zip(positions, literal, strict=True)
         )
 
-    def match(self, query: str) -> KeywordMatch | None:
-        """The best route by matched phrase weight; None when nothing or a tie matched."""
+    def scores(self, query: str) -> KeywordMatch | None:
+        """Every matching route's score and phrases (`route`: the best, or "" on a tie);
+        None when no rule matched. The fitted confidence reads these, ties included."""
         words = tokenize(query)
         if not words:
             return None
@@ -228,7 +234,14 @@ class KeywordRules:
         if not scores:
             return None
         ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
-        if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        tie = len(ranked) > 1 and ranked[0][1] == ranked[1][1]
+        best = "" if tie else ranked[0][0]
+        return KeywordMatch(best, tuple(matched[best]) if best else tuple(
+            p for r, _ in ranked[:2] for p in matched[r]), scores)
+
+    def match(self, query: str) -> KeywordMatch | None:
+        """The best route by matched phrase weight; None when nothing or a tie matched."""
+        found = self.scores(query)
+        if found is None or not found.route:
             return None
-        best = ranked[0][0]
-        return KeywordMatch(best, tuple(matched[best]), scores)
+        return found

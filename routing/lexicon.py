@@ -1,4 +1,4 @@
-"""The word lists of decomposition, conditions and discourse, as data (routing/words.yaml).
+"""The word lists of decomposition, sentences, conditions, discourse and follow-ups, as data (routing/words.yaml).
 
 Which words open a request, which make a condition a premise, which pronouns point back:
 the grammar lives in code, the vocabulary it uses in one shipped YAML file, read once
@@ -48,6 +48,18 @@ class DecomposeWords(_Section):
     particles: Words
 
 
+class SentenceWords(_Section):
+    context_subjects: Words
+    delayed_subjects: Words
+    greetings: Words
+    abbreviations: Words
+    request_phrases: Words
+    wishes: Words
+    wish_openers: Words
+    inquiry_verbs: Words
+    plan_verbs: Words
+
+
 class ConditionalWords(_Section):
     whether_verbs: Words
     premise_subjects: Words
@@ -59,14 +71,32 @@ class DiscourseWords(_Section):
     references: Words
     determiner_uses: Words
     weather_it: Words
+    clock_words: Words
+    clock_adverbs: Words
+
+
+class FollowUpWords(_Section):
+    frames: Words
+    endings: Words
+    subject_pronouns: Words
+    possessives: Words
+    place_pronouns: Words
+    time_heads: Words
+    time_words: Words
+    place_prepositions: Words
+    subject_frames: Words
+    auxiliaries: Words
+    subject_ends: Words
 
 
 class Lexicon(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     decompose: DecomposeWords
+    sentences: SentenceWords
     conditional: ConditionalWords
     discourse: DiscourseWords
+    followup: FollowUpWords
 
 
 def parse_lexicon(text: str) -> Lexicon:

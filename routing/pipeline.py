@@ -22,7 +22,9 @@ from routing.control import Circumstances
 from routing.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.dispatch import Answer, Dispatcher
 from routing.events import part_scope, record
-from routing.intents import ResolveContext, Resolver
+from routing.intents import Resolver
+from routing.steps import Step
+from routing.types import ResolveContext
 
 
 class TooManyParts(ValueError):
@@ -56,6 +58,9 @@ class PartResult:
     error: dict[str, str] | None = None
     condition: PartResult | None = None
     withheld: dict[str, Any] | None = None
+    # The question the part was asked as, when it was a follow-up rewritten from the
+    # session ("how tall is it?" -> "how tall is the eiffel tower?").
+    rewritten: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -65,8 +70,12 @@ class PartResult:
             "items": self.items,
             "route": self.route,
         }
+        if self.stage is not None:
+            data["stage"] = self.stage  # the intent step that decided the route
         if self.error is not None:
             data["error"] = self.error
+        if self.rewritten is not None:
+            data["rewritten"] = self.rewritten
         if self.withheld is not None:
             data["withheld"] = self.withheld
         if self.condition is not None:
@@ -140,7 +149,7 @@ class Router:
         units: list[_Unit] = []
         if found is not None:
             record(
-                "conditional_detected",
+                Step.CONDITIONAL_DETECTED,
                 query=query,
                 condition=found.condition,
                 consequence=found.consequence,
@@ -154,7 +163,7 @@ class Router:
             # a split where the grammar saw one request says which routes the rules claimed
             why = {"claimed": [{"part": index, "routes": [before, after]}
                                for index, before, after in claimed]} if claimed else {}
-            record("decomposed", query=query, parts=shown, **why)
+            record(Step.DECOMPOSED, query=query, parts=shown, **why)
         return units
 
     async def run(
@@ -179,7 +188,7 @@ class Router:
                 conditional = _conditional_in(unit.text)
                 if conditional is not None:
                     record(
-                        "conditional_detected",
+                        Step.CONDITIONAL_DETECTED,
                         query=unit.text,
                         condition=conditional.condition,
                         consequence=conditional.consequence,
@@ -210,6 +219,22 @@ class Router:
     async def _run_part(
         self, text: str, shared: ResolveContext, *, conditional: bool = False
     ) -> PartResult:
+        """A follow-up is asked as the question it stands for (`rewritten` records it);
+        the result keeps the part's own words in `query`."""
+        sessions = self.resolver.sessions
+        asked = text
+        if sessions is not None and shared.session_id:
+            asked = await sessions.follow_up(text, shared.session_id, self.claims)
+        result = await self._run_asked(asked, shared, conditional=conditional,
+                                       rewritten=asked != text)
+        if asked != text:
+            result.query, result.rewritten = text, asked
+        return result
+
+    async def _run_asked(
+        self, text: str, shared: ResolveContext, *, conditional: bool = False,
+        rewritten: bool = False,
+    ) -> PartResult:
         # Stages note things on the context, and parts run concurrently: one per part.
         context = ResolveContext(session_id=shared.session_id, dry_run=shared.dry_run,
                                  read_only=shared.read_only)
@@ -219,21 +244,22 @@ class Router:
                 return PartResult(text, None, "unserved", stage=decision.stage)
             circumstances = Circumstances(dry_run=context.dry_run, conditional=conditional,
                                           confident=decision.confident,
-                                          read_only=context.read_only)
+                                          read_only=context.read_only,
+                                          rewritten=rewritten)
             if context.dry_run:
-                record("planned", query=text, route=decision.route, stage=decision.stage)
+                record(Step.PLANNED, query=text, route=decision.route, stage=decision.stage)
                 self.dispatcher.withhold_plan(decision.route, text, circumstances)
                 return PartResult(text, decision.route, "planned", route=decision.route,
                                   stage=decision.stage)
             answer: Answer = await self.dispatcher.answer(decision.route, text, circumstances)
         except Exception as exc:  # noqa: BLE001 - one part's bug must not hide the others
             message = str(exc) or type(exc).__name__
-            record("error", query=text, error_type=type(exc).__name__, message=message)
+            record(Step.ERROR, query=text, error_type=type(exc).__name__, message=message)
             return PartResult(text, None, "error", error={"type": type(exc).__name__,
                                                           "message": message})
         if answer.status == "error":
             error = answer.error or {"type": "error", "message": "failed"}
-            record("error", query=text, error_type=error["type"], message=error["message"])
+            record(Step.ERROR, query=text, error_type=error["type"], message=error["message"])
         return PartResult(
             text,
             answer.source,

@@ -4,12 +4,15 @@ Each route the package knows ships as one YAML file, `routing/routes/<name>.yaml
 upgrade of the package improves routing for everyone who never edited a rule. A file holds
 
     description: "What the route's source answers"   # for the LLM and the MCP tool list
-    threshold: 0.3          # similarity the nearest exemplar must reach (semantic stage)
     keywords:               # keyword rules, the syntax of routing/keyword.py
       - weather
       - current temperature ^2
     exemplars:              # example requests, for the semantic stage
       - will it rain tomorrow
+
+No route ships a threshold: whether a stage decides is its calibrated confidence against
+`routing.min_confidence` (routing/confidence.py); a configured `threshold` is still parsed
+(old configs keep loading) and shown on candidates, but decides nothing.
 
 `none.yaml` is the pseudo-route of requests no source serves (alarms, email, music): its
 matches end a part at a low-confidence default; it is never routed to.
@@ -24,7 +27,7 @@ Assistant merges `custom_sentences` over its shipped intents: what it lists is *
           exemplars: [is the sauna warm yet]
           disable_keywords: [scene]          # a shipped rule, by its text (weight optional)
           disable_exemplars: [what scenes do i have]
-          threshold: 0.35                    # replaces the shipped one
+          threshold: 0.35                    # accepted, no longer decides (see below)
           description: "..."                 # replaces the shipped one
         sauna:                               # a new route, for a source named `sauna`
           keywords: [sauna]

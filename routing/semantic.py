@@ -33,16 +33,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from routing.confidence import LLM_CONFIDENCE, ConfidenceModel, declined, load_model, single
 from routing.decision_cache import DecisionCache
 from routing.events import record
-from routing.intents import Decision, ResolveContext
+from routing.keyword import KeywordRules
+from routing.steps import Step
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
+from routing.types import Decision, ResolveContext
 from sources.workers import run_inference
 
 if TYPE_CHECKING:
+    from routing.config import SemanticConfig
     from routing.embedder import Embedder
-    from search.config import SemanticConfig
 
 NONE = "none"  # the label of exemplars no source serves; never a route
 
@@ -206,6 +209,8 @@ class SemanticStage:
         threads: int = 1,
         exemplars: Mapping[str, Sequence[str]] | None = None,
         thresholds: Mapping[str, float] | None = None,
+        min_confidence: float | None = None,
+        model: ConfidenceModel | None = None,
     ) -> None:
         """`exemplars` and `thresholds` per route (and `none`), as routing/route_data.py
         resolves them; a route without a threshold gets `config.default_threshold`."""
@@ -213,6 +218,9 @@ class SemanticStage:
         self.routes = set(routes)
         self.exemplars = {label: list(texts) for label, texts in (exemplars or {}).items()}
         self.thresholds = dict(thresholds or {})
+        self.model = model or load_model()
+        self.min_confidence = (self.model.min_confidence if min_confidence is None
+                               else min_confidence)
         self.decision_cache = decision_cache
         self.learned = learned
         self.threads = threads
@@ -260,6 +268,22 @@ class SemanticStage:
         context.embedding = vector
         return self.judge(query, vector, context)
 
+    def labels(self, rules: KeywordRules | None = None) -> list[str]:
+        """What the confidence ranks: routes with exemplars or rules, and `none` if it has
+        either (a config without `none` data cannot say "no source serves this")."""
+        found = list(self.index.labels) if self.index is not None else []
+        if rules is not None:
+            found += [r for r in rules.routes if r in self.routes or r == NONE]
+        return list(dict.fromkeys(found))
+
+    def similarities(self, vector: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
+        """Per label: its nearest exemplar's cosine similarity, and the classifier's
+        probability (empty without a classifier)."""
+        assert self.index is not None
+        similarity = {label: score for label, _, score in self.index.best_per_label(vector)}
+        probability = self.classifier.probabilities(vector) if self.classifier else {}
+        return similarity, probability
+
     def candidates(self, vector: np.ndarray) -> tuple[list[Candidate], Candidate | None]:
         """Exemplar candidates (one per label, best first) and the nearest learned decision."""
         assert self.index is not None
@@ -283,49 +307,71 @@ class SemanticStage:
         return ranked, reused
 
     def judge(self, query: str, vector: np.ndarray, context: ResolveContext) -> Decision | None:
-        """Decide from the candidates and record `intent_semantic` (hit or miss)."""
+        """Decide from the fitted confidence and record `intent_semantic` (hit or miss)."""
         ranked, reused = self.candidates(vector)
-        shown = ranked[: self.config.top_k]
-        if reused is not None:
-            shown = [reused, *shown] if reused.score >= reused.threshold else [*shown, reused]
-        events = [c.to_event() for c in shown]
-        best = ranked[0] if ranked else None
-        chosen: Candidate | None = None
         if reused is not None and reused.score >= reused.threshold:
-            chosen = reused  # a paraphrase of a question the LLM already routed
-        elif best is not None and best.route != NONE and best.score >= best.threshold:
-            runner_up = next((c for c in ranked[1:]), None)
-            margin = best.rank - runner_up.rank if runner_up is not None else 1.0
-            if margin >= self.config.margin:
-                chosen = best
-        if chosen is not None:
+            # A paraphrase of a question the LLM already routed: the LLM's confidence.
+            decision = single(reused.route, LLM_CONFIDENCE)
+            record(Step.INTENT_SEMANTIC, query=query, matched_query=reused.text,
+                   similarity=round(reused.score, 4), decision=reused.route,
+                   threshold=reused.threshold, origin="llm", matched=True,
+                   confidence=LLM_CONFIDENCE, candidates=decision.candidates())
+            if self.decision_cache is not None and context.discourse is None:
+                self.decision_cache.put(query, reused.route, self.name, LLM_CONFIDENCE)
+            return Decision(reused.route, self.name, confidence=LLM_CONFIDENCE)
+        by_label = {c.route: c for c in ranked}
+        keyword = context.keyword.scores if context.keyword is not None else {}
+        labels = [*self.labels(), *(r for r in keyword if r in self.routes or r == NONE)]
+        labels = list(dict.fromkeys(labels))
+        confidence = self.model.full(
+            labels, keyword, {c.route: c.score for c in ranked},
+            {c.route: c.probability for c in ranked if c.probability is not None},
+        )
+        events = []
+        for entry in confidence.candidates(self.config.top_k):
+            near = by_label.get(entry["route"])
+            if near is not None:
+                entry.update(matched=near.text, similarity=round(near.score, 4))
+            events.append(entry)
+        if reused is not None:
+            events.append({"route": reused.route, "matched": reused.text, "origin": "llm",
+                           "similarity": round(reused.score, 4)})
+        winner = by_label.get(confidence.winner)
+        shown = {"confidence": round(confidence.confidence, 4), "candidates": events,
+                 "threshold": self.min_confidence}
+        sure = confidence.confidence >= self.min_confidence
+        if sure and confidence.winner != NONE:
             record(
-                "intent_semantic",
+                Step.INTENT_SEMANTIC,
                 query=query,
-                matched_query=chosen.text,
-                similarity=round(chosen.score, 4),
-                decision=chosen.route,
-                threshold=chosen.threshold,
-                origin=chosen.origin,
+                matched_query=winner.text if winner else None,
+                similarity=round(winner.score, 4) if winner else None,
+                decision=confidence.winner,
+                origin="exemplar",
                 matched=True,
-                candidates=events,
+                **shown,
             )
             if self.decision_cache is not None and context.discourse is None:
-                self.decision_cache.put(query, chosen.route, self.name)
-            return Decision(chosen.route, self.name)
-        unserved = best is not None and best.route == NONE and best.score >= best.threshold
+                self.decision_cache.put(query, confidence.winner, self.name,
+                                        confidence.confidence)
+            return Decision(confidence.winner, self.name, confidence=confidence.confidence)
+        unserved = sure and confidence.winner == NONE
+        fields = {} if unserved else {
+            "declined": declined("semantic", confidence, self.min_confidence)}
         record(
-            "intent_semantic",
+            Step.INTENT_SEMANTIC,
             query=query,
-            matched_query=best.text if best else None,
-            similarity=round(best.score, 4) if best else None,
+            matched_query=winner.text if winner else None,
+            similarity=round(winner.score, 4) if winner else None,
             decision=None,
             matched=False,
-            outcome="unserved" if unserved else "below_threshold",
-            candidates=events,
+            outcome="unserved" if unserved else "declined",
+            **shown,
+            **fields,
         )
-        if unserved and best is not None:
+        context.ranked = confidence
+        if unserved and winner is not None:
             context.unserved = True
             context.default_reason = "no_match"
-            context.default_fields = {"nearest": best.text, "similarity": round(best.score, 4)}
+            context.default_fields = {"nearest": winner.text, "similarity": round(winner.score, 4)}
         return None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from routing.breaker import Admission, CircuitBreaker
 from routing.events import current_log, record
+from routing.steps import Step
 from routing.ttl_cache import TTLCache
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 T = TypeVar("T")
 
-DEGRADED_STEP: Final = "shared_state_degraded"
 MAX_PENDING_WRITES: Final = 1000  # background writes beyond this are dropped, not queued
 # Breaker keys that only matter while a source keeps failing expire this long after the
 # last failure, so a source nobody asks about again leaves nothing behind in Redis.
@@ -196,12 +196,12 @@ class RedisLink:
         request_log = current_log()
         if request_log is None:
             return
-        if request_log.happened(DEGRADED_STEP) and any(
-            e["step"] == DEGRADED_STEP and e.get("component") == component
+        if request_log.happened(Step.SHARED_STATE_DEGRADED) and any(
+            e["step"] == Step.SHARED_STATE_DEGRADED and e.get("component") == component
             for e in request_log.snapshot()
         ):
             return
-        record(DEGRADED_STEP, component=component, reason=reason, **fields)
+        record(Step.SHARED_STATE_DEGRADED, component=component, reason=reason, **fields)
 
     def _failed(self, component: str, exc: BaseException) -> None:
         reason = failure_reason(exc)

@@ -1,6 +1,8 @@
 """Builds the intent resolver from config: the stages, in order, and the default route.
 
-keyword -> decision cache -> semantic -> LLM -> session -> default. The semantic stage is
+keyword -> decision cache -> semantic -> LLM -> session -> default. The keyword and
+semantic stages decide by the calibrated confidence of routing/confidence.py against
+`routing.min_confidence` (default: what `search fit` measured). The semantic stage is
 built only when enabled and the LLM stage only when `routing.llm.base_url` is set (else
 the default's reason is `llm_unconfigured`). Each route's rules and exemplars are the
 shipped ones with the user's overrides merged in (routing/route_data.py). Nothing heavy
@@ -10,15 +12,40 @@ building a Service stay quick.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Protocol
+
+from routing.confidence import load_model
+from routing.config import RoutingConfig
 from routing.decision_cache import DecisionCache, DecisionCacheStage
-from routing.intents import IntentStage, KeywordStage, Resolver
+from routing.intents import KeywordStage, Resolver
 from routing.keyword import KeywordRules
 from routing.llm import LLMStage
 from routing.route_data import NONE, Route, resolve_routes
 from routing.semantic import LearnedDecisions, SemanticStage
 from routing.sessions import SessionStage, SessionStore
 from routing.shared_state import RedisLink
-from search.config import Config
+from routing.types import IntentStage
+from sources.registry import SourceConfig
+
+
+class _TraceSettings(Protocol):
+    capture_prompts: bool
+
+
+class Config(Protocol):
+    """What building the resolver reads of the whole config (`search.config.Config`
+    composes it): routing's own section, the sources it routes to, and whether prompts
+    are kept in traces."""
+
+    @property
+    def routing(self) -> RoutingConfig: ...
+
+    @property
+    def sources(self) -> Mapping[str, SourceConfig]: ...
+
+    @property
+    def trace(self) -> _TraceSettings: ...
 
 
 def route_descriptions(config: Config) -> dict[str, str]:
@@ -57,7 +84,18 @@ def semantic_stage(
         threads=config.routing.semantic.threads if threads is None else threads,
         exemplars={name: list(r.exemplars) for name, r in data.items()},
         thresholds={name: r.threshold for name, r in data.items() if r.threshold is not None},
+        min_confidence=config.routing.min_confidence,
+        model=load_model(config.routing.confidence_path),
     )
+
+
+def confidence_labels(config: Config, data: dict[str, Route]) -> list[str]:
+    """What the calibrated confidence ranks: each configured route with rules (or, with the
+    semantic stage, exemplars), and `none` when it has either."""
+    names = set(config.sources) | set(config.routing.fusion) | {NONE}
+    semantic = config.routing.semantic.enabled
+    return [name for name, r in data.items()
+            if name in names and (r.keywords or (semantic and r.exemplars))]
 
 
 def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
@@ -101,6 +139,9 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
                 list(data[NONE].keywords) if NONE in data else [],
             ),
             escalation=llm,
+            labels=confidence_labels(config, data),
+            min_confidence=routing.min_confidence,
+            model=load_model(routing.confidence_path),
         ),
         DecisionCacheStage(decision_cache),
     ]
@@ -114,4 +155,6 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
         routing.default_source,
         sessions=sessions,
         fallback_reason="no_match" if llm is not None else "llm_unconfigured",
+        min_confidence=(load_model(routing.confidence_path).min_confidence
+                        if routing.min_confidence is None else routing.min_confidence),
     )

@@ -25,6 +25,7 @@ from routing.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.config import Config
+from search.health import HealthCache
 from search.json_codec import FastJSONResponse
 from search.label_routes import label_routes
 from search.mcp_server import build_mcp_server, http_endpoint
@@ -44,9 +45,9 @@ def settle_heap() -> None:
     """Move everything built at start-up (modules, config, rule indexes, the model) out of
     the garbage collector's sight.
 
-    A full collection walks every tracked object; with start-up's hundred thousand of them
-    it paused the event loop for over 100 ms, and queued traces that live past a young
-    collection make full collections come often. Frozen objects are never collected,
+    A full collection walks every tracked object, so with start-up's hundred thousand of
+    them each one pauses the event loop in proportion; and queued traces that live past a
+    young collection make full collections come often. Frozen objects are never collected,
     which is what start-up state wants anyway.
     """
     gc.collect()
@@ -96,7 +97,15 @@ def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JS
     return request
 
 
-def create_app(config: Config, service: Service | None = None) -> Starlette:
+def create_app(
+    config: Config, service: Service | None = None, *, settle: bool = False
+) -> Starlette:
+    """The app over `service` (built from `config` when not given).
+
+    `settle`: freeze the start-up heap once the service has started (`settle_heap`). It
+    changes the garbage collector for the whole process, so only the server process
+    that owns it asks for it (`search serve`), never an embedder of the app.
+    """
     owned_observers: list[Any] = []
     if service is None:
         owned_observers = [MetricsObserver(), *telemetry_observers(config)]
@@ -115,16 +124,20 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
         # SSE stream; an open GET stream here would never send anything nor end).
         mcp_routes.append(Route("/mcp", mcp_app, methods=["POST", "DELETE"]))
 
+    health = HealthCache(service.sources, config.sources)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await service.start()
-        settle_heap()
+        if settle:
+            settle_heap()
         try:
             async with AsyncExitStack() as stack:
                 if mcp_lifespan is not None:
                     await stack.enter_async_context(mcp_lifespan())
                 yield
         finally:
+            await health.aclose()
             await service.aclose()
             for observer in owned_observers:
                 shutdown = getattr(observer, "shutdown", None)
@@ -162,7 +175,8 @@ def create_app(config: Config, service: Service | None = None) -> Starlette:
                 "status": "ok",
                 "version": __version__,
                 "pid": os.getpid(),  # which worker answered, under `serve --workers N`
-                "sources": {name: e.enabled for name, e in config.sources.items()},
+                # type, enabled, reachable, version (checked at most every few seconds)
+                "sources": await health.snapshot(),
             }
         )
 

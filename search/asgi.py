@@ -13,4 +13,4 @@ from search.config import load_config
 
 
 def app_factory() -> Starlette:
-    return create_app(load_config())
+    return create_app(load_config(), settle=True)  # a worker process: its heap is ours

@@ -38,19 +38,37 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default from config: 8080)")
     serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
 
-    query = commands.add_parser("query", help="answer one query in-process")
+    query = commands.add_parser(
+        "query", help="answer one query (by the running server if one answers, else in-process)"
+    )
     query.add_argument("text", help="the query")
     query.add_argument("--explain", action="store_true", help="print the explanation chain")
     query.add_argument("--json", action="store_true", help="print the response body as JSON")
+    query.add_argument("--local", action="store_true", help="in-process, even if a server runs")
     query.add_argument("--config")
 
     route = commands.add_parser("route", help="dry run: print the routing plan")
     route.add_argument("text", nargs="?", help="the query (or use --input)")
     route.add_argument("--input", help="file: one query per line, or JSONL with a 'text' field")
     route.add_argument("--json", action="store_true", help="print JSON")
+    route.add_argument("--local", action="store_true", help="in-process, even if a server runs")
+    route.add_argument(
+        "--store", action="store_true",
+        help="with --input: keep a dry-run trace per query (not kept by default, so a batch "
+        "does not push real history out of the trace store)",
+    )
     route.add_argument("--config")
     COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
     COMMANDS.update(add_label_commands(commands))  # label, check
+    from search.fit_cli import add_fit_command
+
+    COMMANDS.update(add_fit_command(commands))  # fit
+
+    doctor = commands.add_parser(
+        "doctor", help="check each configured source and the LLM: reachable, version, auth"
+    )
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
+    doctor.add_argument("--config")
 
     mcp = commands.add_parser("mcp", help="serve the MCP tools over stdio (for MCP clients)")
     mcp.add_argument("--config")
@@ -82,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers: must be at least 1")
     if args.workers == 1:
-        uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+        uvicorn.run(create_app(config, settle=True), host=host, port=port, log_level="info", access_log=False)
         return EXIT_OK
     if args.config:
         os.environ["SEARCH_CONFIG"] = str(Path(args.config).resolve())
@@ -103,25 +121,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _before_loading_model() -> None:
+    """Settings of this process for a command that loads the model.
+
+    Progress bars only when someone watches them (stderr is a terminal). The tokenizer
+    stays on one thread: torch has the cores, and its thread pool must not be forked (the
+    tokenizers library reads this setting from the environment only; the process is ours).
+    """
+    from routing.embedder import show_progress
+
+    show_progress(sys.stderr.isatty())
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _ask_server(config: Config, payload: dict[str, Any]) -> Any:
+    """The running server's answer, or None when none answers at the configured address."""
+    from search.remote import RemoteRefused, ask
+
+    try:
+        return ask(config, payload)
+    except RemoteRefused as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from search.render import chain_table, results_text
-    from search.service import Service
 
     config = _load(args.config)
     problem = query_problem(args.text, config.server.max_query_chars)
     if problem is not None:
         raise UsageError(problem)
 
-    async def run() -> Any:
-        service = Service(config)
-        try:
-            _check_parts(service, args.text)
-            await service.start()
-            return await service.search(args.text, explain=args.explain)
-        finally:
-            await service.aclose()
-
-    outcome = asyncio.run(run())
+    outcome = None
+    if not args.local:
+        outcome = _ask_server(config, {"query": args.text, "explain": args.explain})
+    if outcome is None:
+        outcome = _query_locally(config, args.text, args.explain)
     if args.json:
         say(json.dumps(outcome.body, indent=2, ensure_ascii=False), json_text=True)
     else:
@@ -135,6 +170,23 @@ def cmd_query(args: argparse.Namespace) -> int:
             say(chain_table(outcome.chain))
         say(f"\ntrace {outcome.trace_id}")
     return EXIT_OK if outcome.status_code == 200 else EXIT_FAILED
+
+
+def _query_locally(config: Config, text: str, explain: bool) -> Any:
+    from search.service import Service
+
+    _before_loading_model()
+
+    async def run() -> Any:
+        service = Service(config)
+        try:
+            _check_parts(service, text)
+            await service.start()
+            return await service.search(text, explain=explain)
+        finally:
+            await service.aclose()
+
+    return asyncio.run(run())
 
 
 def _read_queries(path: str) -> Iterator[str]:
@@ -162,48 +214,99 @@ def _read_queries(path: str) -> Iterator[str]:
                 yield line
 
 
-def cmd_route(args: argparse.Namespace) -> int:
-    from search.render import chain_table
-    from search.service import Service
+def _plan_parts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The plan's parts in order, a condition before its consequence."""
+    flat: list[dict[str, Any]] = []
+    for result in results:
+        if isinstance(result.get("condition"), dict):
+            flat.append(result["condition"])
+        flat.append(result)
+    return [{"query": r["query"], "source": r.get("route"), "stage": r.get("stage")} for r in flat]
 
+
+def _print_plan(args: argparse.Namespace, query: str, parts: list[dict[str, Any]],
+                chain: list[dict[str, Any]]) -> None:
+    from search.render import chain_table
+
+    if args.input or args.json:
+        say(json.dumps({"query": query, "parts": parts}, ensure_ascii=False), json_text=True)
+    else:
+        for part in parts:
+            say(f"{part['query']!r} -> {part['source']} ({part['stage']})")
+        say()
+        say(chain_table(chain))
+
+
+def cmd_route(args: argparse.Namespace) -> int:
     if bool(args.text) == bool(args.input):
         raise UsageError("route: give either TEXT or --input FILE")
+    if args.store and not args.input:
+        raise UsageError("route: --store goes with --input (one TEXT is always stored)")
     config = _load(args.config)
     queries = list(_read_queries(args.input)) if args.input else [args.text]
     if not args.input:
         problem = query_problem(args.text, config.server.max_query_chars)
         if problem is not None:
             raise UsageError(problem)
+        if not args.local:
+            # A batch stays in-process: the server would keep a trace of every line.
+            answer = _ask_server(config, {"query": args.text, "explain": True, "dry_run": True})
+            if answer is not None:
+                if answer.status_code != 200:
+                    error = answer.body.get("error") or {}
+                    say(f"failed: {error.get('type')}: {error.get('message')}")
+                    return EXIT_FAILED
+                _print_plan(args, args.text, _plan_parts(answer.body["results"]), answer.chain)
+                return EXIT_OK
+    return _route_locally(config, args, queries)
+
+
+def _route_locally(config: Config, args: argparse.Namespace, queries: list[str]) -> int:
+    from search.service import Service
+    from search.traces import NullTraceSink
+
+    _before_loading_model()
+    keep_traces = args.store or not args.input
 
     async def run() -> int:
-        service = Service(config)
+        service = Service(config, traces=None if keep_traces else NullTraceSink())
         try:
             for number, query in enumerate(queries, start=1):
                 _check_parts(service, query, f"--input: query {number}: " if args.input else "")
             await service.start(sources=False)
             for query in queries:
                 outcome = await service.search(query, dry_run=True)
-                flat = []
-                for result in outcome.results:
-                    if result.condition is not None:
-                        flat.append(result.condition)
-                    flat.append(result)
-                parts = [
-                    {"query": r.query, "source": r.route, "stage": r.stage} for r in flat
-                ]
-                if args.input or args.json:
-                    line = json.dumps({"query": query, "parts": parts}, ensure_ascii=False)
-                    say(line, json_text=True)
-                else:
-                    for part in parts:
-                        say(f"{part['query']!r} -> {part['source']} ({part['stage']})")
-                    say()
-                    say(chain_table(outcome.chain))
+                parts = _plan_parts([result.to_dict() for result in outcome.results])
+                _print_plan(args, query, parts, outcome.chain)
         finally:
             await service.aclose()
         return EXIT_OK
 
     return asyncio.run(run())
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from search.doctor import diagnose, table
+    from search.scrub import Scrubber
+    from search.terminal import escape_controls
+
+    config = _load(args.config)
+    findings = asyncio.run(diagnose(config))
+    scrubber = Scrubber.from_config(config)
+    for finding in findings:
+        finding.detail = scrubber.text(finding.detail)
+    if args.json:
+        say(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False),
+            json_text=True)
+    else:
+        rows = [tuple(escape_controls(cell) for cell in row) for row in table(findings)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            say("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        for finding in findings:
+            if finding.detail:
+                say(f"{finding.name}: {escape_controls(finding.detail)}")
+    return EXIT_FAILED if any(f.down for f in findings if f.name in config.sources) else EXIT_OK
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -212,11 +315,18 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return run_stdio(_load(args.config))  # config errors exit 2 before stdout is touched
 
 
-COMMANDS = {"serve": cmd_serve, "query": cmd_query, "route": cmd_route, "mcp": cmd_mcp}
+# Commands that always load the model; `query` and `route` do only when run in-process.
+MODEL_COMMANDS = frozenset({"serve", "mcp", "replay"})
+COMMANDS = {
+    "serve": cmd_serve, "query": cmd_query, "route": cmd_route, "doctor": cmd_doctor,
+    "mcp": cmd_mcp,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in MODEL_COMMANDS:
+        _before_loading_model()
     try:
         return COMMANDS[args.command](args)
     except (ConfigError, UsageError) as exc:

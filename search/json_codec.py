@@ -1,11 +1,11 @@
 """JSON encoding on the hot paths: every `/search` response and every stored trace.
 
-orjson encodes several times faster than the standard library's encoder: 1.0 against
-10.1 µs for a two-event chain on this project's 2-core machine, and a cache-hit request
-encodes its response and, in the trace writer, its chain and results. Output is compact
+orjson encodes several times faster than the standard library's encoder (about ten times
+for a short chain), and a cache-hit request encodes its response and, in the trace
+writer, its chain and results. Output is compact
 UTF-8 with non-ASCII characters as they are, as Starlette's `JSONResponse` writes it.
 Whatever orjson refuses (an integer beyond 64 bits, a non-string key) goes through the
-standard encoder instead, so encoding never fails where it used to succeed.
+standard encoder instead, so encoding never fails where the standard one succeeds.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from routing.route_data import RouteOverride, rule_key
-from search.config import Config
+from search.config import Config, ConfigError
 from search.trace_labels import NONE, Label, effective_labels, is_pseudonym, part_decisions
 
 LABEL_WEIGHT = 3.0  # one household label counts as much as this many shipped rows
@@ -252,12 +252,20 @@ def read_artefact(path: Path) -> list[TrainingRow]:
     """The fitted rows, or none when there is no artefact (never fitted)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        return [TrainingRow(str(r["text"]), str(r["route"]), float(r["weight"]))
+                for r in data["rows"]]
     except FileNotFoundError:
         return []
-    return [TrainingRow(str(r["text"]), str(r["route"]), float(r["weight"]))
-            for r in data.get("rows", [])]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a fitted labels file ({exc}); run `search fit` "
+                          "again to rewrite it") from None
 
 
 def with_artefact(config: Config) -> Config:
-    """`config` with the household's fitted labels, when `search fit` has written them."""
-    return with_labels(config, read_artefact(artefact_path(config)))
+    """`config` with the household's fitted labels, when `search fit` has written them
+    (a label of a route no longer configured is left out)."""
+    from routing.stages import route_descriptions
+
+    rows = read_artefact(artefact_path(config))
+    known = {*route_descriptions(config), NONE}
+    return with_labels(config, [row for row in rows if row.route in known])

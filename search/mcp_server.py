@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -49,6 +49,7 @@ from mcp_types import (
 )
 from mcp_types.jsonrpc import INVALID_PARAMS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.types import ASGIApp
 
 from routing.events import run_in_thread
 from routing.pipeline import TooManyParts
@@ -68,11 +69,6 @@ INSTRUCTIONS = (
     "and get_trace(trace_id) to read a past request's recorded chain."
 )
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class SearchArgs(BaseModel):

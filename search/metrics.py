@@ -20,12 +20,13 @@ import os
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from routing.steps import Step
 from search.traces import TraceRecord
 
 __all__ = ["INTENT_STEPS", "MULTIPROCESS_ENV", "MetricsObserver", "metrics_route"]
@@ -36,8 +37,8 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The intent steps of the contract; a stage added later is counted under its own step name
 # as long as it starts with "intent_".
 INTENT_STEPS = (
-    "intent_keyword", "intent_cached", "intent_session", "intent_semantic", "intent_llm",
-    "intent_default",
+    Step.INTENT_KEYWORD, Step.INTENT_CACHED, Step.INTENT_SESSION, Step.INTENT_SEMANTIC, Step.INTENT_LLM,
+    Step.INTENT_DEFAULT,
 )
 # Source calls take milliseconds (ZIM lookups) to seconds (LLM-backed or remote sources).
 LATENCY_BUCKETS_S = (
@@ -124,33 +125,33 @@ class MetricsObserver:
         if trace.dropped_events:
             self.dropped_events.inc(trace.dropped_events)
         for step, event in trace.step_fields():
-            if step == "source_invoked":
+            if step == Step.SOURCE_INVOKED:
                 labels = (str(event.get("source")), str(event.get("outcome")))
                 series(self.source_calls, *labels).inc()
                 elapsed = event.get("elapsed_ms")
                 if isinstance(elapsed, (int, float)):
                     series(self.source_seconds, *labels).observe(max(float(elapsed), 0.0) / 1000.0)
-            elif step == "fallback":
+            elif step == Step.FALLBACK:
                 series(
                     self.fallbacks, str(event.get("from_source")), str(event.get("to_source"))
                 ).inc()
-            elif step == "result_cache_hit":
+            elif step == Step.RESULT_CACHE_HIT:
                 series(self.cache_hits, "result").inc()
-            elif step == "source_skipped":
+            elif step == Step.SOURCE_SKIPPED:
                 series(self.source_skips, str(event.get("source")), str(event.get("reason"))).inc()
-            elif step == "shared_state_degraded":
+            elif step == Step.SHARED_STATE_DEGRADED:
                 series(
                     self.shared_state_degraded,
                     str(event.get("component")),
                     str(event.get("reason")),
                 ).inc()
-            elif step == "error":
+            elif step == Step.ERROR:
                 series(self.errors, str(event.get("error_type"))).inc()
             elif isinstance(step, str) and step.startswith("intent_"):
                 if event.get("decision") is None:
                     continue  # a stage that looked but did not decide (a semantic miss)
                 series(self.intent_decisions, step).inc()
-                if step == "intent_cached":
+                if step == Step.INTENT_CACHED:
                     series(self.cache_hits, "decision").inc()
 
     def exposition_registry(self) -> CollectorRegistry:

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from routing.control import REASON_WORDS
+from routing.events import part_key
+from routing.steps import Step
 
 # How a failure reason reads after the source's name.
 _FAILURES = {
@@ -27,9 +29,9 @@ _FAILURES = {
     "circuit_open": "was skipped (circuit open)",
 }
 _STAGES = {
-    "intent_keyword": "by keyword",
-    "intent_cached": "by the routing-decision cache",
-    "intent_llm": "by the LLM",
+    Step.INTENT_KEYWORD: "by keyword",
+    Step.INTENT_CACHED: "by the routing-decision cache",
+    Step.INTENT_LLM: "by the LLM",
 }
 # Fields kept by `decision_only`: structure, sources, timings and reasons.
 _STRUCTURAL = frozenset(
@@ -37,14 +39,11 @@ _STRUCTURAL = frozenset(
         "step", "seq", "t_ms", "part", "decision", "source", "sources", "from_source",
         "to_source", "outcome", "result_count", "elapsed_ms", "reason", "error_type",
         "similarity", "discourse_escalated", "route", "stage", "method", "status",
-        "status_code", "item_count", "type", "reasons", "operation",
+        "status_code", "item_count", "type", "reasons", "operation", "rule",
     }
 )
-
-
-def part_key(path: str) -> tuple[int, ...]:
-    """'1.10' after '1.2': part paths in numeric order; the request ('') first."""
-    return tuple(int(p) if p.isdigit() else 0 for p in path.split(".")) if path else ()
+# A stage's calibrated confidence and why it declined are numbers, never query text.
+_STRUCTURAL = _STRUCTURAL | {"confidence", "declined"}
 
 
 def _ms(value: Any) -> str:
@@ -66,7 +65,7 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
     step = event.get("step", "")
     source = event.get("source")
     decision = event.get("decision")
-    if step == "decomposed":
+    if step == Step.DECOMPOSED:
         parts = event.get("parts") or []
         count = event.get("part_count", len(parts))
         text = f"the query was split into {count} parts"
@@ -77,29 +76,31 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
             text += (f" (part {claim.get('part')} split off because the keyword rules claim it"
                      f" for {routes[-1]}, the part before for {routes[0]})")
         return text
-    if step == "conditional_detected":
+    if step == Step.CONDITIONAL_DETECTED:
         word = "unless" if event.get("negated") else "if"
         if with_text:
             return (f"a condition was found: {word} {_quote(event.get('condition'))} "
                     f"then {_quote(event.get('consequence'))}")
         return f"a condition was found ({word})"
-    if step == "control_withheld":
+    if step == Step.CONTROL_WITHHELD:
         return _withheld(event, with_text)
     if isinstance(step, str) and step.startswith("intent_") and decision is None:
         return _no_decision(event, with_text)
-    if step == "intent_session":
+    if step == Step.REWRITTEN:
+        return _rewritten(event, with_text)
+    if step == Step.INTENT_SESSION:
         text = f"went to {decision} as a follow-up"
         if with_text and event.get("previous_query"):
             text += f" of {_quote(event['previous_query'])}"
         return text
-    if step == "llm_error":
+    if step == Step.LLM_ERROR:
         return f"the LLM failed ({event.get('reason') or 'error'})"
     if step in _STAGES:
         text = f"went to {decision} {_STAGES[step]}"
         if event.get("discourse_escalated"):
             text += " (escalated from the conversation)"
         return text
-    if step == "intent_semantic":
+    if step == Step.INTENT_SEMANTIC:
         similarity = event.get("similarity")
         how = "similarity"
         if isinstance(similarity, (int, float)):
@@ -110,21 +111,21 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         else:
             like = _quote(event.get("matched_query")) if with_text else "an earlier query"
         return f"went to {decision} by {how} to {like}"
-    if step == "intent_default":
+    if step == Step.INTENT_DEFAULT:
         return f"went to {decision} by default ({event.get('reason') or 'no stage decided'})"
-    if step == "planned":
+    if step == Step.PLANNED:
         return f"planned for {event.get('route')} (dry run, {event.get('stage')})"
-    if step == "result_cache_hit":
+    if step == Step.RESULT_CACHE_HIT:
         count = event.get("result_count")
         what = f"answered {_count(count)}" if isinstance(count, int) else "answered"
         return f"{source} {what} from the result cache"
-    if step == "source_invoked" and event.get("operation") == "act":
+    if step == Step.SOURCE_INVOKED and event.get("operation") == "act":
         what = _command(event) if with_text else "a command"
         if event.get("outcome") in ("ok", "empty"):
             return f"{source} carried out {what} in {_ms(event.get('elapsed_ms'))}"
         reason = str(event.get("reason") or "error")
         return f"{source} was asked to {what} and " + _FAILURES.get(reason, f"failed ({reason})")
-    if step == "source_invoked":
+    if step == Step.SOURCE_INVOKED:
         outcome = event.get("outcome")
         elapsed = _ms(event.get("elapsed_ms"))
         if outcome == "ok":
@@ -136,20 +137,36 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         reason = str(event.get("reason") or "error")
         failure = _FAILURES.get(reason, f"failed ({reason})")
         return f"{source} {failure} after {elapsed}"
-    if step == "source_skipped":
+    if step == Step.SOURCE_SKIPPED:
         reason = str(event.get("reason") or "skipped")
         return f"{source} " + _FAILURES.get(reason, f"was skipped ({reason})")
-    if step == "fallback":
+    if step == Step.FALLBACK:
         return f"fallback to {event.get('to_source')} declared"
-    if step == "fusion":
+    if step == Step.FUSION:
         return "fused " + " + ".join(str(s) for s in event.get("sources") or [])
-    if step == "error":
+    if step == Step.ERROR:
         text = f"failed: {event.get('error_type')}"
         if with_text and event.get("message"):
             text += f" ({event['message']})"
         return text
     target = decision or source or event.get("route")
     return f"{step} {target}" if target else str(step)
+
+
+def _rewritten(event: dict[str, Any], with_text: bool) -> str:
+    """A follow-up asked as the question it stands for, and which words the rule moved."""
+    rule = event.get("rule") or "a rule"
+    if not with_text:
+        return f"asked as a follow-up of the previous turn ({rule})"
+    replaced, carried = _quote(event.get("replaced")), event.get("carried")
+    if rule == "pronoun":
+        how = f"{replaced} stands for {_quote(carried)}"
+    elif carried:
+        how = f"{replaced} in place of {_quote(carried)}"
+    else:
+        how = f"{replaced} added"
+    return (f"asked as {_quote(event.get('to'))}, a follow-up of "
+            f"{_quote(event.get('previous_query'))} ({how})")
 
 
 def _command(event: dict[str, Any]) -> str:
@@ -169,13 +186,15 @@ def _withheld(event: dict[str, Any], with_text: bool) -> str:
 
 def _no_decision(event: dict[str, Any], with_text: bool) -> str:
     """A stage that looked but did not decide (unserved, below threshold, no source)."""
-    stage = {"intent_keyword": "the keyword rules", "intent_semantic": "the semantic stage",
-             "intent_llm": "the LLM"}.get(str(event.get("step")), str(event.get("step")))
+    stage = {Step.INTENT_KEYWORD: "the keyword rules", Step.INTENT_SEMANTIC: "the semantic stage",
+             Step.INTENT_LLM: "the LLM"}.get(str(event.get("step")), str(event.get("step")))
     outcome = event.get("outcome")
-    if event.get("step") == "intent_default" and outcome == "unserved":
+    if event.get("step") == Step.INTENT_DEFAULT and outcome == "unserved":
         return "no configured source serves this, so none was asked"
     if outcome in ("unserved", "no_source"):
         return f"{stage} found no source that serves it"
+    if event.get("declined"):  # "semantic 0.41 < 0.55": its confidence was below the bar
+        return f"{stage} declined (confidence {str(event['declined']).split(' ', 1)[-1]})"
     similarity = event.get("similarity")
     text = f"{stage} did not decide ({outcome or 'no match'}"
     if isinstance(similarity, (int, float)):

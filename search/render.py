@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from routing.steps import Step
 from search.terminal import escape_controls
 
 _COLUMNS = ("seq", "t_ms", "part", "step", "source/decision", "outcome", "elapsed", "reason")
@@ -13,9 +14,9 @@ _COLUMNS = ("seq", "t_ms", "part", "step", "source/decision", "outcome", "elapse
 def _target(event: dict[str, Any]) -> str:
     """The source/decision column: where this step sent the part, or which source acted."""
     target = event.get("decision") or event.get("source") or event.get("route") or ""
-    if event["step"] == "fallback":
+    if event["step"] == Step.FALLBACK:
         target = f"{event.get('from_source')} -> {event.get('to_source')}"
-    elif event["step"] == "fusion":
+    elif event["step"] == Step.FUSION:
         target = "+".join(event.get("sources", []))
     return str(target)
 
@@ -24,7 +25,7 @@ def _event_row(event: dict[str, Any]) -> tuple[str, ...]:
     target = _target(event)
     elapsed = event.get("elapsed_ms")
     reason = event.get("reason") or event.get("error_type") or ""
-    if event["step"] == "intent_semantic" and isinstance(event.get("similarity"), (int, float)):
+    if event["step"] == Step.INTENT_SEMANTIC and isinstance(event.get("similarity"), (int, float)):
         reason = f"similarity {event['similarity']:.3f}"
     return (
         str(event["seq"]),
@@ -63,10 +64,10 @@ def event_brief(event: dict[str, Any] | None) -> str:
     words = [str(event["step"]), _target(event)]
     if event.get("outcome"):
         words.append(str(event["outcome"]))
-    if event["step"] == "source_invoked" and event.get("outcome") == "ok":
+    if event["step"] == Step.SOURCE_INVOKED and event.get("outcome") == "ok":
         words.append(f"{event.get('result_count')} results")
     reason = event.get("reason") or event.get("error_type")
-    if reason and event["step"] != "intent_keyword":
+    if reason and event["step"] != Step.INTENT_KEYWORD:
         words.append(str(reason))
     return " ".join(w for w in words if w)
 

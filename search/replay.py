@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, runtime_checkable
 
 from routing.events import NullRouteLog, route_log
+from routing.steps import Step
 from routing.text import normalise
 from search.config import Config
 from search.narrative import part_key
@@ -88,7 +89,7 @@ class ReplaySource(Source):
     """
 
     def __init__(self, inner: Source, holder: BookHolder) -> None:
-        super().__init__(inner.name, inner.timeout_s, inner.description)
+        super().__init__(inner.name, inner.timeout_s)
         self.inner = inner
         self.kind = inner.kind  # type: ignore[misc]
         self.allow_control = bool(getattr(inner, "allow_control", False))
@@ -109,7 +110,7 @@ class ReplaySource(Source):
         book.log.append(Answered(self.name, query, "capture"))
         if "error" in entry:
             raise _replayed_error(entry["error"])
-        return [Item(i["title"], i["text"], i.get("url")) for i in entry.get("items", [])]
+        return [Item.from_dict(i) for i in entry.get("items", [])]
 
     async def _ensure_started(self) -> None:
         async with self._start_lock:
@@ -147,7 +148,7 @@ def is_attempt(event: dict[str, Any]) -> bool:
     are shown side by side but never count as a divergence.
     """
     step = str(event.get("step"))
-    if step in ("llm_error", "shared_state_degraded"):
+    if step in (Step.LLM_ERROR, Step.SHARED_STATE_DEGRADED):
         return True
     return step.startswith("intent_") and event.get("decision") is None
 
@@ -168,38 +169,38 @@ def signature(event: dict[str, Any]) -> tuple[Any, ...]:
     step = event.get("step")
     if is_attempt(event):
         return ("attempt", step, event.get("outcome"))
-    if step == "decomposed":
+    if step == Step.DECOMPOSED:
         return ("decomposed", tuple(event.get("parts") or ()))
-    if step == "conditional_detected":
+    if step == Step.CONDITIONAL_DETECTED:
         return ("conditional", event.get("condition"), event.get("consequence"),
                 event.get("remainder"), bool(event.get("negated")))
     if isinstance(step, str) and step.startswith("intent_"):
         return ("intent", event.get("query"), event.get("decision"))
-    if step == "source_invoked" and event.get("operation") == "act":
+    if step == Step.SOURCE_INVOKED and event.get("operation") == "act":
         return ("action", event.get("source"), _command_words(event), "acts")
-    if step == "control_withheld":
+    if step == Step.CONTROL_WITHHELD:
         # A replay withholds every command; what it would do is what the other reasons say.
         others = [r for r in event.get("reasons") or [event.get("reason")] if r != "replay"]
         return ("action", event.get("source"), _command_words(event),
                 "withheld: " + ", ".join(str(r) for r in others) if others else "acts")
-    if step == "result_cache_hit":
+    if step == Step.RESULT_CACHE_HIT:
         return ("answer", event.get("source"), "ok", "")
-    if step == "source_invoked":
+    if step == Step.SOURCE_INVOKED:
         outcome = event.get("outcome")
         reason = event.get("reason", "") if outcome in ("error", "timeout") else ""
         return ("answer", event.get("source"), outcome, reason)
-    if step == "source_skipped":
+    if step == Step.SOURCE_SKIPPED:
         return ("answer", event.get("source"), "skipped", event.get("reason"))
-    if step == "fallback":
+    if step == Step.FALLBACK:
         return ("fallback", event.get("from_source"), event.get("to_source"))
-    if step == "fusion":
+    if step == Step.FUSION:
         return ("fusion", tuple(event.get("sources") or ()))
-    if step == "planned":
+    if step == Step.PLANNED:
         return ("planned", event.get("route"))
-    if step == "error":
+    if step == Step.ERROR:
         return ("error", event.get("error_type"))
-    ignored = {"seq", "t_ms", "part", "elapsed_ms", "message", "similarity"}
-    return (step, tuple(sorted((k, repr(v)) for k, v in event.items() if k not in ignored)))
+    ignored = {"step", "seq", "t_ms", "part", "elapsed_ms", "message", "similarity"}
+    return (str(step), tuple(sorted((k, repr(v)) for k, v in event.items() if k not in ignored)))
 
 
 @dataclass(slots=True)
@@ -285,20 +286,20 @@ def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
         return "other", f"{old.get('step')} changed"
     if old is not None:
         step = old.get("step")
-        if step == "fallback":
+        if step == Step.FALLBACK:
             return "fallback_gone", (f"fallback no longer fires ({old.get('from_source')} -> "
                                      f"{old.get('to_source')})")
-        if step in ("decomposed", "conditional_detected"):
+        if step in (Step.DECOMPOSED, Step.CONDITIONAL_DETECTED):
             return "parts", f"no longer {step}"
         if signature(old)[0] == "intent":
             return "decision", f"no longer decided ({old.get('decision')})"
         return "other", f"{step} no longer happens"
     assert new is not None
     step = new.get("step")
-    if step == "fallback":
+    if step == Step.FALLBACK:
         return "fallback_new", (f"fallback now fires ({new.get('from_source')} -> "
                                 f"{new.get('to_source')})")
-    if step in ("decomposed", "conditional_detected"):
+    if step in (Step.DECOMPOSED, Step.CONDITIONAL_DETECTED):
         return "parts", f"now {step}"
     if signature(new)[0] == "intent":
         return "decision", f"now decided ({new.get('decision')})"
@@ -448,7 +449,7 @@ class Replayer:
         if turns:
             await self._rebuild_session(str(original["session_id"]), turns)
         for entry in book.cached:  # answers the original got from the result cache
-            items = [Item(i["title"], i["text"], i.get("url")) for i in entry.get("items", [])]
+            items = [Item.from_dict(i) for i in entry.get("items", [])]
             self.service.result_cache.set(
                 (str(entry["source"]), normalise(str(entry["query"]))), items
             )

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from search.middleware import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})

@@ -41,8 +41,11 @@ class PartResult(BaseModel):
     status: Literal["ok", "empty", "error", "planned"]
     items: list[Item]
     route: str | None = None
+    stage: str | None = Field(default=None, description="the intent step that decided the route")
     error: ErrorDetail | None = None
     condition: PartResult | None = None
+    # a follow-up asked as the question it stands for (see the `rewritten` event)
+    rewritten: str | None = None
 
 
 class Event(BaseModel):

@@ -22,6 +22,7 @@ from routing.events import RecordedChain, RouteLog, record, route_log
 from routing.pipeline import PartResult, Router, TooManyParts
 from routing.shared_state import RedisLink, SharedBreaker, SharedCache
 from routing.stages import build_resolver
+from routing.steps import Step
 from routing.ttl_cache import TTLCache
 from search.config import Config
 from search.scrub import Scrubber
@@ -36,10 +37,7 @@ log = logging.getLogger("search")
 
 def decode_items(data: Any) -> list[Item]:
     """Items back from the JSON the result cache keeps in Redis."""
-    return [
-        Item(str(d["title"]), str(d["text"]), None if d.get("url") is None else str(d["url"]))
-        for d in data
-    ]
+    return [Item.from_dict(d) for d in data]
 
 
 @dataclass(slots=True)
@@ -208,7 +206,7 @@ class Service:
     def _scrub_chain(self, recorded: RecordedChain) -> None:
         """Messages in the recorded events, scrubbed before anything reads the chain."""
         for entry in recorded.entries:
-            fields = entry[3]
+            fields = entry.fields
             for key in ("message", "detail"):
                 value = fields.get(key)
                 if isinstance(value, str):
@@ -222,7 +220,8 @@ class Service:
         return result
 
     async def _route(
-        self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False
+        self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False,
+        explain: bool = False,
     ) -> tuple[int, dict[str, str] | None, list[PartResult]]:
         """Run the router under the request deadline; (status, error, results).
 
@@ -257,10 +256,13 @@ class Service:
                 status_code = 502
                 error = {
                     "type": "all_parts_failed",
-                    "message": "every part of the query failed; see the explanation",
+                    "message": "every part of the query failed; " + (
+                        "see the explanation" if explain
+                        else "ask again with explain: true to see the chain"
+                    ),
                 }
         if error is not None:
-            record("error", query=query, error_type=error["type"], message=error["message"])
+            record(Step.ERROR, query=query, error_type=error["type"], message=error["message"])
         return status_code, error, results
 
     async def search(
@@ -281,12 +283,12 @@ class Service:
         try:
             with route_log(self.config.routing.max_events, self.recorder) as chain_log:
                 status_code, error, results = await self._route(
-                    query, dry_run, session_id, read_only)
+                    query, dry_run, session_id, read_only, explain)
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events
-                cached = chain_log.happened("result_cache_hit")
-                fallback = chain_log.happened("fallback")
+                cached = chain_log.happened(Step.RESULT_CACHE_HIT)
+                fallback = chain_log.happened(Step.FALLBACK)
                 duration_ms = round(chain_log.elapsed_ms(), 3)
         finally:
             current_trace_id.reset(trace_token)

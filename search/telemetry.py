@@ -40,7 +40,8 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from routing.events import current_part
+from routing.events import current_part, part_key
+from routing.steps import Step
 from search.traces import TraceRecord
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ log = logging.getLogger("search.telemetry")
 current_trace_id: ContextVar[str | None] = ContextVar("search_trace_id", default=None)
 
 SCOPE = "search.router"
-_SOURCE_STEP = "source_invoked"
+_SOURCE_STEP = Step.SOURCE_INVOKED
 _ERROR_OUTCOMES = frozenset({"error", "timeout"})
 
 
@@ -83,10 +84,6 @@ def part_span_id(trace_id: str, part: str) -> int:
 def parent_part(path: str) -> str:
     """'1.0' -> '1', '1' -> '' (the request)."""
     return path.rsplit(".", 1)[0] if "." in path else ""
-
-
-def _part_key(path: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else 0 for p in path.split(".")) if path else ()
 
 
 # --- log correlation -----------------------------------------------------------------
@@ -352,7 +349,7 @@ class OtelObserver:
             part = str(event.get("part", ""))
             if part and part not in part_queries and isinstance(event.get("query"), str):
                 part_queries[part] = event["query"]
-        for path in sorted(bounds, key=_part_key):  # parents sort before their children
+        for path in sorted(bounds, key=part_key):  # parents sort before their children
             start_ms, _ = bounds[path]
             self.ids.plan(None, part_span_id(trace.trace_id, path))
             attributes = {"search.part": path}
@@ -388,10 +385,10 @@ class OtelObserver:
                     attributes=event_attributes(event),
                     timestamp=at(float(event.get("t_ms", 0.0))),
                 )
-                if event.get("step") == "error" and owner is not root:
+                if event.get("step") == Step.ERROR and owner is not root:
                     owner.set_status(Status(StatusCode.ERROR, str(event.get("error_type"))))
 
-        for path in sorted(bounds, key=_part_key, reverse=True):  # children end first
+        for path in sorted(bounds, key=part_key, reverse=True):  # children end first
             spans[path].end(end_time=at(bounds[path][1]))
         if trace.status_code != 200:
             message = (error or {}).get("type", str(trace.status_code))

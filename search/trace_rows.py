@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from routing.steps import Step
 from search.json_codec import dumps_text
 from search.pseudonym import LEGACY_PREFIX, PREFIX, Pseudonymizer, ephemeral
 from search.trace_labels import LABELS_SCHEMA
@@ -69,7 +70,7 @@ CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) WHERE session_id
 CREATE INDEX IF NOT EXISTS traces_replay_of ON traces(replay_of) WHERE replay_of IS NOT NULL;
 """ + LABELS_SCHEMA
 # No index on started_at: every index costs each insert, and rows arrive in time order,
-# so "older than" is "before the first young row" in id order (see `_prune`), and a time
+# so "older than" is "before the first young row" in id order (see `prune`), and a time
 # filter scans at most `max_traces` rows.
 COLUMNS = (
     "trace_id", "started_at", "query", "status_code", "duration_ms", "failed", "fallback",
@@ -227,7 +228,7 @@ def replay_captures(record: TraceRecord) -> list[dict[str, Any]]:
     answered = {(c["source"], c["query"]) for c in captures}
     for event in record.chain:
         step = event.get("step")
-        if step == "source_invoked" and event.get("outcome") in ("error", "timeout"):
+        if step == Step.SOURCE_INVOKED and event.get("outcome") in ("error", "timeout"):
             captures.append(
                 {
                     "source": event.get("source"),
@@ -239,7 +240,7 @@ def replay_captures(record: TraceRecord) -> list[dict[str, Any]]:
                     },
                 }
             )
-        elif step == "result_cache_hit":
+        elif step == Step.RESULT_CACHE_HIT:
             key = (event.get("source"), event.get("query"))
             if key in answered:
                 continue
@@ -263,16 +264,16 @@ def _tokens(values: set[Any]) -> str:
 
 
 _SOURCE_KEYS = ("source", "decision", "from_source", "to_source", "route")
-_OUTCOME_STEPS = frozenset({"source_invoked", "result_cache_hit", "source_skipped"})
+_OUTCOME_STEPS = frozenset({Step.SOURCE_INVOKED, Step.RESULT_CACHE_HIT, Step.SOURCE_SKIPPED})
 
 
 def _event_outcome(event: dict[str, Any]) -> str | None:
     step = event.get("step")
-    if step == "source_invoked":
+    if step == Step.SOURCE_INVOKED:
         return str(event.get("outcome"))
-    if step == "result_cache_hit":
+    if step == Step.RESULT_CACHE_HIT:
         return "cached"
-    if step == "source_skipped":
+    if step == Step.SOURCE_SKIPPED:
         return "skipped"
     return None
 
@@ -296,7 +297,7 @@ def trace_row(
     step_set = {e.get("step") for e in chain}
     source_set = {e[k] for e in chain for k in _SOURCE_KEYS if k in e}
     if "fusion" in step_set:
-        source_set.update(s for e in chain if e.get("step") == "fusion" for s in e["sources"])
+        source_set.update(s for e in chain if e.get("step") == Step.FUSION for s in e["sources"])
     outcome_set = {_event_outcome(e) for e in chain if e.get("step") in _OUTCOME_STEPS}
     steps, sources, outcomes = _tokens(step_set), _tokens(source_set), _tokens(outcome_set)
     captures: list[dict[str, Any]] | None = None

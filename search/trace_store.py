@@ -3,10 +3,11 @@
 Why this shape:
 - One file (`trace.path`), WAL mode, so readers (`GET /traces`, `search trace`) never
   block the writer and a killed process loses at most the traces not yet committed.
-- `submit()` encodes the record as one JSON line and queues it; a thread pipes queued
-  lines in batches to a writer process (`search.trace_writer`), which turns them into
-  rows and commits them. Row building and SQLite work never hold this process's GIL, so
-  they don't slow the event loop; `aclose()` drains the queue and waits for the commit.
+- `submit()` encodes the record as one JSON line and queues it; the event loop writes
+  queued lines in batches, without blocking, to a writer process's stdin
+  (`search.trace_writer`), which turns them into rows and commits them. Row building and
+  SQLite work never hold this process's GIL, so they don't slow the event loop;
+  `aclose()` drains the queue and waits for the commit.
   A writer process that dies is replaced and the batch resent.
 - What is kept is decided at write time (`search.trace_rows`): metadata by default (items dropped),
   captured source answers only with `capture_results`, query texts as keyed pseudonyms

@@ -57,6 +57,12 @@ class WriterSettings:
     key_path: str = ""  # the store's pseudonymisation key (search.pseudonym), for redact
 
 
+def _plain(value: Any) -> Any:
+    """What orjson cannot write itself: a recorded entry (a named tuple) as its list, any
+    other value as its text."""
+    return list(value) if isinstance(value, tuple) else str(value)
+
+
 def record_line(record: TraceRecord, capture_results: bool) -> bytes:
     """The line the server sends for `record` (captures only when they will be stored).
 
@@ -71,7 +77,7 @@ def record_line(record: TraceRecord, capture_results: bool) -> bytes:
                record.duration_ms, chain, record.dropped_events, record.error, record.results,
                record.dry_run, record.replay_of, captures, record.session_id]
     try:
-        return orjson.dumps(message, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(message, default=_plain, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError:  # an integer beyond 64 bits, a non-string key: the slow way
         return dumps(message) + b"\n"
 

@@ -13,6 +13,7 @@ control gate calls `act`, so there is one place that decides whether a command r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -29,6 +30,12 @@ class Item:
         if self.url is None:
             return {"title": self.title, "text": self.text}
         return {"title": self.title, "text": self.text, "url": self.url}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Item:
+        """An item back from its `to_dict` form (the shared result cache, a stored capture)."""
+        url = data.get("url")
+        return cls(str(data["title"]), str(data["text"]), None if url is None else str(url))
 
 
 class SourceError(Exception):
@@ -119,10 +126,9 @@ class Source(ABC):
 
     kind: ClassVar[str] = "source"
 
-    def __init__(self, name: str, timeout_s: float = 5.0, description: str = "") -> None:
+    def __init__(self, name: str, timeout_s: float = 5.0) -> None:
         self.name = name
         self.timeout_s = timeout_s
-        self.description = description
 
     @abstractmethod
     async def search(self, query: str) -> list[Item]:
@@ -143,7 +149,12 @@ class Source(ABC):
         """Release what `start` opened. Called once on shutdown."""
 
     async def info(self) -> dict[str, Any]:
-        """Facts for `/healthz` (version, book count...). Must not contain secrets."""
+        """Facts for `/healthz` and `search doctor`: at least `type`; `version` when the
+        service reports one; `error` (a `SourceError.reason`) when asking it failed.
+
+        Cheap (one small request at most) and never raises for a source that is down.
+        Must not contain secrets: it is served to anyone who can reach `/healthz`.
+        """
         return {"type": self.kind}
 
 

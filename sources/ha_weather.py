@@ -8,15 +8,15 @@ Each search opens its own short websocket (HA's socket is stateful and dies with
 restart; one handshake on a LAN is cheaper than reconnect logic). The entity's units and
 name come from `GET /api/states/<entity_id>` once, over a pooled httpx client.
 
-The query picks the days: "today", "tomorrow", "day after tomorrow", weekday names,
-"(this|next) weekend", "this week"; naming none gives every day up to `max_days`.
+The query picks the days, as for every forecast source (`sources.dates`): today unless it
+names others ("tomorrow", "friday", "this weekend", "the week ahead"...), and never more
+than `max_days` from today.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Literal
@@ -43,11 +43,11 @@ from sources.base import (
     SourceUnauthorized,
     SourceUnavailable,
 )
+from sources.dates import pick_days
 from sources.registry import HttpUrl, SourceConfig
 
 CALL_ID = 1
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 CONDITIONS = {
     "clear-night": "clear night", "cloudy": "cloudy", "exceptional": "exceptional weather",
     "fog": "fog", "hail": "hail", "lightning": "thunderstorms",
@@ -133,37 +133,6 @@ def parse_days(result: Any, entity_id: str) -> tuple[list[Day], date]:
 # ---------------------------------------------------------------------------------------
 
 
-def _next(start: date, weekday: int) -> date:
-    return start + timedelta(days=(weekday - start.weekday()) % 7)
-
-
-def pick_days(query: str, today: date) -> set[date] | None:
-    """The dates the query names; None when it names none (then: every day)."""
-    text = query.lower()
-    wanted: set[date] = set()
-    if "day after tomorrow" in text:
-        wanted.add(today + timedelta(days=2))
-        text = text.replace("day after tomorrow", " ")
-    if re.search(r"\btomorrow\b", text):
-        wanted.add(today + timedelta(days=1))
-    if re.search(r"\b(today|tonight|this (morning|afternoon|evening))\b", text):
-        wanted.add(today)
-    if re.search(r"\bweekend\b", text):
-        # This weekend: the coming Saturday and Sunday, or what is left of the current
-        # one; "next weekend" said during a weekend means the one after.
-        saturday = today - timedelta(days=1) if today.weekday() == 6 else _next(today, 5)
-        if "next weekend" in text and today.weekday() >= 5:
-            saturday += timedelta(days=7)
-        wanted |= {d for d in (saturday, saturday + timedelta(days=1)) if d >= today}
-    for index, name in enumerate(WEEKDAYS):
-        if re.search(rf"\b{name}\b", text):
-            wanted.add(_next(today, index))
-    if re.search(r"\bthis week\b", text):
-        sunday = _next(today, 6)
-        wanted |= {today + timedelta(days=i) for i in range((sunday - today).days + 1)}
-    return wanted or None
-
-
 def _temp(value: float, unit: str) -> str:
     return f"{round(value)} {unit}"
 
@@ -202,7 +171,7 @@ class HAWeatherSource(Source):
     kind = "ha_weather"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.url = config.url
         self.entity_id = config.entity_id
         self.max_days = config.max_days
@@ -340,11 +309,9 @@ class HAWeatherSource(Source):
         result = await self._forecast_result()
         days, today = parse_days(result, self.entity_id)
         name, units = await self._entity_meta()
-        wanted = pick_days(query, today)
-        if wanted is None:
-            chosen = [d for d in days if d.date >= today][: self.max_days]
-        else:
-            chosen = [d for d in days if d.date in wanted]
+        ahead = [d for d in days if d.date >= today][: self.max_days]
+        wanted = set(pick_days(query, today, [d.date for d in ahead]))
+        chosen = [d for d in ahead if d.date in wanted]
         url = f"{self.url}/history?entity_id={quote(self.entity_id)}"
         return [
             Item(title=f"{name}: {d.date.strftime('%A')} {d.date.isoformat()}",

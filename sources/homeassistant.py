@@ -354,7 +354,7 @@ class HomeAssistantSource(ActingSource):
     kind = "homeassistant"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.url = config.url
         self.allow_control = config.allow_control
         self.max_results = config.max_results

@@ -185,7 +185,7 @@ class KiwixServeSource(Source):
     kind = "kiwix_serve"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.config = config
         self._client: httpx.AsyncClient | None = None
         # Item URLs and info() never carry credentials a proxy URL may hold (user:pass@).

@@ -10,7 +10,6 @@ https://open-meteo.com/en/docs; errors come back as HTTP 400 `{"error": true, "r
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -20,9 +19,16 @@ import httpx
 from pydantic import Field, SecretStr
 
 from sources import http
-from sources.base import Item, Source, SourceBadResponse, SourceError, SourceUnauthorized
+from sources.base import (
+    Item,
+    Source,
+    SourceBadResponse,
+    SourceError,
+    SourceRateLimited,
+    SourceUnauthorized,
+)
+from sources.dates import pick_days
 from sources.registry import HttpUrl, SourceConfig
-from sources.base import SourceRateLimited
 
 WHAT = "Open-Meteo"
 DAILY = (
@@ -68,7 +74,6 @@ WMO_CODES: dict[int, str] = {
     99: "Thunderstorm with heavy hail",
 }
 SNOW_CODES = frozenset({71, 73, 75, 77, 85, 86})
-WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 
 class Config(SourceConfig):
@@ -209,72 +214,13 @@ def _parse_hourly(hourly: Any) -> dict[date, list[tuple[int, float | None]]]:
 
 
 # ---------------------------------------------------------------------------------------
-# Which days the query names
+# What the query asks about (the days: sources.dates)
 # ---------------------------------------------------------------------------------------
 
 _RAIN_WORDS = re.compile(
     r"\b(rain\w*|showers?|drizzl\w*|umbrella|wet|precipitation|snow\w*|sleet|hail)\b"
 )
 _SNOW_WORDS = re.compile(r"\b(snow\w*|sleet)\b")
-_TODAY_WORDS = re.compile(r"\b(today|tonight|now|currently|this (morning|afternoon|evening))\b")
-_ALL_DAYS = re.compile(
-    r"\b(week ahead|coming (days|week)|next (few|\d+) days|\d+[- ]day|(the|whole) week)\b"
-)
-
-
-def _first_on_or_after(start: date, weekday: int) -> date:
-    return start + timedelta(days=(weekday - start.weekday()) % 7)
-
-
-def _weekend(today: date, following: bool) -> set[date]:
-    """Saturday and Sunday of this weekend (only Sunday when today is Sunday), or of the
-    weekend after it when `following` and the weekend has already begun."""
-    weekday = today.weekday()
-    if weekday == 6:
-        return {today + timedelta(days=6), today + timedelta(days=7)} if following else {today}
-    saturday = _first_on_or_after(today, 5)
-    if following and weekday == 5:
-        saturday += timedelta(days=7)
-    return {saturday, saturday + timedelta(days=1)}
-
-
-def pick_days(query: str, today: date, available: list[date]) -> list[date]:
-    """The forecast dates `query` asks about, in date order; today when it names none."""
-    text = query.lower()
-    wanted: set[date] = set()
-    for iso in re.findall(r"\b\d{4}-\d{2}-\d{2}\b", text):
-        with contextlib.suppress(ValueError):  # 2026-02-30 names no day
-            wanted.add(date.fromisoformat(iso))
-    if "day after tomorrow" in text:
-        wanted.add(today + timedelta(days=2))
-        text = text.replace("day after tomorrow", " ")
-    if re.search(r"\btomorrow\b", text):
-        wanted.add(today + timedelta(days=1))
-    if _TODAY_WORDS.search(text):
-        wanted.add(today)
-    for match in re.finditer(r"\bin (\d{1,2}) days\b", text):
-        wanted.add(today + timedelta(days=int(match.group(1))))
-    if re.search(r"\bweekends?\b", text):
-        wanted.update(_weekend(today, following=re.search(r"\bnext weekend\b", text) is not None))
-    for index, name in enumerate(WEEKDAYS):
-        if re.search(rf"\b{name}s?\b", text):
-            day = _first_on_or_after(today, index)
-            if day == today and re.search(rf"\bnext {name}\b", text):
-                day += timedelta(days=7)
-            wanted.add(day)
-    if re.search(r"\bnext week\b", text):
-        monday = _first_on_or_after(today + timedelta(days=1), 0)
-        wanted.update(monday + timedelta(days=i) for i in range(7))
-    elif re.search(r"\bthis week\b", text):
-        # The rest of the week, through Sunday; on a Sunday that is the week ahead.
-        sunday = _first_on_or_after(today, 6)
-        span = (sunday - today).days + 1 if today.weekday() != 6 else 7
-        wanted.update(today + timedelta(days=i) for i in range(span))
-    if _ALL_DAYS.search(text):
-        wanted.update(available)
-    if not wanted:
-        wanted.add(today)
-    return sorted(d for d in wanted if d in set(available))
 
 
 # ---------------------------------------------------------------------------------------
@@ -422,7 +368,7 @@ class OpenMeteoSource(Source):
     kind = "open_meteo"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.config = config
         self._client: httpx.AsyncClient | None = None
         self.params: dict[str, str | int | float] = {

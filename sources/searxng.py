@@ -112,7 +112,7 @@ class SearxngSource(Source):
     kind = "searxng"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.config = config
         self._client: httpx.AsyncClient | None = None
 

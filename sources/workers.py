@@ -1,10 +1,10 @@
 """Bounded worker pools for blocking work, one per kind of work, carrying the request context.
 
-Why separate pools: source calls (libzim reads) and model inference (sentence embeddings)
-used to share asyncio's default thread pool, a single FIFO queue. A burst of embedding
-work then queued kiwix calls behind it: they timed out and opened kiwix's circuit breaker,
-and every client's requests failed for the cooldown. Each kind now has its own bounded
-pool (`SOURCES`, `INFERENCE`): inference waits only for inference, a source call only for
+Why separate pools: were source calls (libzim reads) and model inference (sentence
+embeddings) to share asyncio's default thread pool, a single FIFO queue, a burst of
+embedding work would queue kiwix calls behind it: they would time out and open kiwix's
+circuit breaker, and every client's requests would fail for the cooldown. Each kind has
+its own bounded pool (`SOURCES`, `INFERENCE`): inference waits only for inference, a source call only for
 source calls.
 
 Why the deadline pauses: a source's timeout measures the source, not this process's own

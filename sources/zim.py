@@ -288,7 +288,7 @@ class ZimSource(Source):
     kind = "zim"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.config = config
         self._books: list[_Book] = []
 

@@ -202,7 +202,7 @@ async def test_caches_and_sessions_never_exceed_their_bounds(demo_zim: Path) -> 
                         "shipped_routes": False, "keywords": {"kiwix": ["tell me about"]},
                         "decision_cache_max_entries": 4, "session_max_entries": 3,
                         "llm": {"base_url": f"{llm.url}/v1", "model": "m",
-                                "api_key": "k-bounds"}},
+                                "api_key": "k-bounds", "bias_check": False}},
             "cache": {"result_max_entries": 5},
             "trace": {"enabled": False},
             "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},

@@ -131,11 +131,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("command", ["query", "route"])
 def test_the_cli_exits_2_naming_query(tmp_path: Path, demo_zim: Path, command: str) -> None:
     config = write_config(tmp_path, demo_zim)
-    done = run_cli(command, parts_query(MAX_PARTS + 1), "--config", str(config))
+    done = run_cli(command, parts_query(MAX_PARTS + 1), "--local", "--config", str(config))
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"query: {MAX_PARTS + 1} parts" in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
-    within = run_cli(command, parts_query(MAX_PARTS), "--json", "--config", str(config))
+    within = run_cli(command, parts_query(MAX_PARTS), "--json", "--local", "--config", str(config))
     assert within.returncode == 0, within.stderr
 
 

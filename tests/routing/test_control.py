@@ -198,3 +198,21 @@ def test_a_leading_time_qualifier_is_cut_from_the_command_words() -> None:
 def test_nothing_in_doubt_means_no_reason() -> None:
     assert withheld_reasons(allowed=True, acting=True, deferred=False,
                             circumstances=Circumstances()) == []
+
+
+async def test_a_command_whose_words_came_from_an_earlier_turn_is_withheld() -> None:
+    """'turn them off' after 'turn on the kitchen lights' is rewritten to a full command;
+    the router guessed its words, so it does nothing and says why."""
+    config = scripted_config(
+        {"kiwix": {}, "ha": {"control_prefix": "turn", "allow_control": True}},
+        keywords={"ha": ["turn on", "turn off", "lights"]},
+    )
+    service = Service(config)
+    first = await ask(service, "turn on the kitchen lights", session_id="s1")
+    assert first["results"][0]["status"] == "ok"
+    body = await ask(service, "turn them off", session_id="s1")
+    [result] = body["results"]
+    assert result["rewritten"] == "turn the kitchen lights off"
+    assert result["status"] == "withheld"
+    assert [e["reason"] for e in withheld(body)] == ["rewritten"]
+    assert acted(service) == ["turn on the kitchen lights"]

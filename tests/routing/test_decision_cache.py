@@ -6,7 +6,8 @@ import time
 
 from routing.decision_cache import DecisionCache, DecisionCacheStage, normalise
 from routing.events import route_log
-from routing.intents import ResolveContext, Resolver
+from routing.intents import Resolver
+from routing.types import ResolveContext
 
 
 class Clock:

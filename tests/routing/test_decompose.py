@@ -24,8 +24,8 @@ from routing.decompose import decompose, decompose_claimed, is_complete_request
         ("add milk to the list and rate this book five stars",
          ["add milk to the list", "rate this book five stars"]),
         # a wake word opens a new request
-        ("desk lamp one off and olly where is the nearest shop",
-         ["desk lamp one off", "olly where is the nearest shop"]),
+        ("desk lamp one off and alexa where is the nearest shop",
+         ["desk lamp one off", "alexa where is the nearest shop"]),
         # a request's topic can open a clause
         ("book a table for four at the pub, weather in two hours in oslo",
          ["book a table for four at the pub", "weather in two hours in oslo"]),
@@ -109,10 +109,10 @@ def test_single_requests_stay_whole(query: str) -> None:
 
 def test_complete_request_needs_an_opening_and_substance() -> None:
     assert is_complete_request("what is the time")
-    assert is_complete_request("olly dim the lights")
+    assert is_complete_request("alexa dim the lights")
     assert is_complete_request("weather in oslo")
     assert not is_complete_request("weather")
-    assert not is_complete_request("olly please")
+    assert not is_complete_request("alexa please")
     assert not is_complete_request("pepper and salt")
     assert is_complete_request("largest animal")
     assert is_complete_request("ten day forecast")
@@ -167,3 +167,75 @@ def test_clauses_claimed_alike_or_by_a_hint_stay_whole() -> None:
                   "how is the weather at the lake and nearby right now",  # "nearby" is a hint
                   "salt and pepper"):  # nobody's
         assert decompose(query, claims) == [query]  # type: ignore[arg-type]
+
+
+# Sentences written for these tests: statements about the asker or the situation, and
+# requests that stand on their own.
+CONTEXT = [
+    "I'm planning a trip", "I'm free this weekend", "We have guests coming over tonight",
+    "My car is almost out of gas", "It's my sister's birthday on Sunday", "I like jazz",
+    "I want to go to the beach", "I need to get up early", "Our flight lands at six",
+    "It's freezing in the living room",
+]
+REQUESTS = [
+    "What's the weather in Boston on Friday?", "Find me a concert nearby.",
+    "Who wrote Hamlet?", "Turn off the kitchen lights.", "Is it raining in Oslo?",
+    "Where is the nearest gas station?", "Play something relaxing.",
+]
+
+
+@pytest.mark.parametrize("context", CONTEXT)
+@pytest.mark.parametrize("request_", REQUESTS)
+def test_a_sentence_of_context_stays_with_its_request(context: str, request_: str) -> None:
+    before = f"{context}. {request_}"
+    after = f"{request_} {context}."
+    assert decompose(before) == [before.rstrip(".?")]
+    assert decompose(after) == [after.rstrip(".")]
+
+
+@pytest.mark.parametrize(
+    ("query", "parts"),
+    [
+        ("Who wrote Hamlet? Is it raining?", ["Who wrote Hamlet", "Is it raining"]),
+        ("Turn off the lights. Why is the sky blue?", ["Turn off the lights", "Why is the sky blue"]),
+        ("Turn off the lights. What time is it?", ["Turn off the lights", "What time is it"]),
+        # a request phrased as a statement is a request
+        ("I want to book a table for two. What's the weather tomorrow?",
+         ["I want to book a table for two", "What's the weather tomorrow"]),
+        ("We're looking for a pub. Is it raining?", ["We're looking for a pub", "Is it raining"]),
+        ("I'd like the news. Dim the lights.", ["I'd like the news", "Dim the lights"]),
+        # context after a request stays with it; the next request splits off
+        ("Find me a concert. I'm free this weekend. What's the weather in Oslo?",
+         ["Find me a concert. I'm free this weekend", "What's the weather in Oslo"]),
+        # a greeting is not a request of its own
+        ("Hi. What is the weather?", ["Hi. What is the weather"]),
+        ("Good morning! Turn on the lights.", ["Good morning! Turn on the lights"]),
+        # the asker after a time is context too
+        ("This weekend I'm free. Find me a concert nearby.",
+         ["This weekend I'm free. Find me a concert nearby"]),
+        # a telegraphic sentence is a request
+        ("Nighttime mode. What's the weather?", ["Nighttime mode", "What's the weather"]),
+        # a long sentence's pronoun has its noun inside it
+        ("Dim the lights. How old was Albert Einstein when he published relativity?",
+         ["Dim the lights", "How old was Albert Einstein when he published relativity"]),
+        # a full stop after a number or two letters ends a sentence; after an abbreviation not
+        ("Book a table at 8 pm. Will it rain?", ["Book a table at 8 pm", "Will it rain"]),
+        ("Give this book a score of 5. Find films nearby.",
+         ["Give this book a score of 5", "Find films nearby"]),
+        ("Ask Mr. Smith about the weather.", ["Ask Mr. Smith about the weather"]),
+    ],
+)
+def test_a_sentence_end_splits_two_requests(query: str, parts: list[str]) -> None:
+    assert decompose(query) == parts
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Tell me about the Eiffel Tower. How tall is it?",  # "it" is the tower
+        "What's the weather in Oslo? What about Bergen?",  # a follow-up of the question
+        "I'm going to Boston. What's the weather there?",
+    ],
+)
+def test_a_sentence_leaning_on_the_one_before_is_not_a_request_of_its_own(query: str) -> None:
+    assert decompose(query) == [query.rstrip("?")]

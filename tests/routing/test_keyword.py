@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from routing.events import route_log
-from routing.intents import KeywordStage, ResolveContext, Resolver
+from routing.intents import KeywordStage, Resolver
 from routing.keyword import KeywordRules, parse_rule
+from routing.types import ResolveContext
 
 RULES = KeywordRules(
     {

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from routing.conditional import extract_conditional
 from routing.decompose import decompose
+from routing.followup import rewrite, subject
 
 WORDS = [
     "what", "is", "the", "weather", "today", "and", "also", "then", "lights", "status", "if",
@@ -56,6 +57,44 @@ def test_conditional_extraction_never_crashes_and_returns_substrings(text: str) 
     assert found.condition and found.consequence
     for piece in (found.condition, found.consequence, found.remainder):
         assert piece in text
+
+
+# Written for this test: statements that ask nothing, and requests that stand alone.
+CONTEXT = ["I'm planning a trip.", "We have guests tonight.", "My car is low on gas.",
+           "It's my day off.", "I like jazz."]
+REQUESTS = ["What's the weather in Boston on Friday?", "Find me a concert nearby.",
+            "Who wrote Hamlet?", "Turn off the kitchen lights.", "Play something relaxing."]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(CONTEXT + REQUESTS), min_size=1, max_size=6))
+def test_sentences_split_into_requests_each_with_its_context(sentences: list[str]) -> None:
+    parts = decompose(" ".join(sentences))
+    requests = sum(s in REQUESTS for s in sentences)
+    assert len(parts) == max(1, requests)
+    if requests:
+        assert all(any(r.rstrip(".?") in part for r in REQUESTS) for part in parts)
+
+
+FOLLOW_WORDS = ["what", "about", "how", "tall", "is", "it", "its", "there", "and", "in",
+                "oslo", "tomorrow", "on", "friday", "the", "eiffel", "tower", "tell", "me",
+                "them", "turn", "off", "lights", "?", "héllo", "’s", ""]
+follow_text = st.one_of(
+    st.lists(st.sampled_from(FOLLOW_WORDS), max_size=10).map(" ".join), st.text(max_size=80))
+
+
+@settings(max_examples=400, deadline=None)
+@given(follow_text, follow_text)
+def test_a_rewrite_never_crashes_and_keeps_the_follow_ups_words(query: str, previous: str) -> None:
+    found = rewrite(query, previous, subject(previous))
+    if found is None:
+        return
+    assert found.rule in {"pronoun", "time", "place", "subject"}
+    assert found.text.strip() and found.text != query
+    if found.rule == "pronoun":  # the query, with one word replaced by the carried words
+        assert found.carried in found.text and found.replaced.lower() in query.lower()
+    else:  # the previous question, with the follow-up's words in it
+        assert found.replaced in found.text and found.replaced in query
 
 
 def test_known_examples() -> None:

@@ -28,10 +28,11 @@ NONE = ["set an alarm for 7 am", "tell me a joke", "play some music"]
 
 
 def config(*, thresholds: dict[str, float] | None = None, llm: str = "",
-           reuse: float = 0.8) -> Config:
+           reuse: float = 0.8, min_confidence: float | None = None) -> Config:
     return parse_config({
         "routing": {
             "default_source": "kiwix",
+            "min_confidence": min_confidence,
             "shipped_routes": False,  # only the exemplars above
             "semantic": {
                 "exemplars": EXEMPLARS,
@@ -41,7 +42,7 @@ def config(*, thresholds: dict[str, float] | None = None, llm: str = "",
                 "thresholds": thresholds or {},
                 "reuse_threshold": reuse,
             },
-            "llm": {"base_url": llm, "model": "m", "timeout_s": 2},
+            "llm": {"base_url": llm, "model": "m", "timeout_s": 2, "bias_check": False},
         },
         "sources": {name: {"type": "scripted"} for name in EXEMPLARS},
         "trace": {"enabled": False},
@@ -82,14 +83,19 @@ async def test_a_hit_names_what_it_matched(service: Service) -> None:
     event = only(outcome, "intent_semantic")
     assert event["decision"] == "forecast" and event["matched"] is True
     assert event["matched_query"] == "will it rain tomorrow"
-    assert 0.5 <= event["similarity"] <= 1.0 and event["threshold"] == 0.5
-    top = event["candidates"][0]
-    probability = top.pop("probability")
-    assert top == {"source": "forecast", "matched": "will it rain tomorrow",
-                   "score": event["similarity"], "threshold": 0.5, "origin": "exemplar"}
-    assert 0.5 < probability <= 1.0  # the exemplar classifier agrees
-    assert len(event["candidates"]) == 3
-    assert {c["source"] for c in event["candidates"]} <= {*EXEMPLARS, "none"}
+    assert 0.5 <= event["similarity"] <= 1.0
+    # It decided because its calibrated confidence cleared routing.min_confidence.
+    assert event["threshold"] == semantic_stage(service).min_confidence
+    assert event["threshold"] <= event["confidence"] <= 1.0
+    top, *others = event["candidates"]
+    assert top == {"route": "forecast", "confidence": event["confidence"], "margin": 0.0,
+                   "matched": "will it rain tomorrow", "similarity": event["similarity"]}
+    assert len(others) == 2 and {c["route"] for c in others} <= {*EXEMPLARS, "none"}
+    for earlier, later in zip(event["candidates"], others, strict=False):
+        assert earlier["confidence"] >= later["confidence"]
+    for candidate in others:  # "why not ha?": how far each is behind the winner
+        assert candidate["margin"] == round(top["confidence"] - candidate["confidence"], 4)
+    assert sum(c["confidence"] for c in event["candidates"]) <= 1.0 + 1e-3
 
 
 async def test_a_repeated_query_is_answered_by_the_decision_cache(service: Service) -> None:
@@ -104,9 +110,14 @@ async def test_a_miss_lists_the_candidates_and_defaults(service: Service) -> Non
     assert [(r.route, r.stage) for r in outcome.results] == [("kiwix", "intent_default")]
     event = only(outcome, "intent_semantic")
     assert event["decision"] is None and event["matched"] is False
-    assert event["outcome"] == "below_threshold" and len(event["candidates"]) == 3
-    assert event["similarity"] < 0.5
-    assert only(outcome, "intent_default")["reason"] == "llm_unconfigured"
+    assert event["outcome"] == "declined" and len(event["candidates"]) == 3
+    threshold = semantic_stage(service).min_confidence
+    assert event["confidence"] < threshold
+    assert event["declined"] == f"semantic {event['confidence']:.2f} < {threshold:.2f}"
+    default = only(outcome, "intent_default")
+    assert default["reason"] == "low_confidence"
+    assert [(c["route"], c["confidence"]) for c in default["candidates"]] == [
+        (c["route"], c["confidence"]) for c in event["candidates"]]
 
 
 async def test_what_no_source_serves_is_answered_as_unserved(service: Service) -> None:
@@ -118,17 +129,23 @@ async def test_what_no_source_serves_is_answered_as_unserved(service: Service) -
     assert default["nearest"] == "set an alarm for 7 am" and default["similarity"] >= 0.5
 
 
-async def test_thresholds_are_per_source() -> None:
+async def test_min_confidence_decides_who_decides() -> None:
     for threshold, expected in ((0.3, ("forecast", "intent_semantic")),
-                                (0.99, ("kiwix", "intent_default"))):
-        svc = Service(config(thresholds={"forecast": threshold}))
+                                (1.0, ("kiwix", "intent_default"))):
+        svc = Service(config(min_confidence=threshold))
         await svc.start(sources=False)
         try:
             outcome = await route(svc, "is it going to rain tomorrow?")
         finally:
             await svc.aclose()
         assert [(r.route, r.stage) for r in outcome.results] == [expected]
-        assert only(outcome, "intent_semantic")["candidates"][0]["threshold"] == threshold
+        event = only(outcome, "intent_semantic")
+        assert event["threshold"] == threshold
+        assert event["candidates"][0]["route"] == "forecast"
+        if expected[1] == "intent_default":
+            said, below = event["declined"].removeprefix("semantic ").split(" < ")
+            assert float(said) < float(below) == 1.0
+            assert only(outcome, "intent_default")["reason"] == "low_confidence"
 
 
 async def test_the_model_is_loaded_once_and_exemplars_precomputed(service: Service) -> None:

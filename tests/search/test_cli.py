@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def write_config(tmp_path: Path, demo_zim: Path, **routing: object) -> Path:
+    """A config whose server address nothing listens on, so the CLI runs in-process."""
     config = {
+        "server": {"port": free_port()},
         "routing": {
             "default_source": "kiwix",
             "shipped_routes": False,

@@ -206,7 +206,7 @@ class Noisy(Source):
 
 
 def build(name, config):
-    return Noisy(name, config.timeout_s, config.description)
+    return Noisy(name, config.timeout_s)
 '''
 
 SITECUSTOMIZE = '''

@@ -20,6 +20,7 @@ from search.config import TraceConfig, load_config
 from search.replay import CaptureBook, ReplaySource, compare
 from search.service import Service
 from search.trace_store import SQLiteTraceStore, TraceFilter
+from tests.support.app import free_port
 from tests.support.scripted import ScriptedSource
 
 KEYWORDS = {"ha": ["lights"], "web": ["news"]}
@@ -33,6 +34,7 @@ SOURCES: dict[str, dict[str, Any]] = {
 def write_config(path: Path, db: Path, *, keywords: dict[str, list[str]] | None = None,
                  sources: dict[str, dict[str, Any]] | None = None, **trace: Any) -> Path:
     data = {
+        "server": {"port": free_port()},  # nothing listens there: the CLI runs in-process
         "routing": {"default_source": "kiwix", "keywords": keywords or KEYWORDS,
                     "shipped_routes": False, "semantic": {"enabled": False}},
         "sources": {n: {"type": "scripted", **e} for n, e in (sources or SOURCES).items()},
@@ -295,9 +297,10 @@ def test_a_stage_that_passed_is_shown_but_is_no_divergence() -> None:
 def test_a_follow_up_is_replayed_in_its_session(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """"what about tomorrow?" went where the session's previous turn went; replaying it
-    alone would lose that (a false "decision changed"), so replay rebuilds the session from
-    the earlier turns in the store, and a config change reaches the follow-up too."""
+    """"what about tomorrow?" was asked as the session's previous question for tomorrow;
+    replaying it alone would lose that (a false "decision changed"), so replay rebuilds the
+    session from the earlier turns in the store, and a config change reaches the follow-up
+    too."""
     db = tmp_path / "traces.db"
     keywords = {"ha": ["lights"], "web": ["news", "weather"]}
     config_path = write_config(tmp_path / "config.yaml", db, keywords=keywords)
@@ -315,7 +318,9 @@ def test_a_follow_up_is_replayed_in_its_session(
             await service.aclose()
 
     *_, follow_up = asyncio.run(converse())
-    assert [e["step"] for e in follow_up.chain][0] == "intent_session"
+    rewritten, decided = follow_up.chain[:2]
+    assert (rewritten["step"], rewritten["to"]) == ("rewritten", "weather in paris tomorrow")
+    assert (decided["step"], decided["decision"]) == ("intent_keyword", "web")
     assert stored(db, follow_up.trace_id)["session_id"] == "kitchen"
 
     code, out = cli(capsys, "replay", follow_up.trace_id, "--config", str(config_path),

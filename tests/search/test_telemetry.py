@@ -53,7 +53,7 @@ class Chatty(Source):
 
 
 def build(name: str, config: SourceConfig) -> Source:
-    return Chatty(name, config.timeout_s, config.description)
+    return Chatty(name, config.timeout_s)
 
 
 register_kind("chatty", __name__)

@@ -6,7 +6,7 @@ describes: `daily`/`hourly`/`current` blocks of parallel arrays keyed by `time`,
 `utc_offset_seconds`, and HTTP 400 `{"error": true, "reason": ...}` for a bad request
 (including unknown variable names, so a typo in what we ask for fails here). Its dates start
 at "today" in the requested timezone, from the real clock, so the day picking is tested
-against real dates; `pick_days` is also tested on fixed dates for every weekday case.
+against real dates; the day words are tested on fixed dates in test_dates.py.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from sources import open_meteo, registry
 from sources.base import (
     SourceBadResponse,
     SourceError,
+    SourceRateLimited,
     SourceServerError,
     SourceTimeout,
     SourceUnauthorized,
     SourceUnavailable,
 )
-from sources.open_meteo import OpenMeteoSource, parse_forecast, pick_days
-from sources.base import SourceRateLimited
+from sources.open_meteo import OpenMeteoSource, parse_forecast
 from tests.support.wire_servers import Fault, OpenMeteoServer, closed_port_url
 
 
@@ -188,44 +188,6 @@ async def test_place_name_in_title(server: OpenMeteoServer) -> None:
     finally:
         await source.aclose()
     assert item.title.endswith(" in Oslo")
-
-
-# -- pick_days on fixed dates ----------------------------------------------------------------
-
-WED = date(2026, 11, 25)  # a Wednesday
-WEEK = [WED + timedelta(days=i) for i in range(7)]  # Wed .. Tue
-
-
-@pytest.mark.parametrize(
-    ("query", "today", "expected"),
-    [
-        ("what's the weather", WED, [WED]),
-        ("weather today", WED, [WED]),
-        ("will it rain tomorrow", WED, [WED + timedelta(1)]),
-        ("the day after tomorrow", WED, [WED + timedelta(2)]),
-        ("this weekend", WED, [date(2026, 11, 28), date(2026, 11, 29)]),
-        ("weekend", date(2026, 11, 28), [date(2026, 11, 28), date(2026, 11, 29)]),
-        ("weekend", date(2026, 11, 29), [date(2026, 11, 29)]),
-        ("forecast for friday", WED, [date(2026, 11, 27)]),
-        ("forecast for wednesday", WED, [WED]),
-        ("rain on monday or tuesday", WED, [date(2026, 11, 30), date(2026, 12, 1)]),
-        ("this week", WED, WEEK[:5]),
-        ("the week ahead", WED, WEEK),
-        ("in 3 days", WED, [WED + timedelta(3)]),
-        ("weather on 2026-11-27", WED, [date(2026, 11, 27)]),
-        ("weather on 2027-01-01", WED, []),
-    ],
-)
-def test_pick_days(query: str, today: date, expected: list[date]) -> None:
-    available = [today + timedelta(days=i) for i in range(7)]
-    assert pick_days(query, today, available) == expected
-
-
-def test_next_weekend_and_next_weekday_skip_the_current_one() -> None:
-    saturday = date(2026, 11, 28)
-    available = [saturday + timedelta(days=i) for i in range(10)]
-    assert pick_days("next weekend", saturday, available) == [date(2026, 12, 5), date(2026, 12, 6)]
-    assert pick_days("next saturday", saturday, available) == [date(2026, 12, 5)]
 
 
 # -- parsing ---------------------------------------------------------------------------------

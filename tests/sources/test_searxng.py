@@ -16,12 +16,12 @@ from sources import registry, searxng
 from sources.base import (
     SourceBadResponse,
     SourceError,
+    SourceRateLimited,
     SourceServerError,
     SourceTimeout,
     SourceUnauthorized,
     SourceUnavailable,
 )
-from sources.base import SourceRateLimited
 from sources.searxng import SearxngSource
 from tests.support.wire_servers import Fault, SearxngServer, closed_port_url, searxng_result
 

@@ -35,7 +35,7 @@ CONTRACT_FIELDS: dict[str, set[str]] = {
     "control_withheld": {"query", "source", "reason"},
 }
 WITHHELD_REASONS = {"not_allowed", "dry_run", "replay", "conditional", "deferred",
-                    "low_confidence", "read_only"}
+                    "low_confidence", "read_only", "rewritten"}
 
 
 def assert_contract_event(event: dict[str, Any]) -> None:
@@ -53,6 +53,22 @@ def assert_contract_event(event: dict[str, Any]) -> None:
         assert event["reason"] in WITHHELD_REASONS
     if event["step"] == "conditional_detected":
         assert isinstance(event.get("negated"), bool)
+    if event["step"].startswith("intent_"):
+        assert_confidence(event)
+
+
+def assert_confidence(event: dict[str, Any]) -> None:
+    """An intent_* event's calibrated confidence and its candidates, the winner first."""
+    confidence, candidates = event.get("confidence"), event.get("candidates")
+    assert isinstance(confidence, float | int) and 0 <= confidence <= 1, event
+    assert isinstance(candidates, list), event
+    for candidate in candidates:
+        if "confidence" not in candidate:
+            continue  # a reused LLM decision shown beside them (similarity only)
+        assert isinstance(candidate["route"], str), candidate
+        assert 0 <= candidate["confidence"] <= 1, candidate
+        assert abs(candidates[0]["confidence"] - candidate["confidence"]
+                   - candidate["margin"]) < 1e-3, candidate
 
 
 def scripted_config(

@@ -9,8 +9,19 @@ with `role: assistant` and `content`, `finish_reason`, `usage`). Errors use Open
 error body `{"error": {"message", "type", "param", "code"}}` with the documented statuses
 (400 invalid request, 401 bad key, 500 server error).
 
+`response_format` is checked against `accepts` (the `type`s this server takes; all of
+them by default, as OpenAI and vLLM do). A `type` outside it is refused the way a real
+server refuses it. While `json_object` is accepted, as llama-cpp-python's server does:
+with `refusal_status` 500 (what 0.3.36 sends: its pydantic error inside an OpenAI error
+body, `type: internal_server_error`) or 422 (FastAPI's own body, `{"detail": [{"loc":
+["body", "response_format", "type"], "msg": "Input should be 'text' or 'json_object'"}]}`,
+as other releases send). Otherwise with OpenAI's 400 (`param: "response_format"`), as a
+server with no JSON mode answers.
+
 What the "model" says is scripted: `reply` (a fixed string) or `responder` (a function of
-the request's messages). Faults (slow answers, HTTP errors, a body that is not JSON) come
+the request's messages). To the LLM stage's content-free probes (the queries "N/A", ""
+and "[MASK]") it says `content_free_reply`, by default `{"source": "none"}`, as a model
+that reads the query does; a test sets it to a route to play a model with a habit. Faults (slow answers, HTTP errors, a body that is not JSON) come
 from `WireServer`; every request body is kept in `bodies` for assertions.
 
     with ChatServer(reply='{"source": "web"}', api_key="sk-test") as srv:
@@ -32,6 +43,8 @@ from starlette.routing import Route
 from tests.support.wire_servers import WireServer
 
 Responder = Callable[[list[dict[str, Any]]], str]
+ALL_FORMATS = frozenset({"text", "json_object", "json_schema"})
+CONTENT_FREE = frozenset({"N/A", "", "[MASK]"})
 _IDS = itertools.count(1)
 
 
@@ -55,7 +68,11 @@ class ChatServer(WireServer):
         self.reply = reply
         self.responder = responder
         self.api_key = api_key
-        self.bodies: list[dict[str, Any]] = []
+        self.content_free_reply = '{"source": "none"}'
+        self.accepts: set[str] = set(ALL_FORMATS)
+        self.refusal_status = 500
+        self.bodies: list[dict[str, Any]] = []  # accepted requests only
+        self.refused: list[dict[str, Any]] = []  # requests refused for their response_format
         self.rejected = 0  # requests refused for a missing or wrong key
 
     @property
@@ -86,6 +103,10 @@ class ChatServer(WireServer):
         problem = _invalid(body)
         if problem:
             return openai_error(400, problem, "invalid_request_error")
+        refusal = self._refuse_format(body.get("response_format"))
+        if refusal is not None:
+            self.refused.append(body)
+            return refusal
         self.bodies.append(body)
 
         def answer(_: Request, shape: Literal["ok", "empty", "wrong_shape"]) -> Response:
@@ -96,7 +117,33 @@ class ChatServer(WireServer):
 
         return await self.serve(request, answer)
 
+    def _refuse_format(self, value: Any) -> Response | None:
+        """The refusal a real server sends for a `response_format` it does not take."""
+        if value is None:
+            return None
+        kind = value.get("type") if isinstance(value, dict) else None
+        if kind in self.accepts:
+            return None
+        if "json_object" in self.accepts:  # llama-cpp-python: a pydantic literal error
+            allowed = " or ".join(f"'{k}'" for k in ("text", "json_object") if k in self.accepts)
+            detail = {"type": "literal_error", "loc": ["body", "response_format", "type"],
+                      "msg": f"Input should be {allowed}", "input": kind,
+                      "ctx": {"expected": allowed}}
+            if self.refusal_status == 422:
+                return JSONResponse({"detail": [detail]}, status_code=422)
+            message = (f"1 validation error:\n  {detail!r}\n\n  File \"llama_cpp/server/"
+                       "app.py\", line 376, in create_chat_completion\n    POST "
+                       "/v1/chat/completions")
+            return openai_error(self.refusal_status, message, "internal_server_error")
+        body = {"error": {"message": f"Invalid value for 'response_format': {kind!r} is "
+                          "not supported with this model.", "type": "invalid_request_error",
+                          "param": "response_format", "code": None}}
+        return JSONResponse(body, status_code=400)
+
     def _content(self, messages: list[dict[str, Any]]) -> str:
+        last = messages[-1].get("content", "")
+        if isinstance(last, str) and last.rpartition("Query: ")[2] in CONTENT_FREE:
+            return self.content_free_reply
         if self.responder is not None:
             return self.responder(messages)
         return self.reply

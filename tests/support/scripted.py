@@ -13,6 +13,7 @@ import time
 from typing import Literal
 
 from routing.events import record
+from routing.steps import Step
 from sources.base import ActingSource, Command, Item, Source, SourceError, SourceUnavailable
 from sources.registry import SourceConfig, register_kind
 from sources.workers import run_source_work
@@ -35,7 +36,7 @@ class ScriptedSource(ActingSource):
     kind = "scripted"
 
     def __init__(self, name: str, config: Config) -> None:
-        super().__init__(name, config.timeout_s, config.description)
+        super().__init__(name, config.timeout_s)
         self.config = config
         self.allow_control = config.allow_control
         self.calls = 0
@@ -79,7 +80,7 @@ class ScriptedSource(ActingSource):
 
     def _blocking_work(self, query: str) -> None:
         time.sleep(0.001)
-        record("worker_thread", source=self.name, query=query)
+        record(Step.WORKER_THREAD, source=self.name, query=query)
 
 
 def build(name: str, config: SourceConfig) -> Source:

@@ -1,0 +1,296 @@
+"""`search fit`: learn the confidence weights from labelled utterances, and say how well.
+
+Inputs: routing/fit_data/*.jsonl (public corpora, see its NOTICE.md) and any `extra` rows
+a caller adds: `fit(config, extra=[Labelled(text, route, weight=3.0, corpus="household")])`
+is how a household's own corrections can count above the shipped corpus.
+
+Each utterance is described the way routing will see it (routing/confidence.py: keyword
+scores from the resolved routes' rules, similarities to their exemplars, the exemplar
+classifier's probabilities), and two conditional-logit weight vectors are fitted by
+Newton's method (a handful of weights: fast, deterministic, convex). Each corpus counts
+equally, whatever its size, so one big corpus does not set the scale for the others.
+
+What it reports is measured leaving one corpus out at a time (fit on the others, judge on
+it): accuracy per route, the confusion matrix, and the expected calibration error (ECE).
+`min_confidence` is the threshold that does best there, counting a declined part as "no
+source" the way the pipeline ends it. The artefact is fitted on everything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from routing.confidence import (
+    ARTEFACT,
+    FULL_FEATURES,
+    KEYWORD_FEATURES,
+    NONE,
+    ConfidenceModel,
+    features,
+    softmax,
+)
+
+FIT_DATA = Path(__file__).resolve().parent / "fit_data"
+# Corpora that share an origin are left out together (SLURP's text comes from HWU64).
+CORPUS_OF = {"slurp_devel": "slurp+hwu64", "hwu64": "slurp+hwu64",
+             "ha_intents_tests": "ha-intents", "opentriviaqa": "opentriviaqa", "snips": "snips"}
+L2 = 1e-2
+# Below 0.5 a calibrated winner is more likely wrong than right: no stage decides there.
+THRESHOLDS = tuple(round(0.50 + 0.05 * i, 2) for i in range(8))  # 0.50 .. 0.85
+NONE_ROUTED_MAX = 0.10  # of requests no source serves, at most this share may be routed
+BINS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """One labelled utterance; `weight` scales it within its corpus."""
+
+    text: str
+    route: str
+    corpus: str
+    weight: float = 1.0
+
+
+@dataclass(slots=True)
+class Examples:
+    """The feature tensors of labelled rows, for one label set."""
+
+    labels: list[str]
+    keyword: np.ndarray  # (rows, labels, KEYWORD_FEATURES)
+    full: np.ndarray  # (rows, labels, FULL_FEATURES)
+    target: np.ndarray  # label index per row
+    weight: np.ndarray
+    corpus: list[str]
+
+    def subset(self, mask: np.ndarray) -> Examples:
+        return Examples(self.labels, self.keyword[mask], self.full[mask], self.target[mask],
+                        self.weight[mask], [c for c, m in zip(self.corpus, mask) if m])
+
+
+def shipped_rows(directory: Path = FIT_DATA) -> list[Labelled]:
+    rows = []
+    for path in sorted(directory.glob("*.jsonl")):
+        corpus = CORPUS_OF.get(path.stem, path.stem)
+        for line in path.read_text("utf-8").splitlines():
+            if line.strip():
+                data = json.loads(line)
+                rows.append(Labelled(data["text"], data["route"], corpus))
+    return rows
+
+
+async def describe(config: Any, rows: Sequence[Labelled]) -> Examples:
+    """Every row's features under `config`'s resolved routes (loads the model once)."""
+    from routing.intents import KeywordStage
+    from routing.semantic import SemanticStage
+    from routing.stages import build_resolver
+
+    resolver = build_resolver(config)
+    await resolver.start()
+    keyword = next(s for s in resolver.stages if isinstance(s, KeywordStage))
+    semantic = next((s for s in resolver.stages if isinstance(s, SemanticStage)), None)
+    if semantic is None or semantic.embedder is None:
+        raise ValueError("routing.semantic must be enabled to fit")
+    labels = semantic.labels(keyword.rules)
+    kept = [r for r in rows if r.route in labels]
+    vectors = semantic.embedder.encode([r.text for r in kept])
+    totals = Counter(r.corpus for r in kept)
+    kw_rows, full_rows = [], []
+    for row, vector in zip(kept, vectors, strict=True):
+        match = keyword.rules.scores(row.text)
+        scores = match.scores if match else {}
+        similarity, probability = semantic.similarities(vector)
+        kw_rows.append(features(labels, scores))
+        full_rows.append(features(labels, scores, similarity, probability))
+    return Examples(
+        labels,
+        np.asarray(kw_rows),
+        np.asarray(full_rows),
+        np.asarray([labels.index(r.route) for r in kept]),
+        np.asarray([r.weight * len(kept) / (len(totals) * totals[r.corpus]) for r in kept]),
+        [r.corpus for r in kept],
+    )
+
+
+def fit_weights(x: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Maximum-likelihood conditional-logit weights (L2-regularised), by Newton's method."""
+    n, _, d = x.shape
+    w = np.zeros(d)
+    chosen = x[np.arange(n), target]  # (n, d)
+    for _ in range(50):
+        logits = x @ w
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        mean = np.einsum("nl,nld->nd", p, x)
+        grad = (weight[:, None] * (chosen - mean)).sum(axis=0) - L2 * w
+        second = np.einsum("nl,nld,nle->nde", p, x, x) - np.einsum("nd,ne->nde", mean, mean)
+        hessian = -(weight[:, None, None] * second).sum(axis=0) - L2 * np.eye(d)
+        step = np.linalg.solve(hessian, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w
+
+
+def predict(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.stack([softmax(row @ w) for row in x])
+
+
+def calibration_error(confidence: np.ndarray, correct: np.ndarray) -> float:
+    """Expected calibration error of the top choice, over equal-width bins."""
+    edges = np.linspace(0.0, 1.0, BINS + 1)
+    total = 0.0
+    for low, high in itertools.pairwise(edges):
+        inside = (confidence > low) & (confidence <= high)
+        if inside.any():
+            total += inside.sum() * abs(confidence[inside].mean() - correct[inside].mean())
+    return float(total / max(len(confidence), 1))
+
+
+def cascade(kw: np.ndarray, full: np.ndarray, labels: list[str], threshold: float,
+            keyword_matched: np.ndarray) -> np.ndarray:
+    """The label the pipeline ends with: keyword if confident, else full, else none."""
+    none = labels.index(NONE) if NONE in labels else -1
+    out = np.full(len(kw), none)
+    for i in range(len(kw)):
+        if keyword_matched[i] and kw[i].max() >= threshold:
+            out[i] = int(kw[i].argmax())
+        elif full[i].max() >= threshold:
+            out[i] = int(full[i].argmax())
+    return out
+
+
+@dataclass(slots=True)
+class HeldOut:
+    """Predictions for every row from a model that never saw its corpus."""
+
+    kw: np.ndarray
+    full: np.ndarray
+
+
+def leave_one_corpus_out(examples: Examples) -> HeldOut:
+    kw = np.zeros(examples.keyword.shape[:2])
+    full = np.zeros(examples.full.shape[:2])
+    corpora = np.asarray(examples.corpus)
+    for corpus in sorted(set(examples.corpus)):
+        test = corpora == corpus
+        train = examples.subset(~test)
+        kw[test] = predict(examples.keyword[test],
+                           fit_weights(train.keyword, train.target, train.weight))
+        full[test] = predict(examples.full[test],
+                             fit_weights(train.full, train.target, train.weight))
+    return HeldOut(kw, full)
+
+
+def choose_threshold(examples: Examples, held: HeldOut) -> tuple[float, dict[float, Any]]:
+    """The threshold with the best mean per-corpus held-out accuracy of the cascade among
+    those that route at most NONE_ROUTED_MAX of the `none` rows to a source."""
+    matched = examples.keyword[:, :, 0].max(axis=1) > 0
+    corpora = np.asarray(examples.corpus)
+    none = examples.labels.index(NONE) if NONE in examples.labels else -1
+    is_none = examples.target == none
+    sweep: dict[float, Any] = {}
+    for t in THRESHOLDS:
+        routed = cascade(held.kw, held.full, examples.labels, t, matched)
+        right = routed == examples.target
+        accuracy = float(np.mean([right[corpora == c].mean() for c in set(corpora)]))
+        none_routed = float((routed[is_none] != none).mean()) if is_none.any() else 0.0
+        sweep[t] = {"accuracy": round(accuracy, 4), "none_routed": round(none_routed, 4)}
+    allowed = [t for t in THRESHOLDS if sweep[t]["none_routed"] <= NONE_ROUTED_MAX] or [
+        THRESHOLDS[-1]]
+    best = max(allowed, key=lambda t: (sweep[t]["accuracy"], -t))
+    return best, sweep
+
+
+def summarise(examples: Examples, held: HeldOut, threshold: float) -> dict[str, Any]:
+    matched = examples.keyword[:, :, 0].max(axis=1) > 0
+    routed = cascade(held.kw, held.full, examples.labels, threshold, matched)
+    labels = examples.labels
+    confusion: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(labels, 0))
+    for gold, got in zip(examples.target, routed, strict=True):
+        confusion[labels[gold]][labels[got]] += 1
+    corpora = np.asarray(examples.corpus)
+    top = held.full.max(axis=1)
+    right = held.full.argmax(axis=1) == examples.target
+    kw_top = held.kw.max(axis=1)[matched]
+    kw_right = (held.kw.argmax(axis=1) == examples.target)[matched]
+    return {
+        "rows": len(examples.target),
+        "min_confidence": threshold,
+        "accuracy_per_corpus": {c: round(float((routed == examples.target)[corpora == c].mean()), 4)
+                                for c in sorted(set(examples.corpus))},
+        "accuracy_per_route": {
+            label: round(row[label] / max(sum(row.values()), 1), 4)
+            for label, row in sorted(confusion.items())
+        },
+        "confusion": {k: dict(v) for k, v in sorted(confusion.items())},
+        "ece_full": round(calibration_error(top, right), 4),
+        "ece_keyword": round(calibration_error(kw_top, kw_right), 4),
+        "ece_per_corpus": {c: round(calibration_error(top[corpora == c], right[corpora == c]), 4)
+                           for c in sorted(set(examples.corpus))},
+    }
+
+
+async def fit(
+    config: Any, extra: Iterable[Labelled] = (), rows: Sequence[Labelled] | None = None
+) -> tuple[ConfidenceModel, dict[str, Any]]:
+    """Fit on the shipped rows (or `rows`) plus `extra`; the model and its held-out report."""
+    examples = await describe(config, [*(shipped_rows() if rows is None else rows), *extra])
+    return fit_described(examples)
+
+
+def fit_described(examples: Examples) -> tuple[ConfidenceModel, dict[str, Any]]:
+    """`fit` on rows already described (a benchmark leaves corpora out of one description)."""
+    held = leave_one_corpus_out(examples)
+    threshold, sweep = choose_threshold(examples, held)
+    report = summarise(examples, held, threshold)
+    report["threshold_sweep"] = {str(t): v for t, v in sweep.items()}
+    model = ConfidenceModel(
+        fit_weights(examples.keyword, examples.target, examples.weight),
+        fit_weights(examples.full, examples.target, examples.weight),
+        threshold,
+        {"ece_held_out": report["ece_full"], "rows": report["rows"],
+         "corpora": sorted(set(examples.corpus))},
+    )
+    return model, report
+
+
+def write(model: ConfidenceModel, path: Path = ARTEFACT) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(model.to_json(), indent=2, sort_keys=True) + "\n", "utf-8")
+
+
+def render(model: ConfidenceModel, report: dict[str, Any]) -> str:
+    """The printed report (held-out figures: each corpus judged by a fit without it)."""
+    labels = list(report["confusion"])
+    cols = sorted({c for row in report["confusion"].values() for c in row})
+    lines = [f"fitted on {report['rows']} utterances; figures leave each corpus out",
+             (f"min_confidence {report['min_confidence']:.2f} (best held-out accuracy with at "
+              f"most {NONE_ROUTED_MAX:.0%} of unserved requests routed)"),
+             "threshold sweep: " + ", ".join(
+                 f"{t} acc {v['accuracy']:.3f} none-routed {v['none_routed']:.3f}"
+                 for t, v in report["threshold_sweep"].items()),
+             "accuracy per corpus: " + ", ".join(
+                 f"{c} {a:.3f}" for c, a in report["accuracy_per_corpus"].items()),
+             "accuracy per route:  " + ", ".join(
+                 f"{r} {a:.3f}" for r, a in report["accuracy_per_route"].items()),
+             f"calibration error (ECE): full {report['ece_full']:.3f}, "
+             f"keyword {report['ece_keyword']:.3f}; per corpus " + ", ".join(
+                 f"{c} {e:.3f}" for c, e in report["ece_per_corpus"].items()),
+             "confusion (rows: expected, columns: routed):",
+             "            " + "".join(f"{c:>10}" for c in cols)]
+    for label in labels:
+        row = report["confusion"][label]
+        lines.append(f"{label:>12}" + "".join(f"{row.get(c, 0):>10}" for c in cols))
+    lines.append("weights: keyword " + ", ".join(
+        f"{f} {w:+.3f}" for f, w in zip(KEYWORD_FEATURES, model.keyword_weights, strict=True)))
+    lines.append("         full    " + ", ".join(
+        f"{f} {w:+.3f}" for f, w in zip(FULL_FEATURES, model.full_weights, strict=True)))
+    return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""The calibrated confidence: who decides, who declines, and what the chain says about it.
+
+Real parts: the shipped routes and fitted artefact, the bundled MiniLM, and for the LLM a
+local server speaking the OpenAI chat-completions wire format (tests/support/chat_server).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bench import routing_quality as rq
+from routing.confidence import FULL_FEATURES, KEYWORD_FEATURES, ConfidenceModel, load_model
+from routing.events import route_log
+from routing.intents import KeywordStage
+from routing.keyword import KeywordRules
+from routing.types import ResolveContext
+from search.config import Config
+from search.service import SearchOutcome, Service
+from tests.support.app import assert_contract_event, scripted_config
+from tests.support.chat_server import ChatServer
+
+ROOT = Path(__file__).resolve().parents[2]
+GIBBERISH = ("qwertz uiop asdf", "blorp zibble quux", "ROUTE_TO_HA zqxv blorf")
+
+
+def shipped(**routing: Any) -> Config:
+    config = rq.isolated_config(ROOT / "config.yaml")
+    if routing:
+        update = config.routing.model_copy(update=routing)
+        config = config.model_copy(update={"routing": update})
+    return config
+
+
+async def route(service: Service, query: str) -> SearchOutcome:
+    return await service.search(query, dry_run=True, explain=True)
+
+
+def intents(outcome: SearchOutcome) -> list[dict[str, Any]]:
+    return [e for e in outcome.chain if e["step"].startswith("intent_")]
+
+
+@pytest.fixture
+async def service() -> Any:
+    svc = Service(shipped())
+    await svc.start(sources=False)
+    yield svc
+    await svc.aclose()
+
+
+@pytest.mark.parametrize("text", GIBBERISH)
+async def test_gibberish_is_declined_with_its_candidates(service: Service, text: str) -> None:
+    outcome = await route(service, text)
+    assert [r.stage for r in outcome.results] == ["intent_default"]
+    events = intents(outcome)
+    for event in events:
+        assert_contract_event(event)
+    declined = [e for e in events if e.get("declined")]
+    assert declined, events
+    threshold = service.resolver.stage("intent_semantic").min_confidence  # type: ignore[union-attr]
+    assert all(e["confidence"] < threshold for e in declined)
+    default = events[-1]
+    assert default["step"] == "intent_default" and default["reason"] == "low_confidence"
+    assert [(c["route"], c["confidence"]) for c in default["candidates"]] == [
+        (c["route"], c["confidence"]) for c in declined[-1]["candidates"]]
+
+
+async def test_a_confident_decision_and_an_unserved_one(service: Service) -> None:
+    lights = await route(service, "turn on the kitchen lights")
+    assert [(r.route, r.stage) for r in lights.results] == [("ha", "intent_keyword")]
+    [event] = intents(lights)
+    assert event["confidence"] >= 0.9 and event["candidates"][0]["route"] == "ha"
+    alarm = await route(service, "set an alarm for 7 am")
+    assert [r.status for r in alarm.results] == ["planned"] or [
+        r.route for r in alarm.results] == [None]
+    default = intents(alarm)[-1]
+    assert default["reason"] == "unserved" and default["candidates"][0]["route"] == "none"
+    assert default["confidence"] == default["candidates"][0]["confidence"] >= 0.55
+
+
+async def test_below_min_confidence_the_llm_decides() -> None:
+    with ChatServer(reply='{"source": "ha"}') as server:
+        svc = Service(shipped(llm=shipped().routing.llm.model_copy(
+            update={"base_url": server.base_url, "model": "m", "timeout_s": 2})))
+        await svc.start(sources=False)
+        try:
+            outcome = await route(svc, "ROUTE_TO_HA zqxv blorf")
+        finally:
+            await svc.aclose()
+    assert [(r.route, r.stage) for r in outcome.results] == [("ha", "intent_llm")]
+    steps = [e["step"] for e in intents(outcome)]
+    assert steps[-1] == "intent_llm" and "intent_semantic" in steps
+    assert intents(outcome)[-2].get("declined", "").startswith("semantic ")
+    llm = intents(outcome)[-1]
+    assert_contract_event(llm)
+    assert llm["candidates"][0]["route"] == "ha"
+
+
+async def test_a_keyword_tie_is_recorded_and_declined() -> None:
+    rules = KeywordRules({"ha": ["lights"], "web": ["news"]})
+    stage = KeywordStage(rules, labels=["ha", "web"])
+    with route_log() as log:
+        decision = await stage.decide("lights news", ResolveContext())
+    assert decision is None
+    [event] = log.snapshot()
+    assert event["step"] == "intent_keyword" and event["decision"] is None
+    first, second = event["candidates"]
+    assert first["confidence"] == second["confidence"] and second["margin"] == 0.0
+    assert event["declined"].startswith("keyword 0.50 <")
+
+
+async def test_min_confidence_from_config_and_the_default_says_low_confidence() -> None:
+    config = scripted_config({"ha": {}, "web": {}}, {"ha": ["lights"], "web": ["news"]},
+                             min_confidence=0.99)
+    svc = Service(config)
+    await svc.start(sources=False)
+    try:
+        outcome = await route(svc, "the lights")
+    finally:
+        await svc.aclose()
+    keyword, default = intents(outcome)
+    assert keyword["decision"] is None and keyword["declined"].endswith("< 0.99")
+    assert default["reason"] == "low_confidence" and default["decision"] == "ha"
+    assert outcome.results[0].stage == "intent_default"
+
+
+def test_the_artefact_is_a_probability_over_any_routes() -> None:
+    model = load_model()
+    assert len(model.keyword_weights) == len(KEYWORD_FEATURES)
+    assert len(model.full_weights) == len(FULL_FEATURES)
+    # A route the fit never saw ("recipes") is ranked by the same weights.
+    ranked = model.full(["recipes", "kiwix", "none"], {"recipes": 2.0},
+                        {"recipes": 0.8, "kiwix": 0.3, "none": 0.2}, {})
+    assert ranked.winner == "recipes"
+    assert abs(sum(p for _, p in ranked.routes) - 1.0) < 1e-9
+    again = ConfidenceModel.from_json(model.to_json())
+    assert np.allclose(again.full_weights, model.full_weights)
+
+
+async def test_the_control_gate_follows_the_same_scale() -> None:
+    """An LLM's answer (a fixed 0.7) under a stricter min_confidence decides the route but
+    is not confident: the command it would run is withheld, reason low_confidence."""
+    with ChatServer(reply='{"source": "ha"}') as server:
+        for threshold, reason in ((0.8, "low_confidence"), (0.6, None)):
+            service = Service(scripted_config(
+                {"ha": {"control_prefix": "unlockx", "allow_control": True}, "web": {}},
+                keywords={}, min_confidence=threshold,
+                llm={"base_url": server.base_url, "model": "m", "timeout_s": 2}))
+            await service.start(sources=False)
+            try:
+                outcome = await service.search("unlockx the shed", explain=True)
+            finally:
+                await service.aclose()
+            steps = [e["step"] for e in outcome.chain]
+            assert "intent_llm" in steps
+            withheld = [e["reason"] for e in outcome.chain if e["step"] == "control_withheld"]
+            acted = service.sources["ha"].acted  # type: ignore[attr-defined]
+            if reason is None:
+                assert withheld == [] and len(acted) == 1
+            else:
+                assert withheld == [reason] and acted == []
+
+
+async def test_the_narrative_says_a_stage_declined(service: Service) -> None:
+    from search.narrative import narrative
+
+    outcome = await route(service, "blorp zibble quux")
+    [line] = [ln for ln in narrative(outcome.chain) if ln.startswith("part 0")]
+    assert "the semantic stage declined (confidence 0." in line
+    assert "went to kiwix by default (low_confidence)" in line
