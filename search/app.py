@@ -27,6 +27,7 @@ from search import __version__
 from search.config import Config
 from search.health import HealthCache
 from search.json_codec import FastJSONResponse
+from search.label_routes import label_routes
 from search.mcp_server import build_mcp_server, http_endpoint
 from search.metrics import MetricsObserver, metrics_route
 from search.middleware import BearerTokenMiddleware
@@ -207,6 +208,7 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
             *trace_routes(),
+            *label_routes(),
             metrics_route(metrics),
             *ui_routes(),
             *mcp_routes,

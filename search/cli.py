@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, load_config
+from search.label_cli import add_commands as add_label_commands
 from search.query_text import has_visible_text, query_problem
 from search.terminal import say
 from search.trace_cli import add_commands as add_trace_commands
@@ -58,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     route.add_argument("--config")
     COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
+    COMMANDS.update(add_label_commands(commands))  # label, check
     from search.fit_cli import add_fit_command
 
     COMMANDS.update(add_fit_command(commands))  # fit

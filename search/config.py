@@ -276,8 +276,11 @@ def parse_config(data: Any) -> Config:
         raise ConfigError(_describe(exc)) from None
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Load config from `path`, `$SEARCH_CONFIG`, or ./config.yaml."""
+def load_config(
+    path: str | os.PathLike[str] | None = None, *, fitted_labels: bool = True
+) -> Config:
+    """Load config from `path`, `$SEARCH_CONFIG`, or ./config.yaml; with `fitted_labels`,
+    the household's labels that `search fit` wrote beside the trace store are applied."""
     chosen = Path(path or os.environ.get("SEARCH_CONFIG") or DEFAULT_CONFIG_PATH)
     try:
         text = chosen.read_text(encoding="utf-8")
@@ -287,4 +290,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{chosen}: not valid YAML: {exc}") from None
-    return parse_config(data)
+    config = parse_config(data)
+    if not fitted_labels:
+        return config
+    from search.label_fit import with_artefact  # imports this module
+
+    return with_artefact(config)

@@ -206,6 +206,7 @@ async def find_trace(service: Service, trace_id: str) -> dict[str, Any] | None:
                 trace["chain"],
                 with_text=not trace.get("redacted", False),
                 dropped_events=trace.get("dropped_events", 0),
+                labels=trace.get("labels", []),
             )
         return trace
     if hasattr(store, "get"):  # MemoryTraceSink (tests, embedders)

@@ -105,7 +105,11 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         how = "similarity"
         if isinstance(similarity, (int, float)):
             how += f" {similarity:.2f}"
-        like = _quote(event.get("matched_query")) if with_text else "an earlier query"
+        if event.get("origin") == "user_label":
+            like = (f"the user's label {_quote(event.get('matched_query'))}" if with_text
+                    else "a query the user labelled")
+        else:
+            like = _quote(event.get("matched_query")) if with_text else "an earlier query"
         return f"went to {decision} by {how} to {like}"
     if step == Step.INTENT_DEFAULT:
         return f"went to {decision} by default ({event.get('reason') or 'no stage decided'})"
@@ -202,17 +206,35 @@ def _no_decision(event: dict[str, Any], with_text: bool) -> str:
     return text + ")"
 
 
+def _label_clause(labels: list[dict[str, Any]]) -> str:
+    """The user's label of a part, beside its decision: the latest one counts."""
+    latest = labels[-1]
+    route = latest.get("route")
+    text = ("the user labelled it: no source serves this" if route == "none"
+            else f"the user labelled it {route}")
+    if len(labels) > 1:
+        text += f" (latest of {len(labels)} labels)"
+    return text
+
+
 def narrative(
-    chain: Iterable[dict[str, Any]], *, with_text: bool = True, dropped_events: int = 0
+    chain: Iterable[dict[str, Any]], *, with_text: bool = True, dropped_events: int = 0,
+    labels: Iterable[dict[str, Any]] = (),
 ) -> list[str]:
-    """One line per part (the request first), each clause from one event in seq order."""
+    """One line per part (the request first), each clause from one event in seq order;
+    a part's stored labels (oldest first) end its line."""
     by_part: dict[str, list[dict[str, Any]]] = {}
     for event in sorted(chain, key=lambda e: e.get("seq", 0)):
         by_part.setdefault(str(event.get("part", "")), []).append(event)
+    labelled: dict[str, list[dict[str, Any]]] = {}
+    for label in labels:
+        labelled.setdefault(str(label.get("part")), []).append(label)
     lines: list[str] = []
     for path in sorted(by_part, key=part_key):
         events = by_part[path]
         clauses = [sentence(e, with_text) for e in events]
+        if path in labelled:
+            clauses.append(_label_clause(labelled[path]))
         if path == "":
             label = "the request"
         else:
@@ -265,4 +287,6 @@ def decision_only(trace: dict[str, Any]) -> dict[str, Any]:
         "error": {"type": error.get("type")} if isinstance(error, dict) else None,
         "chain": [_structural(e) for e in trace.get("chain", [])],
         "results": [result(r) for r in trace.get("results", [])],
+        "labels": [{k: label.get(k) for k in ("part", "route", "decision", "time")}
+                   for label in trace.get("labels", [])],
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from search.label_routes import label_components, label_paths
 from search.schemas import openapi_components
 from search.trace_routes import trace_components, trace_paths
 
@@ -114,7 +115,9 @@ def openapi_document(version: str) -> dict[str, Any]:
                 }
             },
             **trace_paths(),
+            **label_paths(),
             **_surface_paths(),
         },
-        "components": {"schemas": {**openapi_components(), **trace_components()}},
+        "components": {"schemas": {**openapi_components(), **trace_components(),
+                                   **label_components()}},
     }

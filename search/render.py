@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from routing.steps import Step
@@ -42,6 +43,11 @@ def chain_table(chain: list[dict[str, Any]]) -> str:
     """The chain as an aligned table in seq order."""
     rows = [_COLUMNS, *(_event_row(e) for e in sorted(chain, key=lambda e: e["seq"]))]
     return "\n".join(_aligned(rows))
+
+
+def aligned(rows: Sequence[tuple[str, ...]]) -> str:
+    """Rows (the first a header) as aligned columns, each cell kept to one line."""
+    return "\n".join(_aligned(list(rows)))
 
 
 def _aligned(rows: list[tuple[str, ...]]) -> list[str]:

@@ -325,7 +325,13 @@ def compare(
         rows = _align(old, new)
         query = next((e["query"] for e in old + new if isinstance(e.get("query"), str)), None)
         divergence = None
-        if not old or not new:
+        if (not old or not new) and path == "":
+            # The request's own events (a split, a condition, a request-wide error) came or
+            # went: say which; an error is an outcome, not a routing decision.
+            first = (old or new)[0]
+            kind, words = _describe(None, first) if not old else _describe(first, None)
+            divergence = Divergence(path, kind, words, 0)
+        elif not old or not new:
             kind = "part_gone" if not new else "part_new"
             words = "part no longer exists" if not new else "new part"
             divergence = Divergence(path, kind, words, 0)

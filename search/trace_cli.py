@@ -196,7 +196,7 @@ def _show(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
         say(chain_table(safe["chain"]))
         say()
         for line in narrative(safe["chain"], with_text=False,
-                              dropped_events=safe["dropped_events"]):
+                              dropped_events=safe["dropped_events"], labels=safe["labels"]):
             say(escape_controls(line))
         return EXIT_OK
     if args.json:
@@ -210,9 +210,24 @@ def _show(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
     say()
     say(chain_table(trace["chain"]))
     say()
-    for line in narrative(trace["chain"], dropped_events=trace["dropped_events"]):
+    for line in narrative(trace["chain"], dropped_events=trace["dropped_events"],
+                          labels=trace.get("labels", [])):
         say(escape_controls(line))  # one line per part, whatever the query held
+    if trace.get("labels"):
+        say()
+        say(label_table(trace["labels"]))
     return EXIT_OK
+
+
+def label_table(labels: list[dict[str, Any]]) -> str:
+    """The labels beside the decisions they correct, oldest first (the last one counts)."""
+    from search.render import aligned
+
+    rows = [("label", "time", "part", "decision", "labelled")]
+    for label in labels:
+        rows.append((str(label["label_id"]), str(label["time"])[:23], str(label["part"]),
+                     str(label.get("decision") or "none"), str(label["route"])))
+    return aligned(rows)
 
 
 def _header(trace: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from routing.events import run_in_thread
+from routing.stages import route_descriptions
 from search.narrative import narrative
 from search.schemas import ErrorDetail
 from search.trace_store import OUTCOMES, FilterError, TraceReader, parse_filters
@@ -63,8 +64,12 @@ async def show_trace(request: Request) -> Response:
         trace = await run_in_thread(reader.get_trace, trace_id)
     if trace is None:
         return _error(404, "not_found", f"trace {trace_id}: no such trace")
+    config = getattr(request.app.state.service, "config", None)
+    if config is not None:  # what the /ui label control offers
+        trace["label_routes"] = [*route_descriptions(config), "none"]
     trace["narrative"] = narrative(
-        trace["chain"], with_text=not trace["redacted"], dropped_events=trace["dropped_events"]
+        trace["chain"], with_text=not trace["redacted"], dropped_events=trace["dropped_events"],
+        labels=trace.get("labels", []),
     )
     return JSONResponse(trace)
 
@@ -117,6 +122,11 @@ class TraceDetail(TraceSummary):
         description="Source answers, when `trace.capture_results` was on."
     )
     narrative: list[str] = Field(description="A diagnosis per part, read off the events.")
+    labels: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The user's labels of its parts (POST /traces/{id}/labels), oldest first.")
+    label_routes: list[str] = Field(
+        default_factory=list, description="The routes a label may name (and none).")
 
 
 def trace_components() -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from routing.steps import Step
 from search.json_codec import dumps_text
 from search.pseudonym import LEGACY_PREFIX, PREFIX, Pseudonymizer, ephemeral
+from search.trace_labels import LABELS_SCHEMA
 from search.traces import TraceRecord
 
 
@@ -29,7 +30,7 @@ class RowPolicy(Protocol):
     def redact(self) -> bool: ...
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Event fields (and nested keys) that hold query text, or text matched against it
 # (keywords, exemplars, earlier queries, prompts); redaction replaces them by digests.
 QUERY_FIELDS = frozenset(
@@ -70,7 +71,7 @@ CREATE TABLE IF NOT EXISTS traces (
 );
 CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) WHERE session_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS traces_replay_of ON traces(replay_of) WHERE replay_of IS NOT NULL;
-"""
+""" + LABELS_SCHEMA
 # No index on started_at: every index costs each insert, and rows arrive in time order,
 # so "older than" is "before the first young row" in id order (see `prune`), and a time
 # filter scans at most `max_traces` rows.
@@ -82,11 +83,13 @@ COLUMNS = (
 # Schema upgrades, applied in order from the file's `user_version` (the CREATE above is
 # the newest shape, for a new file). Version 3 changes no table: its step, keying the
 # unkeyed digests of older redacted rows, is `rekey_legacy_digests` (it needs the key).
+# Version 4 adds the labels beside the traces (search/trace_labels.py).
 MIGRATIONS: dict[int, str] = {
     2: "ALTER TABLE traces ADD COLUMN session_id TEXT;"
        "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "
        "WHERE session_id IS NOT NULL;",
     3: "",
+    4: LABELS_SCHEMA,
 }
 INSERT = (
     f"INSERT OR IGNORE INTO traces ({', '.join(COLUMNS)}) "
@@ -343,16 +346,21 @@ def trace_row(
     )
 
 
+# A labelled trace is the user's evidence for a correction: retention never removes it.
+_UNLABELLED = "trace_id NOT IN (SELECT trace_id FROM labels)"
+
+
 def prune(conn: sqlite3.Connection, now: float, max_age_days: float, max_traces: int) -> None:
-    """Retention: younger than `max_age_days`, and only the newest `max_traces`."""
+    """Retention: younger than `max_age_days`, and only the newest `max_traces` (by id), except
+    traces that carry a label, which are kept whatever their age."""
     oldest = now - max_age_days * 86400.0
     conn.execute(
         "DELETE FROM traces WHERE id < COALESCE("
         "(SELECT id FROM traces WHERE started_at >= ? ORDER BY id LIMIT 1), "
-        "(SELECT MAX(id) + 1 FROM traces))",
+        f"(SELECT MAX(id) + 1 FROM traces)) AND {_UNLABELLED}",
         (oldest,),
     )
     conn.execute(
-        "DELETE FROM traces WHERE id <= (SELECT MAX(id) FROM traces) - ?",
+        f"DELETE FROM traces WHERE id <= (SELECT MAX(id) FROM traces) - ? AND {_UNLABELLED}",
         (max_traces,),
     )

@@ -43,6 +43,7 @@ from routing.events import run_in_thread
 from search.config import ConfigError, TraceConfig
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
 from search.query_text import has_visible_text
+from search.trace_labels import Label, check_label, insert_label, read_labels
 from search.trace_rows import (  # noqa: F401 - redact: re-exported for its callers
     MIGRATIONS,
     OUTCOMES,
@@ -744,8 +745,39 @@ class SQLiteTraceStore:
         }
 
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT * FROM traces WHERE trace_id = ?", (trace_id,))
-        return _detail(rows[0]) if rows else None
+        """The stored trace, with the labels stored beside it (oldest first)."""
+        with self._read_lock:
+            reader = self._reader()
+            rows = reader.execute("SELECT * FROM traces WHERE trace_id = ?",
+                                  (trace_id,)).fetchall()
+            if not rows:
+                return None
+            labels = read_labels(reader, trace_id)
+        trace = _detail(rows[0])
+        trace["labels"] = [label.to_dict() for label in labels]
+        return trace
+
+    def labels(self) -> list[Label]:
+        """Every stored label, in the order stored."""
+        with self._read_lock:
+            return read_labels(self._reader())
+
+    def add_label(self, trace_id: str, part: Any, route: Any, routes: Iterable[str]) -> Label:
+        """Store a label on a part of a stored trace (LabelError names a bad field).
+
+        Written on a connection of its own (labels are rare; the writer process keeps the
+        traces); the part's query goes in as the trace has it, so a redacted store gets
+        the pseudonym, never the text.
+        """
+        trace = self.get_trace(trace_id)
+        if trace is None:
+            raise KeyError(trace_id)
+        target = check_label(trace, part, route, routes)
+        conn = self._connect()
+        try:
+            return insert_label(conn, trace_id, target, str(route), bool(trace["redacted"]))
+        finally:
+            conn.close()
 
     def resolve_id(self, prefix: str) -> str | None:
         """The full id for an id or a unique prefix of one (at least 6 characters)."""

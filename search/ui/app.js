@@ -15,7 +15,7 @@
       if (value === undefined || value === null || value === false) continue;
       if (key === "class") node.className = value;
       else if (key === "text") node.textContent = value;
-      else if (key.startsWith("data-") || key === "href" || key === "title" || key === "role" ||
+      else if (key.startsWith("data-") || key.startsWith("aria-") || key === "href" || key === "title" || key === "role" ||
                key === "type" || key === "colspan") node.setAttribute(key, String(value));
       else node[key] = value;
     }
@@ -65,6 +65,8 @@
     if (step.startsWith("intent_")) return "decision";
     if (step === "error") return "error";
     if (step === "source_skipped") return "skip";
+    if (step === "fallback") return "fallback";
+    if (step === "control_withheld") return "withheld";
     return "event";
   }
 
@@ -134,11 +136,42 @@
     tooltip.style.top = y + "px";
   }
 
+  function hideTooltip() {
+    tooltip.hidden = true;
+    tooltip.replaceChildren();
+  }
+
   function hoverable(node, fields) {
     node.addEventListener("mouseenter", (e) => showTooltip(e, fields));
     node.addEventListener("mousemove", moveTooltip);
-    node.addEventListener("mouseleave", () => { tooltip.hidden = true; });
+    node.addEventListener("mouseleave", hideTooltip);
     return node;
+  }
+
+  // Text cut to `limit` characters at a word boundary, never inside a word.
+  function clip(text, limit) {
+    const value = String(text || "");
+    if (value.length <= limit) return value;
+    let cut = value.slice(0, limit);
+    const space = cut.search(/\s\S*$/);
+    if (space > limit * 0.5) cut = cut.slice(0, space);
+    return cut.replace(/[\s,.;:!?-]+$/, "") + "…";
+  }
+
+  // The few words a step chip shows; the tooltip has every field.
+  function stepText(event) {
+    const step = event.step;
+    if (step.startsWith("intent_")) {
+      return `${step.slice("intent_".length)} → ${event.decision || (event.matched === false ? "no match" : "none")}`;
+    }
+    if (step === "source_skipped") return `skipped ${event.source}`;
+    if (step === "fallback") return `fallback ${event.from_source} → ${event.to_source}`;
+    if (step === "result_cache_hit") return `cache ${event.source}`;
+    if (step === "decomposed") return `split in ${(event.parts || []).length}`;
+    if (step === "conditional_detected") return event.negated ? "unless…" : "if…";
+    if (step === "control_withheld") return `withheld ${event.source}`;
+    if (step === "error") return `error ${event.error_type || ""}`.trim();
+    return step;
   }
 
   // --- the waterfall ---------------------------------------------------------------
@@ -167,7 +200,8 @@
     const pct = (ms) => Math.min(100, Math.max(0, (ms / total) * 100));
     const root = el("div", { class: "waterfall", "data-total-ms": total.toFixed(3) });
 
-    const axis = el("div", { class: "axis" }, el("div", { class: "lane-label" }));
+    const axis = el("div", { class: "axis" }, el("div", { class: "lane-label" }),
+      el("div", { class: "steps-head", text: "steps, in order" }));
     const ticks = el("div", { class: "ticks" });
     for (const f of [0, 0.25, 0.5, 0.75, 1]) {
       const tick = el("span", { class: "tick", text: fmtMs(total * f) + " ms" });
@@ -182,21 +216,31 @@
       const laneNode = el("div", { class: "lane", "data-part": lane.path },
         el("div", { class: "lane-label", title: lane.query || "" },
           el("strong", { text: label }), lane.query ? el("span", { class: "q", text: lane.query }) : null));
+      const steps = el("div", { class: "steps" });
       const track = el("div", { class: "track" });
       const rows = 1 + lane.calls.length;
       track.style.height = rows * ROW + "px";
 
-      // Row 0: decisions, cache hits and every other event, as markers at their time.
+      // Instantaneous events (decisions, skips, fallbacks, cache hits...) land within
+      // microseconds of each other: on the time axis they would pile up. Each gets a chip
+      // of its own in the steps column, in seq order, and a thin mark at its time on row 0.
       for (const event of lane.events) {
-        if (event.step === SOURCE_STEP || event.step === "fallback") continue;
+        if (event.step === SOURCE_STEP) continue;
         const kind = markerKind(event.step);
-        const marker = el("div", {
+        const chip = el("span", {
           class: `marker kind-${kind}`, "data-step": event.step, "data-seq": event.seq,
-          "data-kind": kind, "data-source": event.source || event.decision || null,
+          "data-kind": kind, "data-source": event.source || event.decision || event.to_source || null,
+          tabIndex: 0,
+        }, el("i", { class: "dot" }), stepText(event));
+        steps.append(hoverable(chip, event));
+        const instant = el("div", {
+          class: `instant kind-${kind}`, "data-step": event.step, "data-seq": event.seq,
+          "data-t-ms": event.t_ms,
         });
-        marker.style.left = pct(event.t_ms) + "%";
-        marker.style.top = (ROW - 12) / 2 + "px";
-        track.append(hoverable(marker, event));
+        instant.style.left = pct(event.t_ms) + "%";
+        track.append(instant);
+        chip.addEventListener("mouseenter", () => instant.classList.add("lit"));
+        chip.addEventListener("mouseleave", () => instant.classList.remove("lit"));
       }
 
       // One row per source call, its bar from (t_ms - elapsed_ms) to t_ms.
@@ -244,7 +288,7 @@
         }
         track.append(layer);
       }
-      laneNode.append(track);
+      laneNode.append(steps, track);
       root.append(laneNode);
     }
 
@@ -254,10 +298,13 @@
       el("span", { class: "swatch outcome-error" }), "error ",
       el("span", { class: "swatch outcome-timeout" }), "timeout ",
       el("span", { class: "marker-swatch kind-decision" }), "decision ",
+      el("span", { class: "marker-swatch kind-skip" }), "skipped ",
+      el("span", { class: "marker-swatch kind-fallback" }), "fallback ",
       el("span", { class: "marker-swatch kind-cache" }), "cache hit ",
+      el("span", { class: "marker-swatch kind-withheld" }), "withheld ",
       el("span", { class: "marker-swatch kind-error" }), "error ",
-      el("span", { class: "marker-swatch kind-event" }), "other event ",
-      "↓ fallback · hover for the event's fields");
+      el("span", { class: "marker-swatch kind-event" }), "other step ",
+      "· ↓ fallback arrow · hover a step or bar for its fields");
     root.append(legend);
     return root;
   }
@@ -283,19 +330,39 @@
     return table;
   }
 
+  // What a part's status says, in words: unserved and withheld parts called no source
+  // (or changed nothing), which "→ no source" alone would hide.
+  function statusWords(result) {
+    if (result.status === "unserved") return { target: "no source serves this", detail: " unserved" };
+    if (result.status === "withheld") {
+      const why = result.withheld ? (result.withheld.reasons || [result.withheld.reason]).join(", ") : "";
+      return { target: result.source || result.route || "no source",
+               detail: ` withheld: not carried out${why ? " (" + why + ")" : ""}; nothing was changed` };
+    }
+    if (result.status === "planned") {
+      return { target: result.source || result.route || "no source", detail: " planned (dry run)" };
+    }
+    return { target: result.source || "no source", detail: ` ${result.status}` };
+  }
+
   function renderResults(results) {
     const list = el("ul", { class: "results" });
     const add = (result, prefix) => {
       const count = Array.isArray(result.items) ? result.items.length : result.item_count;
-      const item = el("li", { class: `result status-${result.status}`, "data-source": result.source },
+      const words = statusWords(result);
+      const quiet = result.status === "unserved" || result.status === "withheld";
+      const item = el("li", { class: `result status-${result.status}`, "data-source": result.source,
+                              "data-status": result.status },
         el("span", { class: "q", text: prefix + result.query }), " → ",
-        el("strong", { text: result.source || "no source" }),
-        ` ${result.status}` + (count !== undefined ? ` · ${count} item${count === 1 ? "" : "s"}` : ""),
+        el("strong", { text: words.target }),
+        el("span", { class: "status-word", text: words.detail }),
+        !quiet && count !== undefined ? ` · ${count} item${count === 1 ? "" : "s"}` : "",
         result.error ? el("span", { class: "err", text: ` (${result.error.type}: ${result.error.message})` }) : null);
-      if (Array.isArray(result.items) && result.items.length) {
+      if (Array.isArray(result.items) && result.items.length && result.status !== "withheld") {
         const items = el("ol", { class: "items" });
         for (const it of result.items.slice(0, 5)) {
-          items.append(el("li", {}, el("b", { text: it.title || "" }), " ", el("span", { text: (it.text || "").slice(0, 200) })));
+          items.append(el("li", {}, el("b", { text: it.title || "" }), " ",
+            el("span", { class: "item-text", text: clip(it.text, 200) })));
         }
         item.append(items);
       }
@@ -306,6 +373,77 @@
       add(result, "");
     }
     return list;
+  }
+
+  // --- labels: a user's correction of a part's decision ------------------------------
+
+  const INTENT_STEPS = ["intent_keyword", "intent_cached", "intent_semantic", "intent_llm",
+                        "intent_default", "intent_session"];
+
+  // Each routed part and its decision, read off the chain as the server does: the last
+  // intent event of the part that decided (a semantic miss decides nothing).
+  function routedParts(chain) {
+    const parts = new Map();
+    for (const event of chain) {
+      if (!INTENT_STEPS.includes(event.step) || typeof event.query !== "string") continue;
+      if (event.step === "intent_semantic" && event.matched === false) continue;
+      parts.set(String(event.part || ""), { part: String(event.part || ""), query: event.query,
+                                            decision: event.decision || "none", step: event.step });
+    }
+    return [...parts.values()].sort((a, b) => comparePaths(a.part, b.part));
+  }
+
+  function renderLabels(trace) {
+    const section = el("div", { class: "labels" });
+    const parts = routedParts(trace.chain || []);
+    const routes = trace.label_routes || [];
+    if (!parts.length) return section;
+    const table = el("table", { class: "grid label-table" });
+    table.append(el("thead", {}, el("tr", {},
+      el("th", { text: "part" }), el("th", { text: "query" }), el("th", { text: "decision" }),
+      el("th", { text: "label" }), el("th", { text: "correct it" }))));
+    const body = el("tbody");
+    for (const part of parts) {
+      const mine = (trace.labels || []).filter((l) => String(l.part) === part.part);
+      const latest = mine.length ? mine[mine.length - 1] : null;
+      const select = el("select", { class: "label-route", "aria-label": `route for part ${part.part}` });
+      for (const name of routes) {
+        select.append(el("option", { value: name, text: name === "none" ? "none (no source serves this)" : name }));
+      }
+      select.value = latest ? latest.route : part.decision;
+      const status = el("span", { class: "label-status", "aria-live": "polite" });
+      const button = el("button", { type: "button", class: "label-save", text: "Label" });
+      button.addEventListener("click", async () => {
+        button.disabled = true;
+        status.textContent = "saving…";
+        status.classList.remove("error");
+        const result = await api(`traces/${encodeURIComponent(trace.trace_id)}/labels`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ part: part.part, route: select.value }),
+        });
+        button.disabled = false;
+        if (result.status !== 201) {
+          status.textContent = errorText(result);
+          status.classList.add("error");
+          return;
+        }
+        loadTrace(trace.trace_id);
+      });
+      body.append(el("tr", { "data-part": part.part, "data-decision": part.decision,
+                             "data-label": latest ? latest.route : null },
+        el("td", { text: part.part }), el("td", { class: "q", text: part.query }),
+        el("td", {}, el("strong", { text: part.decision }), el("span", { class: "muted", text: ` ${part.step}` })),
+        el("td", { class: "label-current" }, latest
+          ? el("span", { class: "label-badge", text: `labelled ${latest.route}` + (mine.length > 1 ? ` (latest of ${mine.length})` : "") })
+          : el("span", { class: "muted", text: "—" })),
+        el("td", {}, select, " ", button, " ", status)));
+    }
+    table.append(body);
+    section.append(el("h2", { text: "Labels" }),
+      el("p", { class: "muted", text: "Say which route a part should have had; `search fit` learns from the labels." }),
+      table);
+    return section;
   }
 
   function renderChain(container, chain, durationMs, narrative) {
@@ -395,6 +533,7 @@
   async function loadTrace(traceId) {
     const head = document.getElementById("trace-head");
     const body = document.getElementById("trace-body");
+    hideTooltip();
     head.replaceChildren(el("p", { class: "status", text: "loading…" }));
     body.replaceChildren();
     const result = await api(`traces/${encodeURIComponent(traceId)}`);
@@ -414,6 +553,7 @@
         " · ", el("code", { text: t.trace_id })),
       t.error ? el("p", { class: "status error", text: `${t.error.type}: ${t.error.message}` }) : "",
       renderResults(t.results));
+    body.append(renderLabels(t));
     renderChain(body, t.chain, t.duration_ms, t.narrative);
   }
 
@@ -451,6 +591,7 @@
   }
 
   function route() {
+    hideTooltip();  // what it described is about to be replaced
     const hash = location.hash || "#/traces";
     const [path, query] = hash.slice(1).split("?");
     if (path.startsWith("/trace/")) {

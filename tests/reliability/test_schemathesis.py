@@ -46,7 +46,8 @@ OPERATIONS = [
 ]
 # Operations with inputs a request can get wrong. (A path parameter typed `string` has no
 # invalid value: everything in a path is a string.)
-NEGATABLE = {("POST", "/search"), ("GET", "/traces"), ("POST", "/mcp")}
+NEGATABLE = {("POST", "/search"), ("GET", "/traces"), ("POST", "/mcp"),
+             ("POST", "/traces/{trace_id}/labels")}
 CASES = [
     pytest.param(method, path, mode, id=f"{method} {path} {mode.value}")
     for method, path in OPERATIONS

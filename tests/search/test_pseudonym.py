@@ -18,7 +18,7 @@ from pathlib import Path
 
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
 from search.service import Service
-from search.trace_store import SQLiteTraceStore, parse_filters, redact
+from search.trace_store import SCHEMA_VERSION, SQLiteTraceStore, parse_filters, redact
 from tests.search.test_trace_store import home_config
 
 PHRASES = ["unlock the front door", "turn on the kitchen light", "is anyone home"]
@@ -143,4 +143,4 @@ async def test_an_older_store_has_its_unkeyed_digests_keyed_on_opening(tmp_path:
     finally:
         store.close_sync()
     with sqlite3.connect(db) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

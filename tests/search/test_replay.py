@@ -361,3 +361,25 @@ def test_traces_are_listed_by_session(tmp_path: Path) -> None:
         assert page["traces"][0]["session_id"] == "b"
     finally:
         store.close_sync()
+
+
+def test_a_request_that_newly_fails_is_an_outcome_not_a_routing_change() -> None:
+    """After a fit moves a part to a source that is down, the request-wide error that
+    follows is listed apart: `replay --all` lists only the decision as changed."""
+    from search.replay import compare
+
+    def event(seq: int, step: str, part: str, **fields: object) -> dict[str, object]:
+        return {"step": step, "seq": seq, "t_ms": float(seq), "part": part, **fields}
+
+    old = [event(0, "intent_keyword", "0", query="q", decision="kiwix"),
+           event(1, "source_invoked", "0", source="kiwix", query="q", outcome="ok",
+                 elapsed_ms=1.0, result_count=2)]
+    new = [event(0, "intent_keyword", "0", query="q", decision="ha"),
+           event(1, "source_skipped", "0", source="ha", query="q", reason="disabled"),
+           event(2, "error", "", query="q", error_type="all_parts_failed", message="m")]
+    found = {c.part: c.divergence for c in compare(old, new)}
+    request, part = found[""], found["0"]
+    assert request is not None and not request.routing
+    assert request.description == "error now happens"
+    assert part is not None and part.routing and part.description == (
+        "decision changed: kiwix -> ha")

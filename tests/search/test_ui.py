@@ -3,7 +3,7 @@
 The app runs under uvicorn on loopback with a real SQLite trace store; scripted sources
 make the fallbacks and timings deterministic (ha sleeps 50 ms and fails, web answers
 after 100 ms). The browser is Debian's `/usr/bin/chromium`: Playwright never downloads
-one. A screenshot of the trace page is saved under `test-artifacts/`.
+one. Screenshots of the trace page are saved under `test-artifacts/` (not checked in).
 """
 
 from __future__ import annotations
@@ -225,8 +225,9 @@ def test_cache_hits_and_nested_parts_get_their_own_marks(page: Any, site: dict[s
     assert lane.locator(".bar[data-source=web]").count() == 0  # web answered from the cache
     arrow = lane.locator(".fallback-arrow[data-from=ha][data-to=web]")
     assert arrow.count() == 1
-    # It points up at the cache-hit marker, from the end of ha's bar.
-    shaft, hit = box(arrow.locator("line.shaft")), box(lane.locator(".marker[data-kind=cache]"))
+    # It points up at where the cache hit happened, from the end of ha's bar.
+    shaft = box(arrow.locator("line.shaft"))
+    hit = box(lane.locator(".instant[data-step=result_cache_hit]"))
     assert shaft["y"] + shaft["height"] / 2 > hit["y"] + hit["height"]
     assert shaft["y"] <= hit["y"] + hit["height"] + 2
 
@@ -319,4 +320,151 @@ def test_a_server_with_an_api_token_asks_for_it_and_then_works(
         expect(page.locator("#token-form")).to_be_hidden()
         assert authorizations[-1] == "Bearer s3cret-household-token"
         assert "s3cret-household-token" not in page.url
+        context.close()
+
+
+def _overlapping(page: Any, selector: str) -> list[tuple[str, str]]:
+    """Pairs of elements matching `selector` whose boxes intersect (by more than a pixel)."""
+    found = page.eval_on_selector_all(selector, """nodes => nodes.map(n => {
+        const r = n.getBoundingClientRect();
+        return {id: n.dataset.step + '#' + n.dataset.seq, x: r.left, y: r.top, w: r.width, h: r.height};
+    })""")
+    pairs = []
+    for i, a in enumerate(found):
+        for b in found[i + 1:]:
+            if (a["x"] + a["w"] - 1 > b["x"] and b["x"] + b["w"] - 1 > a["x"]
+                    and a["y"] + a["h"] - 1 > b["y"] and b["y"] + b["h"] - 1 > a["y"]):
+                pairs.append((a["id"], b["id"]))
+    return pairs
+
+
+def skip_config(tmp: Path):
+    """ui_config plus `garden`, disabled, with a fallback: its part's decision, skip and
+    fallback land within microseconds of each other, on an axis of some 40 ms."""
+    config = ui_config(tmp)
+    data = config.model_dump(mode="json")
+    data["routing"]["keywords"]["garden"] = ["greenhouse"]
+    data["sources"]["garden"] = {"type": "scripted", "enabled": False, "fallback": ["kiwix"]}
+    data["sources"]["kiwix"]["delay_s"] = 0.04  # a 40 ms axis, as a real answer gives
+    return parse_config({k: data[k] for k in ("routing", "trace", "sources")})
+
+
+def test_instant_steps_never_overlap_and_each_can_be_hovered(browser: Any, tmp_path: Path) -> None:
+    with uvicorn_server(create_app(skip_config(tmp_path))) as base:
+        with httpx.Client(base_url=base, timeout=30) as http:
+            response = http.post("/search", json={"query": "is the greenhouse warm"})
+            assert response.status_code == 200
+            trace_id = response.json()["trace_id"]
+            chain = http.get(f"/traces/{trace_id}").json()["chain"]
+        steps = [e["step"] for e in chain if e["part"] == "0"]
+        assert steps[:3] == ["intent_keyword", "source_skipped", "fallback"]
+        spread = chain[2]["t_ms"] - chain[0]["t_ms"]
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.goto(f"{base}/ui#/trace/{trace_id}")
+        page.wait_for_selector(".lane[data-part='0'] .marker[data-step=source_skipped]")
+        assert _overlapping(page, ".waterfall .marker") == [], f"markers overlap ({spread} ms apart)"
+        markers = page.locator(".waterfall .marker")  # every step but the timed calls
+        assert markers.count() == len([e for e in chain if e["step"] != "source_invoked"])
+        skip = page.locator(".lane[data-part='0'] .marker[data-step=source_skipped]")
+        assert skip.get_attribute("data-kind") == "skip"
+        colour = skip.locator(".dot").evaluate("n => getComputedStyle(n).backgroundColor")
+        timeout = page.evaluate("""() => { const s = document.createElement('span');
+            s.className = 'swatch outcome-timeout'; document.body.append(s);
+            const c = getComputedStyle(s).backgroundColor; s.remove(); return c; }""")
+        assert colour != timeout, "a skipped source is drawn in the timeout colour"
+        assert "skipped" in page.inner_text(".legend")
+        for step in ("intent_keyword", "source_skipped", "fallback"):
+            page.locator(f".lane[data-part='0'] .marker[data-step={step}]").hover()
+            expect(page.locator("#tooltip")).to_contain_text(step)
+        page.mouse.move(0, 0)
+        expect(page.locator("#tooltip")).to_be_hidden()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "ui-trace-skip.png"), full_page=True)
+        context.close()
+
+
+def test_no_markers_overlap_on_any_stored_trace(page: Any, site: dict[str, Any]) -> None:
+    for trace_id in site["ids"].values():
+        page.goto(f"{site['base']}/ui#/trace/{trace_id}")
+        page.wait_for_selector(f"#trace-head code:text('{trace_id}')")
+        page.wait_for_selector(".waterfall .marker")
+        assert _overlapping(page, ".waterfall .marker") == [], trace_id
+
+
+def test_the_tooltip_goes_away_when_the_page_changes(page: Any, site: dict[str, Any]) -> None:
+    page.goto(f"{site['base']}/ui#/trace/{site['ids']['fallback']}")
+    bar = page.locator(".lane[data-part='0'] .bar[data-source=web]")
+    bar.hover()
+    tooltip = page.locator("#tooltip")
+    tooltip.wait_for(state="visible")
+    page.evaluate("location.hash = '#/traces'")  # the mouse has not moved: no mouseleave
+    page.wait_for_selector("#view-traces:not([hidden])")
+    expect(tooltip).to_be_hidden()
+
+
+def test_item_text_is_cut_between_words(page: Any, site: dict[str, Any]) -> None:
+    query = "tell me about the long history of the " + "ancient " * 30 + "world"
+    page.goto(site["base"] + "/ui#/search")
+    page.fill("#query", query)
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector("#search-result .items .item-text")
+    full = f"text 0 about {query}"
+    shown = page.locator("#search-result .items .item-text").first.inner_text()
+    assert len(full) > 200 and shown.endswith("…")
+    kept = shown[:-1]
+    assert full.startswith(kept) and full[len(kept)] == " ", f"cut mid-word: {shown!r}"
+
+
+def test_unserved_and_withheld_parts_read_as_such(page: Any, site: dict[str, Any]) -> None:
+    """The trace page is given results as the API stores them; these two statuses called
+    no source (unserved) or changed nothing (withheld)."""
+    page.goto(f"{site['base']}/ui#/trace/{site['ids']['plain']}")
+    page.wait_for_selector("#view-trace .waterfall")
+    page.route("**/traces/fake*", lambda route: route.fulfill(json={
+        "trace_id": "fake", "started_at": 1.0, "query": "set an alarm and unlock the door",
+        "status_code": 200, "duration_ms": 1.0, "failed": False, "fallback": False,
+        "cached": False, "dry_run": False, "redacted": False, "dropped_events": 0, "error": None,
+        "chain": [], "narrative": [], "labels": [], "label_routes": [],
+        "results": [
+            {"query": "set an alarm", "source": None, "status": "unserved", "route": None,
+             "item_count": 0},
+            {"query": "unlock the door", "source": "ha", "status": "withheld", "route": "ha",
+             "item_count": 1, "withheld": {"reason": "not_allowed", "reasons": ["not_allowed"]}},
+        ]}))
+    page.evaluate("location.hash = '#/trace/fake'")
+    unserved = page.locator(".results li[data-status=unserved]")
+    withheld = page.locator(".results li[data-status=withheld]")
+    expect(unserved).to_contain_text("no source serves this")
+    expect(withheld).to_contain_text("not carried out (not_allowed)")
+    assert "item" not in unserved.inner_text() and "no source" not in withheld.inner_text()
+
+
+def test_a_part_is_labelled_from_its_trace_page(browser: Any, tmp_path: Path) -> None:
+    with uvicorn_server(create_app(ui_config(tmp_path))) as base:
+        with httpx.Client(base_url=base, timeout=30) as http:
+            trace_id = http.post("/search", json={"query": "what's the news; tell me about tides"}
+                                 ).json()["trace_id"]
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        posts: list[Any] = []
+        page.on("request", lambda r: posts.append(r) if r.method == "POST" else None)
+        page.goto(f"{base}/ui#/trace/{trace_id}")
+        row = page.locator(".label-table tr[data-part='1']")
+        row.wait_for()
+        assert row.get_attribute("data-decision") == "kiwix"
+        assert page.locator(".label-table tbody tr").count() == 2
+        row.locator("select.label-route").select_option("web")
+        row.locator("button.label-save").click()
+        expect(page.locator(".label-table tr[data-part='1'] .label-badge")).to_have_text(
+            "labelled web")
+        expect(page.locator(".narrative")).to_contain_text("the user labelled it web")
+        (post,) = posts
+        assert post.headers["content-type"] == "application/json"
+        assert post.post_data_json == {"part": "1", "route": "web"}
+        with httpx.Client(base_url=base, timeout=30) as http:
+            labels = http.get(f"/traces/{trace_id}").json()["labels"]
+        assert [(lab["part"], lab["route"]) for lab in labels] == [("1", "web")]
         context.close()
