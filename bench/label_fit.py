@@ -23,8 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import routing_quality as rq
-from search.label_fit import TrainingRow, dry_run_router, label_accuracy, with_labels
+from bench import routing_quality as rq  # noqa: E402
+from search.label_fit import (  # noqa: E402
+    TrainingRow,
+    dry_run_router,
+    label_accuracy,
+    with_labels,
+)
 
 HOUSEHOLD: list[tuple[str, str]] = [
     ("how are things at the cottage", "forecast"),

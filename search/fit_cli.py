@@ -39,13 +39,14 @@ def _household(config: Any) -> Any:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from routing import fit
-    from search.label_fit import artefact_path, labels_report, write_artefact
+    from search.label_fit import TrainingRow, artefact_path, labels_report, write_artefact
 
     # Not the labels fitted last time: this fit starts from the shipped data and the store.
     config = load_config(args.config, fitted_labels=False)
     store = _household(config)
     try:
-        rows, label_lines = [], ["no trace store: no labels to fit"]
+        rows: list[TrainingRow] = []
+        label_lines = ["no trace store: no labels to fit"]
         if store is not None:
             rows, _, label_lines = asyncio.run(labels_report(config, store))
     finally:

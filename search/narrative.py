@@ -236,14 +236,14 @@ def narrative(
         if path in labelled:
             clauses.append(_label_clause(labelled[path]))
         if path == "":
-            label = "the request"
+            heading = "the request"
         else:
-            label = f"part {path}"
+            heading = f"part {path}"
             text = next((e["query"] for e in events if isinstance(e.get("query"), str)), None)
             if with_text and text is not None:
-                label += f" {_quote(text)}"
+                heading += f" {_quote(text)}"
         separator = ": " if path == "" else " "
-        lines.append(label + separator + "; ".join(clauses))
+        lines.append(heading + separator + "; ".join(clauses))
     if dropped_events:
         lines.append(f"{_count(dropped_events, 'later event')} not recorded (routing.max_events)")
     return lines
