@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.asgi_call import post_json  # noqa: E402
 from bench.common import emit, env_int, rss_mb, scripted_config  # noqa: E402
-from search.app import create_app  # noqa: E402
+from search.api.app import create_app  # noqa: E402
 
 WARMUP = env_int("BENCH_MEM_WARMUP", 2_000)
 REQUESTS = env_int("BENCH_MEM_REQUESTS", 10_000)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.asgi_call import post_json  # noqa: E402
 from bench.common import count_instructions, emit  # noqa: E402
 from routing.events import NullRouteLog, RouteLog, record, route_log  # noqa: E402
-from search.app import create_app, settle_heap  # noqa: E402
+from search.api.app import create_app, settle_heap  # noqa: E402
 from search.config import parse_config  # noqa: E402
 from search.service import Service  # noqa: E402
 from tests.support import scripted  # noqa: E402
@@ -91,7 +91,7 @@ def run_counted_side(kind: str, n: int) -> None:
         await time_requests(app, 200)
 
     asyncio.run(warm())
-    settle_heap()  # as the server does at start-up (search.app)
+    settle_heap()  # as the server does at start-up (search.api.app)
     operator.call(asyncio.run, time_requests(app, n))
 
 
@@ -108,7 +108,7 @@ async def main() -> None:
         for app in (real, null):
             await app.state.service.start()
             await time_requests(app, 200)  # warm the cache and the code paths
-    settle_heap()  # as the server does at start-up (search.app)
+    settle_heap()  # as the server does at start-up (search.api.app)
     real_us, null_us, paired = [], [], []
     for round_no in range(ROUNDS):
         gc.collect()  # each round starts from the same heap, whichever side ran before

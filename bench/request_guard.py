@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from search.request_guard import RequestGuard  # noqa: E402
+from search.api.request_guard import RequestGuard  # noqa: E402
 
 ROUNDS = 7
 CALLS = 20_000

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.asgi_call import post_json  # noqa: E402
 from bench.common import emit, env_int, median, order, scripted_config  # noqa: E402
 from routing.decision_cache import DecisionCache  # noqa: E402
-from search.app import create_app  # noqa: E402
+from search.api.app import create_app  # noqa: E402
 from search.service import Service  # noqa: E402
 
 NAMES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]

@@ -50,7 +50,7 @@ def eval_texts() -> list[str]:
 async def main() -> None:
     from search.config import load_config
     from search.service import Service
-    from search.traces import NullTraceSink
+    from search.traces.records import NullTraceSink
 
     texts = eval_texts()
     assert texts, "no eval utterances found (set ROUTING_EVAL_DIR)"

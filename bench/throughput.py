@@ -77,7 +77,7 @@ def serve(port: int, trace_path: str) -> None:
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from search.app import create_app
+    from search.api.app import create_app
 
     trace = {"path": trace_path} if TRACE else {"enabled": False}
     config = scripted_config({"kiwix": {}, "forecast": {}}, {"forecast": ["weather"]}, trace=trace)

@@ -9,7 +9,7 @@
    to load drifting during the run on a shared machine); and, per round including the
    flush, the wall time and the server process's CPU time (which includes encoding each
    trace for the writer process), and apart from it the writer process's CPU per trace
-   (`search.trace_writer`: another process, at a lower priority, so it takes no GIL
+   (`search.traces.writer`: another process, at a lower priority, so it takes no GIL
    from requests but does compete for cores). Target: under 5% on the request.
    Also counted in CPU instructions of the server process (callgrind, store on against
    off, `bench.common.count_instructions`): the in-process cost, free of this shared
@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.asgi_call import post_json  # noqa: E402
 from bench.common import count_instructions  # noqa: E402
-from search.app import create_app, settle_heap  # noqa: E402
+from search.api.app import create_app, settle_heap  # noqa: E402
 from search.config import parse_config  # noqa: E402
 from search.service import Service  # noqa: E402
-from search.trace_store import SQLiteTraceStore  # noqa: E402
-from search.traces import TraceRecord  # noqa: E402
+from search.traces.records import TraceRecord  # noqa: E402
+from search.traces.store import SQLiteTraceStore  # noqa: E402
 from tests.support import scripted  # noqa: E402
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
@@ -92,7 +92,7 @@ async def request_overhead(tmp: Path) -> dict[str, Any]:
             await timed_round(app, 300)  # warm the caches and code paths
     for store in stores:
         await store.flush()
-    settle_heap()  # as the server does at start-up (search.app)
+    settle_heap()  # as the server does at start-up (search.api.app)
     lat: dict[str, list[float]] = {"on": [], "off": []}
     paired: list[float] = []  # per round: median(on) / median(off), robust to slow drift
     per_round: dict[str, list[float]] = {"on": [], "off": []}
@@ -197,7 +197,7 @@ def run_counted_side(kind: str, n: int) -> None:
             await timed_round(app, 300)
 
         loop.run_until_complete(warm())
-        settle_heap()  # as the server does at start-up (search.app)
+        settle_heap()  # as the server does at start-up (search.api.app)
         operator.call(loop.run_until_complete, timed_round(app, n))
         loop.run_until_complete(app.state.service.aclose())
         loop.close()

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from search.query_text import query_problem
-from search.trace_labels import INTENT_STEPS, NONE
+from search.traces.labels import INTENT_STEPS, NONE
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, load_config
-from search.label_cli import add_commands as add_label_commands
 from search.query_text import has_visible_text, query_problem
 from search.terminal import say
-from search.trace_cli import add_commands as add_trace_commands
+from search.traces.cli import add_commands as add_trace_commands
+from search.traces.label_cli import add_commands as add_label_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -92,7 +92,7 @@ def _check_parts(service: Any, query: str, where: str = "") -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from search.app import create_app
+    from search.api.app import create_app
 
     config = _load(args.config)  # validate before forking workers: exit 2 on bad config
     host = args.host or config.server.host
@@ -104,13 +104,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.config:
         os.environ["SEARCH_CONFIG"] = str(Path(args.config).resolve())
-    from search.metrics import MULTIPROCESS_ENV
+    from search.observability.metrics import MULTIPROCESS_ENV
 
     # The workers count /metrics into files here, so any of them can answer for all.
     with tempfile.TemporaryDirectory(prefix="search-metrics-") as metrics_dir:
         os.environ.setdefault(MULTIPROCESS_ENV, metrics_dir)
         uvicorn.run(
-            "search.asgi:app_factory",
+            "search.api.asgi:app_factory",
             factory=True,
             host=host,
             port=port,
@@ -145,7 +145,7 @@ def _ask_server(config: Config, payload: dict[str, Any]) -> Any:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from search.render import chain_table, results_text
+    from search.traces.render import chain_table, results_text
 
     config = _load(args.config)
     problem = query_problem(args.text, config.server.max_query_chars)
@@ -226,7 +226,7 @@ def _plan_parts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _print_plan(args: argparse.Namespace, query: str, parts: list[dict[str, Any]],
                 chain: list[dict[str, Any]]) -> None:
-    from search.render import chain_table
+    from search.traces.render import chain_table
 
     if args.input or args.json:
         say(json.dumps({"query": query, "parts": parts}, ensure_ascii=False), json_text=True)
@@ -263,7 +263,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 
 def _route_locally(config: Config, args: argparse.Namespace, queries: list[str]) -> int:
     from search.service import Service
-    from search.traces import NullTraceSink
+    from search.traces.records import NullTraceSink
 
     _before_loading_model()
     keep_traces = args.store or not args.input

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from search.config import Config
-from search.health import check_source, source_url
+from search.observability.health import check_source, source_url
 from sources.base import Source, SourceUnauthorized
 from sources.registry import kind_module
 

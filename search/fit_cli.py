@@ -31,7 +31,7 @@ def add_fit_command(commands: Any) -> dict[str, Callable[[argparse.Namespace], i
 
 def _household(config: Any) -> Any:
     """The trace store with the household's labels, when there is one."""
-    from search.trace_store import SQLiteTraceStore
+    from search.traces.store import SQLiteTraceStore
 
     store = SQLiteTraceStore(config.trace.model_copy(update={"enabled": True}))
     return store if store.path.exists() else None

@@ -1,7 +1,7 @@
 """Fitting with the household's labels: the pieces `search fit` calls, and what it reports.
 
 - `training_rows`: the stored labels as `(text, route, weight)` rows, one per query (the
-  latest label wins, see search/trace_labels.py), weighted `LABEL_WEIGHT` times a shipped
+  latest label wins, see search/traces/labels.py), weighted `LABEL_WEIGHT` times a shipped
   corpus row. A label stored redacted is left out: the store kept only its pseudonym.
 - `label_overrides` / `with_labels`: the rows as routing data, so routing can use them
   without a model of their own: each labelled query becomes an exemplar of its route (the
@@ -33,7 +33,7 @@ from typing import Any
 
 from routing.route_data import RouteOverride, rule_key
 from search.config import Config, ConfigError
-from search.trace_labels import NONE, Label, effective_labels, is_pseudonym, part_decisions
+from search.traces.labels import NONE, Label, effective_labels, is_pseudonym, part_decisions
 
 LABEL_WEIGHT = 3.0  # one household label counts as much as this many shipped rows
 PHRASE_WEIGHT = 20.0  # above any shipped keyword score a short query reaches
@@ -100,7 +100,7 @@ def with_labels(config: Config, rows: Sequence[TrainingRow]) -> Config:
 async def dry_run_router(config: Config) -> AsyncIterator[Router]:
     """A router over `config`: a Service started without sources, dry runs, no traces."""
     from search.service import Service
-    from search.traces import NullTraceSink
+    from search.traces.records import NullTraceSink
 
     service = Service(config, traces=NullTraceSink())
     await service.start(sources=False)
@@ -164,7 +164,7 @@ async def changed_decisions(traces: Iterable[dict[str, Any]], router: Router
 
 def stored_originals(store: Any, limit: int = 10_000) -> list[dict[str, Any]]:
     """The recorded (not replayed) traces of a store, oldest first."""
-    from search.trace_store import TraceFilter
+    from search.traces.store import TraceFilter
 
     found: list[dict[str, Any]] = []
     cursor: int | None = None
@@ -184,7 +184,7 @@ def stored_originals(store: Any, limit: int = 10_000) -> list[dict[str, Any]]:
 def report_lines(before: float, after: float, rows: int, changed: list[ChangedDecision],
                  redacted_traces: int = 0, redacted_labels: int = 0) -> list[str]:
     """What `search fit` prints about the labels."""
-    from search.render import aligned
+    from search.traces.render import aligned
 
     lines = [f"labelled set: {rows} queries; accuracy before {before:.1%}, after {after:.1%}"]
     if redacted_labels:

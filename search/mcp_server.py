@@ -55,9 +55,9 @@ from routing.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.config import Config
-from search.narrative import narrative
 from search.query_text import query_problem
 from search.service import Service
+from search.traces.narrative import narrative
 
 log = logging.getLogger("search.mcp")
 
@@ -314,7 +314,7 @@ def divert_std_fds() -> tuple[int, int]:
 
 async def serve_stdio(config: Config, wire_in: int, wire_out: int) -> None:
     """Start the service (sources, models), then speak MCP on the wire until stdin closes."""
-    from search.telemetry import telemetry_observers
+    from search.observability.telemetry import telemetry_observers
 
     observers = telemetry_observers(config)
     service = Service(config, observers=list(observers))

@@ -25,10 +25,10 @@ from routing.stages import build_resolver
 from routing.steps import Step
 from routing.ttl_cache import TTLCache
 from search.config import Config
+from search.observability.telemetry import current_trace_id
 from search.scrub import Scrubber
-from search.telemetry import current_trace_id
-from search.trace_store import open_trace_sink
-from search.traces import RequestObserver, TraceRecord, TraceSink
+from search.traces.records import RequestObserver, TraceRecord, TraceSink
+from search.traces.store import open_trace_sink
 from sources.base import Item, Source, SourceError
 from sources.registry import kind_module
 

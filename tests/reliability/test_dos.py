@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from routing.embedder import load_embedder
-from search.app import create_app
+from search.api.app import create_app
 from search.config import parse_config
 from search.service import Service
 from tests.support.app import uvicorn_server

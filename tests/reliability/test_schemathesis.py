@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from search import __version__
+from search.api.openapi import openapi_document
 from search.config import parse_config
-from search.openapi import openapi_document
 from tests.support.app import build_app, uvicorn_server
 
 CHECKS = [

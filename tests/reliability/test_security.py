@@ -26,7 +26,7 @@ from tests.support.faulty import REPO_ROOT, ServerProcess
 
 TOKEN = "tok-Zq81-loopback-only"
 # The trace viewer's static shell (HTML/JS/CSS) is served without the token, by design of
-# search/middleware.py: it holds no data, and every fetch it makes needs the token. This
+# search/api/middleware.py: it holds no data, and every fetch it makes needs the token. This
 # is narrower than "every route except /healthz"; the test pins it to exactly these files.
 STATIC_OPEN = frozenset({"/ui", "/ui/", "/ui/app.js", "/ui/style.css"})
 

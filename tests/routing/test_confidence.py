@@ -165,7 +165,7 @@ async def test_the_control_gate_follows_the_same_scale() -> None:
 
 
 async def test_the_narrative_says_a_stage_declined(service: Service) -> None:
-    from search.narrative import narrative
+    from search.traces.narrative import narrative
 
     outcome = await route(service, "blorp zibble quux")
     [line] = [ln for ln in narrative(outcome.chain) if ln.startswith("part 0")]

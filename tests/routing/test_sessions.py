@@ -13,8 +13,8 @@ from routing.events import route_log
 from routing.sessions import SESSION_CONFIDENCE, SessionStage, SessionStore
 from routing.types import Decision, ResolveContext
 from search.config import Config, parse_config
-from search.narrative import narrative
 from search.service import Service
+from search.traces.narrative import narrative
 from tests.support.wire_servers import OpenMeteoServer
 from tests.support.zim import build_demo_zim
 

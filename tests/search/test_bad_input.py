@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from search.app import create_app
+from search.api.app import create_app
 from search.mcp_server import run_search
 from search.service import Service
-from tests.search.test_replay import cli, record, write_config
+from tests.search.traces.test_replay import cli, record, write_config
 from tests.support.app import asgi_client, scripted_config
 
 INVISIBLE_ONLY = ["\u200b", "\u0000", "\u200b\u2060\ufeff\u00ad", "\u3164\u2800", "\x1b\x07",

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from mcp import Client
 
-from search.app import create_app
+from search.api.app import create_app
 from search.cli import main
 from search.config import Config, parse_config
 from tests.support import homeassistant as ha_harness

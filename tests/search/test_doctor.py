@@ -15,7 +15,7 @@ import yaml
 from search.cli import main
 from search.config import parse_config
 from search.doctor import diagnose
-from search.health import HealthCache
+from search.observability.health import HealthCache
 from sources.base import Item, Source
 from tests.support import homeassistant as ha_harness
 from tests.support.app import asgi_client, build_app

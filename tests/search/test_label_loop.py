@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import yaml
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import load_config
 from tests.search.test_cli import run
 from tests.support.app import uvicorn_server

@@ -23,7 +23,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import Config, parse_config
 from tests.support.app import assert_contract_event, uvicorn_server
 

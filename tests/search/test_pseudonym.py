@@ -18,8 +18,8 @@ from pathlib import Path
 
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
 from search.service import Service
-from search.trace_store import SCHEMA_VERSION, SQLiteTraceStore, parse_filters, redact
-from tests.search.test_trace_store import home_config
+from search.traces.store import SCHEMA_VERSION, SQLiteTraceStore, parse_filters, redact
+from tests.search.traces.test_store import home_config
 
 PHRASES = ["unlock the front door", "turn on the kitchen light", "is anyone home"]
 SESSION = "kitchen-tablet"

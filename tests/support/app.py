@@ -14,7 +14,7 @@ import httpx
 import uvicorn
 from starlette.applications import Starlette
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import Config, parse_config
 from search.service import Service
 

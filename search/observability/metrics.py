@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from routing.steps import Step
-from search.traces import TraceRecord
+from search.traces.records import TraceRecord
 
 __all__ = ["INTENT_STEPS", "MULTIPROCESS_ENV", "MetricsObserver", "metrics_route"]
 

@@ -25,9 +25,9 @@ from routing.events import NullRouteLog, route_log
 from routing.steps import Step
 from routing.text import normalise
 from search.config import Config
-from search.narrative import part_key
 from search.service import Service
-from search.traces import TraceSink
+from search.traces.narrative import part_key
+from search.traces.records import TraceSink
 from sources.base import Command, Item, Source, SourceError
 
 # Divergences that mean routing changed (the sweep fails on these).
@@ -411,7 +411,7 @@ class Replayer:
         session, started = original.get("session_id"), original.get("started_at")
         if not session or self.history is None or not isinstance(started, (int, float)):
             return []
-        from search.trace_store import TraceFilter
+        from search.traces.store import TraceFilter
 
         ttl = self.config.routing.session_ttl_s
         page = self.history.list_traces(TraceFilter(

@@ -14,9 +14,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from search.app import create_app
-from search.metrics import MetricsObserver
-from search.traces import TraceRecord
+from search.api.app import create_app
+from search.observability.metrics import MetricsObserver
+from search.traces.records import TraceRecord
 from tests.support.app import asgi_client, scripted_config
 
 KEYWORDS = {"ha": ["lights"], "web": ["news"], "forecast": ["weather"]}

@@ -16,9 +16,9 @@ from starlette.routing import Route
 
 from routing.events import run_in_thread
 from routing.stages import route_descriptions
-from search.narrative import narrative
-from search.schemas import ErrorDetail
-from search.trace_store import OUTCOMES, FilterError, TraceReader, parse_filters
+from search.api.schemas import ErrorDetail
+from search.traces.narrative import narrative
+from search.traces.store import OUTCOMES, FilterError, TraceReader, parse_filters
 
 
 def _error(status: int, type_: str, message: str, field: str | None = None) -> JSONResponse:

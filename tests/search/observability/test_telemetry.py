@@ -22,10 +22,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from routing.events import part_scope
-from search.app import create_app
+from search.api.app import create_app
 from search.config import ConfigError, parse_config
-from search.service import Service
-from search.telemetry import (
+from search.observability.telemetry import (
     build_otel_observer,
     current_trace_id,
     install_log_correlation,
@@ -33,6 +32,7 @@ from search.telemetry import (
     part_span_id,
     traces_endpoint,
 )
+from search.service import Service
 from sources.base import Item, Source
 from sources.registry import SourceConfig, register_kind
 from tests.support.app import asgi_client

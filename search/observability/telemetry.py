@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from routing.events import current_part, part_key
 from routing.steps import Step
-from search.traces import TraceRecord
+from search.traces.records import TraceRecord
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from search.config import Config
 
-log = logging.getLogger("search.telemetry")
+log = logging.getLogger("search.observability.telemetry")
 
 # The trace id of the request being handled; the service sets it for the request's
 # duration (see `Service.search`). Log records read it through the record factory.
@@ -312,7 +312,7 @@ class OtelObserver:
         query: str = trace.query
         error = trace.error
         if self.redact:
-            from search.trace_store import redact
+            from search.traces.store import redact
 
             redacted = redact({"query": query, "chain": chain, "error": error})
             query, chain, error = redacted["query"], redacted["chain"], redacted["error"]

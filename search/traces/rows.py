@@ -3,7 +3,7 @@
 The one place that decides what is kept: metadata by default (items dropped), captured
 source answers only with `capture_results`, query texts as keyed pseudonyms (HMAC-SHA256
 under the store's own key, `search.pseudonym`) with `redact`.
-It imports nothing heavy, because the trace writer process (`search.trace_writer`) runs it.
+It imports nothing heavy, because the trace writer process (`search.traces.writer`) runs it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Protocol
 from routing.steps import Step
 from search.json_codec import dumps_text
 from search.pseudonym import LEGACY_PREFIX, PREFIX, Pseudonymizer, ephemeral
-from search.trace_labels import LABELS_SCHEMA
-from search.traces import TraceRecord
+from search.traces.labels import LABELS_SCHEMA
+from search.traces.records import TraceRecord
 
 
 class RowPolicy(Protocol):
@@ -83,7 +83,7 @@ COLUMNS = (
 # Schema upgrades, applied in order from the file's `user_version` (the CREATE above is
 # the newest shape, for a new file). Version 3 changes no table: its step, keying the
 # unkeyed digests of older redacted rows, is `rekey_legacy_digests` (it needs the key).
-# Version 4 adds the labels beside the traces (search/trace_labels.py).
+# Version 4 adds the labels beside the traces (search/traces/labels.py).
 MIGRATIONS: dict[int, str] = {
     2: "ALTER TABLE traces ADD COLUMN session_id TEXT;"
        "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "

@@ -1,4 +1,4 @@
-"""An app factory for process managers: `uvicorn --factory search.asgi:app_factory`.
+"""An app factory for process managers: `uvicorn --factory search.api.asgi:app_factory`.
 
 Worker processes import this and read the config path from `$SEARCH_CONFIG`, which
 `search serve --workers N` sets before starting them.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import load_config
 
 

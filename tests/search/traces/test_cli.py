@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.search.test_replay import SOURCES, cli, record, write_config
+from tests.search.traces.test_replay import SOURCES, cli, record, write_config
 
 QUERY = "if it rains in zanzibar tomorrow, are the lights on? and also lights status in quokkaville"
 
@@ -132,7 +132,7 @@ def test_list_prints_a_table_and_bad_filters_exit_2(
 
 
 def test_the_narrative_reads_stages_that_passed_and_follow_ups() -> None:
-    from search.narrative import narrative
+    from search.traces.narrative import narrative
 
     chain = [
         {"step": "intent_semantic", "seq": 0, "t_ms": 1.0, "part": "0", "query": "and tomorrow?",
@@ -152,7 +152,7 @@ def test_the_narrative_reads_stages_that_passed_and_follow_ups() -> None:
 
 
 def test_the_narrative_says_why_the_rules_split_a_query() -> None:
-    from search.narrative import sentence
+    from search.traces.narrative import sentence
 
     event = {"step": "decomposed", "seq": 0, "t_ms": 0.1, "part": "",
              "query": "will it rain and hall lights too",

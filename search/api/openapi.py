@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from search.label_routes import label_components, label_paths
-from search.schemas import openapi_components
-from search.trace_routes import trace_components, trace_paths
+from search.api.schemas import openapi_components
+from search.traces.label_routes import label_components, label_paths
+from search.traces.routes import trace_components, trace_paths
 
 
 def _json(ref: str, description: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ Protocol, one JSON array per line on stdin:
   before it is committed (totals since start).
 End of input (the server closed the pipe, or died): commit what arrived, exit.
 
-    python -m search.trace_writer '{"path": ..., "max_traces": ..., "max_age_days": ...,
+    python -m search.traces.writer '{"path": ..., "max_traces": ..., "max_age_days": ...,
                                     "redact": false, "capture_results": false}'
 """
 
@@ -37,8 +37,8 @@ import orjson
 from routing.events import RecordedChain
 from search.json_codec import dumps
 from search.pseudonym import Pseudonymizer, read_key
-from search.trace_rows import INSERT, prune, trace_row
-from search.traces import TraceRecord
+from search.traces.records import TraceRecord
+from search.traces.rows import INSERT, prune, trace_row
 
 log = logging.getLogger("search.traces")
 
@@ -197,7 +197,7 @@ def serve(settings: WriterSettings, stdin: int, stdout: Any, linger_s: float = L
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if len(argv) != 2:
-        print("usage: python -m search.trace_writer SETTINGS_JSON", file=sys.stderr)
+        print("usage: python -m search.traces.writer SETTINGS_JSON", file=sys.stderr)
         return 2
     settings = WriterSettings(**json.loads(argv[1]))
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import parse_config
 from tests.support.app import uvicorn_server
 

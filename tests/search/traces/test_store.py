@@ -25,7 +25,8 @@ import pytest
 from search.config import Config, TraceConfig, parse_config
 from search.pseudonym import Pseudonymizer, key_path, read_key
 from search.service import Service
-from search.trace_store import (
+from search.traces.records import NullTraceSink, TraceRecord
+from search.traces.store import (
     FilterError,
     SQLiteTraceStore,
     TraceFilter,
@@ -33,9 +34,8 @@ from search.trace_store import (
     parse_filters,
     redact,
 )
-from search.traces import NullTraceSink, TraceRecord
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 KEYWORDS = {"ha": ["lights"], "web": ["news"], "broken": ["gizmo"]}
 
 
@@ -168,8 +168,8 @@ _WRITER = textwrap.dedent(
     import asyncio, sys, time
     sys.path.insert(0, {repo!r})
     from search.config import TraceConfig
-    from search.trace_store import SQLiteTraceStore
-    from search.traces import TraceRecord
+    from search.traces.store import SQLiteTraceStore
+    from search.traces.records import TraceRecord
 
     CHAIN = [{{"step": "intent_keyword", "seq": 0, "t_ms": 0.1, "part": "0", "query": "q",
               "decision": "kiwix", "discourse_escalated": False, "pad": "x" * 400}}]
@@ -199,7 +199,7 @@ def _writer_processes(parent: int) -> list[int]:
     for task in Path(f"/proc/{parent}/task").iterdir():
         for child in (task / "children").read_text().split():
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            if b"search.trace_writer" in cmdline:
+            if b"search.traces.writer" in cmdline:
                 pids.append(int(child))
     return pids
 
@@ -472,7 +472,7 @@ def test_redact_covers_keywords_prompts_and_candidates_but_keeps_routes() -> Non
 
 
 async def test_a_writer_process_that_dies_is_replaced_and_the_batch_resent(tmp_path: Path) -> None:
-    """The rows are written by a child process (`search.trace_writer`); killing it loses
+    """The rows are written by a child process (`search.traces.writer`); killing it loses
     nothing that was flushed, and the next batch goes to a fresh one."""
     db = tmp_path / "traces.db"
     store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=0)
@@ -496,7 +496,7 @@ async def test_a_writer_process_that_dies_is_replaced_and_the_batch_resent(tmp_p
 
 
 async def test_a_store_written_by_the_previous_schema_is_upgraded_in_place(tmp_path: Path) -> None:
-    from search.trace_rows import SCHEMA
+    from search.traces.rows import SCHEMA
 
     db = tmp_path / "traces.db"
     old_schema = SCHEMA.replace(",\n    session_id TEXT", "").split("CREATE INDEX IF NOT "
@@ -533,7 +533,7 @@ def test_the_writer_process_skips_unreadable_lines_without_flooding_its_log(
     import io
     import json
 
-    from search.trace_writer import WriterSettings, record_line, serve
+    from search.traces.writer import WriterSettings, record_line, serve
 
     db = tmp_path / "traces.db"
     SQLiteTraceStore(TraceConfig(path=str(db))).open_sync()
@@ -545,7 +545,7 @@ def test_the_writer_process_skips_unreadable_lines_without_flooding_its_log(
     os.close(write_end)
     answers = io.StringIO()
     settings = WriterSettings(path=str(db), max_traces=100, max_age_days=30)
-    with caplog.at_level("ERROR", logger="search.traces"):
+    with caplog.at_level("ERROR", logger="search.traces.records"):
         serve(settings, read_end, answers, linger_s=0)
     os.close(read_end)
     assert json.loads(answers.getvalue().splitlines()[0]) == ["flushed", 1, 3, 51]

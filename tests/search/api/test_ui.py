@@ -17,13 +17,13 @@ import pytest
 from playwright.sync_api import expect
 from pydantic import SecretStr
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import parse_config
 from tests.support.app import uvicorn_server
 from tests.support.require import require_service
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 BROWSER_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -5,7 +5,7 @@ as stored; 404 for an unknown trace (or no trace store); 422 for an unknown part
 or a body of the wrong shape. The request guard in front has already required
 `Content-Type: application/json` and this server's own Host/Origin, so a foreign page
 cannot label a trace. Storing a label changes no routing by itself: `search fit` reads
-the labels (search/trace_labels.py).
+the labels (search/traces/labels.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from starlette.routing import Route
 
 from routing.events import run_in_thread
 from routing.stages import route_descriptions
-from search.schemas import ErrorDetail, first_error
-from search.trace_labels import LabelError
+from search.api.schemas import ErrorDetail, first_error
+from search.traces.labels import LabelError
 
 MAX_LABEL_BODY = 4096
 
@@ -67,7 +67,7 @@ def _parse(raw: bytes) -> LabelRequest | JSONResponse:
 
 
 async def add_label(request: Request) -> Response:
-    from search.app import BodyTooLarge, read_body  # the app imports this module
+    from search.api.app import BodyTooLarge, read_body  # the app imports this module
 
     service = request.app.state.service
     store: Any = getattr(service, "traces", None)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from search.traces import MemoryTraceSink
+from search.traces.records import MemoryTraceSink
 from tests.support.app import (
     CONTRACT_FIELDS,
     asgi_client,

@@ -14,13 +14,13 @@ from typing import Any
 
 import httpx
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import Config, TraceConfig
 from search.service import Service
-from search.trace_labels import effective_labels
-from search.trace_rows import prune
-from search.trace_store import SQLiteTraceStore
-from tests.search.test_trace_store import home_config
+from search.traces.labels import effective_labels
+from search.traces.rows import prune
+from search.traces.store import SQLiteTraceStore
+from tests.search.traces.test_store import home_config
 from tests.support.app import asgi_client
 
 
@@ -177,7 +177,7 @@ async def test_labels_on_a_redacted_store_keep_the_pseudonym_never_the_text(
 
 
 def test_an_older_store_gets_its_labels_table_on_open(tmp_path: Path) -> None:
-    from search.trace_rows import SCHEMA
+    from search.traces.rows import SCHEMA
 
     db = tmp_path / "traces.db"
     conn = sqlite3.connect(db)
@@ -221,7 +221,7 @@ async def test_the_narrative_and_trace_show_say_a_part_was_labelled(tmp_path: Pa
 
 
 def test_a_decision_shaped_by_a_user_label_says_so() -> None:
-    from search.narrative import sentence
+    from search.traces.narrative import sentence
 
     event = {"step": "intent_semantic", "seq": 1, "t_ms": 1.0, "part": "0",
              "query": "how are things at the cottage", "decision": "ha", "similarity": 0.93,
@@ -243,7 +243,7 @@ def test_the_fitted_labels_live_beside_the_trace_store_and_apply_to_a_config(
         with_artefact,
         write_artefact,
     )
-    from search.trace_labels import Label
+    from search.traces.labels import Label
 
     config = home_config(tmp_path / "data" / "traces.db")
     path = artefact_path(config)

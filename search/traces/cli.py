@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from search.config import Config, ConfigError, TraceConfig, load_config
-from search.narrative import decision_only, narrative
 from search.terminal import escape_controls, say
-from search.trace_store import FilterError, SQLiteTraceStore, TraceFilter, parse_filters
+from search.traces.narrative import decision_only, narrative
+from search.traces.store import FilterError, SQLiteTraceStore, TraceFilter, parse_filters
 
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND = 1
@@ -145,7 +145,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
-    from search.render import trace_list_table
+    from search.traces.render import trace_list_table
 
     params = {
         name: str(value)
@@ -181,7 +181,7 @@ def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
 
 
 def _show(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
-    from search.render import chain_table
+    from search.traces.render import chain_table
 
     trace = _find(store, args.id)
     if args.decision_only:
@@ -221,7 +221,7 @@ def _show(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
 
 def label_table(labels: list[dict[str, Any]]) -> str:
     """The labels beside the decisions they correct, oldest first (the last one counts)."""
-    from search.render import aligned
+    from search.traces.render import aligned
 
     rows = [("label", "time", "part", "decision", "labelled")]
     for label in labels:
@@ -268,7 +268,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 async def _replay_one(
     config: Config, store: SQLiteTraceStore, original: dict[str, Any], as_json: bool
 ) -> int:
-    from search.replay import Replayer, ReplayError
+    from search.traces.replay import Replayer, ReplayError
 
     async with Replayer(config, store) as replayer:
         try:
@@ -307,7 +307,7 @@ def _replay_json(result: Any) -> dict[str, Any]:
 
 
 def _replay_text(result: Any) -> list[str]:
-    from search.render import side_by_side
+    from search.traces.render import side_by_side
 
     original = result.original
     lines = [
@@ -353,7 +353,7 @@ def _replay_text(result: Any) -> list[str]:
 async def _replay_all(
     config: Config, store: SQLiteTraceStore, base: TraceFilter, args: argparse.Namespace
 ) -> int:
-    from search.replay import Replayer, ReplayError
+    from search.traces.replay import Replayer, ReplayError
 
     ids = _original_ids(store, base, args.failed_only, args.limit)
     replayed = from_captures = 0

@@ -24,21 +24,21 @@ from starlette.routing import Route
 from routing.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
+from search.api.middleware import BearerTokenMiddleware
+from search.api.openapi import openapi_document
+from search.api.request_guard import RequestGuard
+from search.api.schemas import ErrorDetail, SearchRequest, first_error
+from search.api.ui_routes import ui_routes
 from search.config import Config
-from search.health import HealthCache
 from search.json_codec import FastJSONResponse
-from search.label_routes import label_routes
 from search.mcp_server import build_mcp_server, http_endpoint
-from search.metrics import MetricsObserver, metrics_route
-from search.middleware import BearerTokenMiddleware
-from search.openapi import openapi_document
+from search.observability.health import HealthCache
+from search.observability.metrics import MetricsObserver, metrics_route
+from search.observability.telemetry import telemetry_observers
 from search.query_text import query_problem
-from search.request_guard import RequestGuard
-from search.schemas import ErrorDetail, SearchRequest, first_error
 from search.service import Service
-from search.telemetry import telemetry_observers
-from search.trace_routes import trace_routes
-from search.ui_routes import ui_routes
+from search.traces.label_routes import label_routes
+from search.traces.routes import trace_routes
 
 
 def settle_heap() -> None:

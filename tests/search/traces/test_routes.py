@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import Config
 from search.service import Service
-from search.trace_store import SQLiteTraceStore, TraceFilter
-from tests.search.test_trace_store import home_config
+from search.traces.store import SQLiteTraceStore, TraceFilter
+from tests.search.traces.test_store import home_config
 from tests.support.app import asgi_client
 
 QUERIES = ["lights status", "history of rome", "gizmo", "latest news and also lights status"]

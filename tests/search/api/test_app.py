@@ -1,5 +1,5 @@
-"""`search.app.create_app`: what the app does with the service it is given, over its
-lifespan, beside the routes (tests/search/test_http.py covers `/search` itself)."""
+"""`search.api.app.create_app`: what the app does with the service it is given, over its
+lifespan, beside the routes (tests/search/api/test_http.py covers `/search` itself)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from search.app import create_app
+from search.api.app import create_app
 from search.service import Service
 from sources.base import Item, Source
 from tests.support.app import asgi_client, scripted_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Watched(Source):
@@ -78,7 +78,7 @@ FREEZE_PROBE = """
 import asyncio, gc, json
 from tests.support import scripted
 scripted.register()
-from search.app import create_app
+from search.api.app import create_app
 from tests.support.app import asgi_client, scripted_config
 
 async def count(settle):

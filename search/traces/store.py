@@ -5,11 +5,11 @@ Why this shape:
   block the writer and a killed process loses at most the traces not yet committed.
 - `submit()` encodes the record as one JSON line and queues it; the event loop writes
   queued lines in batches, without blocking, to a writer process's stdin
-  (`search.trace_writer`), which turns them into rows and commits them. Row building and
+  (`search.traces.writer`), which turns them into rows and commits them. Row building and
   SQLite work never hold this process's GIL, so they don't slow the event loop;
   `aclose()` drains the queue and waits for the commit.
   A writer process that dies is replaced and the batch resent.
-- What is kept is decided at write time (`search.trace_rows`): metadata by default (items dropped),
+- What is kept is decided at write time (`search.traces.rows`): metadata by default (items dropped),
   captured source answers only with `capture_results`, query texts as keyed pseudonyms
   (HMAC-SHA256 under the store's own key, `search.pseudonym`) with `redact`. A record
   never reaches the file in any other form.
@@ -43,8 +43,9 @@ from routing.events import run_in_thread
 from search.config import ConfigError, TraceConfig
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
 from search.query_text import has_visible_text
-from search.trace_labels import Label, check_label, insert_label, read_labels
-from search.trace_rows import (  # noqa: F401 - redact: re-exported for its callers
+from search.traces.labels import Label, check_label, insert_label, read_labels
+from search.traces.records import NullTraceSink, TraceRecord, TraceSink
+from search.traces.rows import (  # noqa: F401 - redact: re-exported for its callers
     MIGRATIONS,
     OUTCOMES,
     SCHEMA,
@@ -53,8 +54,7 @@ from search.trace_rows import (  # noqa: F401 - redact: re-exported for its call
     redact,
     rekey_legacy_digests,
 )
-from search.trace_writer import record_line
-from search.traces import NullTraceSink, TraceRecord, TraceSink
+from search.traces.writer import record_line
 
 log = logging.getLogger("search.traces")
 
@@ -323,14 +323,14 @@ MAX_REPLACEMENTS = 10  # writer processes started after the first, before giving
 
 
 class _WriterProcess:
-    """The `search.trace_writer` child: lines in on its stdin, flush answers on its stdout."""
+    """The `search.traces.writer` child: lines in on its stdin, flush answers on its stdout."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         root = str(Path(__file__).resolve().parents[1])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "search.trace_writer", json.dumps(settings)],
+            [sys.executable, "-m", "search.traces.writer", json.dumps(settings)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -389,7 +389,7 @@ class SQLiteTraceStore:
 
     Writing: `submit()` encodes the record as a JSON line (a few microseconds); the event
     loop writes the lines of a burst to the writer process's pipe in one non-blocking
-    write (`search.trace_writer` turns them into rows and commits them). No thread of this
+    write (`search.traces.writer` turns them into rows and commits them). No thread of this
     process takes part, so row building, SQLite and waiting never compete with requests
     for the GIL. Writing needs the loop `start()` ran on; reading works from any thread.
     """

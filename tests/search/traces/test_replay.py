@@ -17,9 +17,9 @@ import yaml
 
 from search.cli import main
 from search.config import TraceConfig, load_config
-from search.replay import CaptureBook, ReplaySource, compare
 from search.service import Service
-from search.trace_store import SQLiteTraceStore, TraceFilter
+from search.traces.replay import CaptureBook, ReplaySource, compare
+from search.traces.store import SQLiteTraceStore, TraceFilter
 from tests.support.app import free_port
 from tests.support.scripted import ScriptedSource
 
@@ -244,7 +244,7 @@ def test_divergences_are_named_and_classified() -> None:
 
 async def test_the_replay_source_answers_from_the_book_and_starts_the_real_one_only_if_needed(
 ) -> None:
-    from search.replay import BookHolder
+    from search.traces.replay import BookHolder
     from tests.support.scripted import Config as ScriptedConfig
 
     inner = ScriptedSource("web", ScriptedConfig(type="scripted", items=1))
@@ -366,7 +366,7 @@ def test_traces_are_listed_by_session(tmp_path: Path) -> None:
 def test_a_request_that_newly_fails_is_an_outcome_not_a_routing_change() -> None:
     """After a fit moves a part to a source that is down, the request-wide error that
     follows is listed apart: `replay --all` lists only the decision as changed."""
-    from search.replay import compare
+    from search.traces.replay import compare
 
     def event(seq: int, step: str, part: str, **fields: object) -> dict[str, object]:
         return {"step": step, "seq": seq, "t_ms": float(seq), "part": part, **fields}

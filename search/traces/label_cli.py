@@ -24,8 +24,8 @@ import yaml
 from search.check import CheckFileError, CheckRow, Expectation, check_row, read_expectations
 from search.config import Config, ConfigError, load_config
 from search.terminal import say
-from search.trace_labels import Label, LabelError, effective_labels, is_pseudonym
-from search.trace_store import SQLiteTraceStore
+from search.traces.labels import Label, LabelError, effective_labels, is_pseudonym
+from search.traces.store import SQLiteTraceStore
 
 EXIT_OK, EXIT_MISS, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND = 1
@@ -150,7 +150,7 @@ def _export(config: Config, args: argparse.Namespace) -> int:
 async def route_expectations(config: Config, expectations: list[Expectation]) -> list[CheckRow]:
     """Each expectation routed as a dry run (the model loaded once; no trace stored)."""
     from search.service import Service
-    from search.traces import NullTraceSink
+    from search.traces.records import NullTraceSink
 
     service = Service(config, traces=NullTraceSink())
     rows = []
@@ -165,7 +165,7 @@ async def route_expectations(config: Config, expectations: list[Expectation]) ->
 
 
 def check_table(rows: list[CheckRow]) -> str:
-    from search.render import aligned
+    from search.traces.render import aligned
 
     table = [("", "query", "expected", "got", "stage", "confidence")]
     for row in rows:

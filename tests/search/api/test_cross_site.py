@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from search.app import create_app
+from search.api.app import create_app
 from search.config import parse_config
 from tests.support import homeassistant as ha_harness
 from tests.support.app import uvicorn_server

@@ -1,0 +1,1 @@
+"""The HTTP surface: the Starlette app, its routes, schemas and ASGI middleware."""

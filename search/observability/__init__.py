@@ -1,0 +1,1 @@
+"""What the running service tells operators: metrics, telemetry, health."""
