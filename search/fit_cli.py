@@ -65,6 +65,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         fit.write(model, path)
         print(f"wrote {path}")
         labels_path = artefact_path(config)
-        write_artefact(labels_path, rows)
-        print(f"wrote {labels_path} ({len(rows)} label(s))")
+        if rows or labels_path.exists():  # no labels, never fitted: leave the directory be
+            write_artefact(labels_path, rows)
+            print(f"wrote {labels_path} ({len(rows)} label(s))")
     return 0
