@@ -27,7 +27,7 @@ that carries the request's context.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from routing.confidence import LLM_CONFIDENCE, ConfidenceModel, declined, load_m
 from routing.decision_cache import DecisionCache
 from routing.events import record
 from routing.keyword import KeywordRules
+from routing.route_data import rule_key
 from routing.steps import Step
 from routing.text import normalise
 from routing.ttl_cache import TTLCache
@@ -211,9 +212,12 @@ class SemanticStage:
         thresholds: Mapping[str, float] | None = None,
         min_confidence: float | None = None,
         model: ConfidenceModel | None = None,
+        labelled: Iterable[str] = (),
     ) -> None:
         """`exemplars` and `thresholds` per route (and `none`), as routing/route_data.py
-        resolves them; a route without a threshold gets `config.default_threshold`."""
+        resolves them; a route without a threshold gets `config.default_threshold`.
+        `labelled`: exemplars that are the household's own labels (`origin: user_label`)."""
+        self.labelled = frozenset(rule_key(text) for text in labelled)
         self.config = config
         self.routes = set(routes)
         self.exemplars = {label: list(texts) for label, texts in (exemplars or {}).items()}
@@ -260,6 +264,10 @@ class SemanticStage:
         """Forget the earlier decisions it would reuse (a replay starts from nothing)."""
         if self.learned is not None:
             self.learned.clear()
+
+    def _origin(self, text: str | None) -> str:
+        """Whether the nearest exemplar is one the household labelled, or a shipped one."""
+        return "user_label" if text is not None and rule_key(text) in self.labelled else "exemplar"
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if self.index is None or self.embedder is None:
@@ -347,7 +355,7 @@ class SemanticStage:
                 matched_query=winner.text if winner else None,
                 similarity=round(winner.score, 4) if winner else None,
                 decision=confidence.winner,
-                origin="exemplar",
+                origin=self._origin(winner.text if winner else None),
                 matched=True,
                 **shown,
             )

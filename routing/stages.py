@@ -86,6 +86,7 @@ def semantic_stage(
         thresholds={name: r.threshold for name, r in data.items() if r.threshold is not None},
         min_confidence=config.routing.min_confidence,
         model=load_model(config.routing.confidence_path),
+        labelled=config.routing.labelled,
     )
 
 

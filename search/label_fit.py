@@ -89,7 +89,10 @@ def with_labels(config: Config, rows: Sequence[TrainingRow]) -> Config:
             "exemplars": [*base.exemplars, *extra.exemplars],
             "keywords": [*base.keywords, *extra.keywords],
         })
-    routing = config.routing.model_copy(update={"routes": routes})
+    routing = config.routing.model_copy(update={
+        "routes": routes,
+        "labelled": [*config.routing.labelled, *(row.text for row in rows)],
+    })
     return config.model_copy(update={"routing": routing})
 
 

@@ -8,6 +8,7 @@ command (route, replay, check) picks them up.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,18 @@ def household_config(tmp_path: Path, demo_zim: Path) -> dict[str, Any]:
             "web": {"type": "searxng", "enabled": False, "url": "http://127.0.0.1:9"},
         },
     }
+
+
+async def explained(config: Path, query: str) -> list[dict[str, Any]]:
+    """The chain of a dry run of `query`, in-process, under `config` and its fitted labels."""
+    from search.service import Service
+
+    service = Service(load_config(config))
+    await service.start(sources=False)
+    try:
+        return (await service.search(query, dry_run=True, explain=True)).chain
+    finally:
+        await service.aclose()
 
 
 def routed(config: Path, query: str) -> tuple[str, str]:
@@ -84,6 +97,10 @@ def test_label_fit_replay_check(tmp_path: Path, demo_zim: Path) -> None:
     # 4. the same query, and a paraphrase of it, now go to forecast
     assert routed(fitted, QUERY)[0] == "forecast"
     assert routed(fitted, PARAPHRASE) == ("forecast", "intent_semantic")
+    [semantic] = [e for e in asyncio.run(explained(fitted.with_name("route-" + fitted.name),
+                                                   PARAPHRASE))
+                  if e["step"] == "intent_semantic"]
+    assert (semantic["origin"], semantic["matched_query"]) == ("user_label", QUERY)
     assert routed(fitted, "who wrote romeo and juliet")[0] == "kiwix"  # unrelated: unchanged
 
     # 5. replay --all lists exactly the changed trace, and exits 1
