@@ -18,8 +18,10 @@ async def post_json(app: Any, path: str, body: dict[str, Any]) -> tuple[int, byt
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(raw)).encode())],
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(raw)).encode()),
+        ],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
         "state": {},

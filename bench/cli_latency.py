@@ -39,8 +39,15 @@ def free_port() -> int:
 def timed(args: list[str]) -> float:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "search", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "search", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"search {' '.join(args[:2])} failed:\n{done.stderr[-2000:]}")
@@ -61,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         config = Path(tmp) / "config.yaml"
         config.write_text(yaml.safe_dump(data), encoding="utf-8")
         server = subprocess.Popen(
-            [sys.executable, "-m", "search", "serve", "--config", str(config)], cwd=ROOT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+            [sys.executable, "-m", "search", "serve", "--config", str(config)],
+            cwd=ROOT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         try:
@@ -88,12 +97,20 @@ def main(argv: list[str] | None = None) -> int:
             server.terminate()
             server.wait(timeout=30)
     server_s, local_s = median(times["server"]), median(times["local"])
-    print(f"search query, a server running: {server_s:.2f} s (median of {args.rounds}; "
-          f"target < {TARGET_S:.0f} s)")
+    print(
+        f"search query, a server running: {server_s:.2f} s (median of {args.rounds}; "
+        f"target < {TARGET_S:.0f} s)"
+    )
     print(f"search query --local:           {local_s:.2f} s")
     print(f"ratio local / server:           {local_s / server_s:.1f}x")
-    emit("cli_latency", server_s=server_s, local_s=local_s, ratio=local_s / server_s,
-         target_s=TARGET_S, passed=server_s < TARGET_S)
+    emit(
+        "cli_latency",
+        server_s=server_s,
+        local_s=local_s,
+        ratio=local_s / server_s,
+        target_s=TARGET_S,
+        passed=server_s < TARGET_S,
+    )
     return 0
 
 

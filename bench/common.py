@@ -75,17 +75,19 @@ def scripted_config(
     from tests.support import scripted
 
     scripted.register()
-    return parse_config({
-        "routing": {
-            "default_source": next(iter(sources)),
-            "shipped_routes": False,  # only these rules: the router's cost, not the data's
-            "keywords": keywords or {},
-            "semantic": {"enabled": False},
-            **routing,
-        },
-        "sources": {name: {"type": "scripted", **entry} for name, entry in sources.items()},
-        "trace": trace or {"enabled": False},
-    })
+    return parse_config(
+        {
+            "routing": {
+                "default_source": next(iter(sources)),
+                "shipped_routes": False,  # only these rules: the router's cost, not the data's
+                "keywords": keywords or {},
+                "semantic": {"enabled": False},
+                **routing,
+            },
+            "sources": {name: {"type": "scripted", **entry} for name, entry in sources.items()},
+            "trace": trace or {"enabled": False},
+        }
+    )
 
 
 def count_instructions(script: Path, sides: Sequence[str], n: int) -> dict[str, float] | None:
@@ -106,10 +108,22 @@ def count_instructions(script: Path, sides: Sequence[str], n: int) -> dict[str, 
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     procs = {
         side: subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--collect-atstart=no",
-             "--toggle-collect=_operator_call", "--callgrind-out-file=/dev/null",
-             sys.executable, str(script), "--counted-side", side, str(n)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--collect-atstart=no",
+                "--toggle-collect=_operator_call",
+                "--callgrind-out-file=/dev/null",
+                sys.executable,
+                str(script),
+                "--counted-side",
+                side,
+                str(n),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for side in sides
     }

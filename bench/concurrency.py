@@ -67,11 +67,21 @@ async def main() -> None:
     print(f"3-part query, three 200 ms sources: {med['three']:7.1f} ms (median of {ROUNDS})")
     print(f"slowest part alone:                 {med['slowest']:7.1f} ms")
     print(f"3 parts on one source:              {med['same_source']:7.1f} ms")
-    print(f"ratio 3 parts / slowest alone: {ratio:.3f} (target <= {TARGET:g}); "
-          f"same source: {same:.3f}; serial would be {3 * DELAY_S * 1000 / med['slowest']:.2f}")
-    emit("concurrency", three_ms=med["three"], slowest_ms=med["slowest"],
-         same_source_ms=med["same_source"], ratio=ratio, same_source_ratio=same,
-         target=TARGET, passed=ratio <= TARGET, rounds=ROUNDS)
+    print(
+        f"ratio 3 parts / slowest alone: {ratio:.3f} (target <= {TARGET:g}); "
+        f"same source: {same:.3f}; serial would be {3 * DELAY_S * 1000 / med['slowest']:.2f}"
+    )
+    emit(
+        "concurrency",
+        three_ms=med["three"],
+        slowest_ms=med["slowest"],
+        same_source_ms=med["same_source"],
+        ratio=ratio,
+        same_source_ratio=same,
+        target=TARGET,
+        passed=ratio <= TARGET,
+        rounds=ROUNDS,
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,14 @@ def ours(n: int) -> float:
     with route_log(max_events=n + 10):
         start = time.perf_counter_ns()
         for i in range(n):
-            record("source_invoked", source="kiwix", query="who wrote war and peace",
-                   elapsed_ms=1.25, outcome="ok", result_count=i)
+            record(
+                "source_invoked",
+                source="kiwix",
+                query="who wrote war and peace",
+                elapsed_ms=1.25,
+                outcome="ok",
+                result_count=i,
+            )
         return (time.perf_counter_ns() - start) / n
 
 
@@ -50,8 +56,16 @@ def otel_span(tracer: trace.Tracer, n: int) -> float:
     assert span.is_recording()
     start = time.perf_counter_ns()
     for i in range(n):
-        span.add_event("source_invoked", {"source": "kiwix", "query": "who wrote war and peace",
-                                          "elapsed_ms": 1.25, "outcome": "ok", "result_count": i})
+        span.add_event(
+            "source_invoked",
+            {
+                "source": "kiwix",
+                "query": "who wrote war and peace",
+                "elapsed_ms": 1.25,
+                "outcome": "ok",
+                "result_count": i,
+            },
+        )
     elapsed = (time.perf_counter_ns() - start) / n
     span.end()
     return elapsed
@@ -64,8 +78,15 @@ def otel_current(tracer: trace.Tracer, n: int) -> float:
         start = time.perf_counter_ns()
         for i in range(n):
             trace.get_current_span().add_event(
-                "source_invoked", {"source": "kiwix", "query": "who wrote war and peace",
-                                   "elapsed_ms": 1.25, "outcome": "ok", "result_count": i})
+                "source_invoked",
+                {
+                    "source": "kiwix",
+                    "query": "who wrote war and peace",
+                    "elapsed_ms": 1.25,
+                    "outcome": "ok",
+                    "result_count": i,
+                },
+            )
         return (time.perf_counter_ns() - start) / n
 
 
@@ -88,13 +109,23 @@ def main() -> None:
     print(f"one recorded event (record() into a live log): {med['ours']:7.0f} ns")
     print(f"OpenTelemetry span.add_event (recording span):   {med['otel']:7.0f} ns")
     print(f"OpenTelemetry get_current_span().add_event:      {med['otel_current']:7.0f} ns")
-    print(f"ratio otel/ours: {ratio:.1f}x cheaper (target >= {TARGET:g}x); "
-          f"vs current-span form {med['otel_current'] / med['ours']:.1f}x "
-          f"[{ROUNDS} rounds x {EVENTS} events, medians]")
-    emit("event_vs_otel", ours_ns=med["ours"], otel_ns=med["otel"],
-         otel_current_ns=med["otel_current"], ratio=ratio,
-         ratio_current=med["otel_current"] / med["ours"], target=TARGET,
-         passed=ratio >= TARGET, rounds=ROUNDS, events_per_round=EVENTS)
+    print(
+        f"ratio otel/ours: {ratio:.1f}x cheaper (target >= {TARGET:g}x); "
+        f"vs current-span form {med['otel_current'] / med['ours']:.1f}x "
+        f"[{ROUNDS} rounds x {EVENTS} events, medians]"
+    )
+    emit(
+        "event_vs_otel",
+        ours_ns=med["ours"],
+        otel_ns=med["otel"],
+        otel_current_ns=med["otel_current"],
+        ratio=ratio,
+        ratio_current=med["otel_current"] / med["ours"],
+        target=TARGET,
+        passed=ratio >= TARGET,
+        rounds=ROUNDS,
+        events_per_round=EVENTS,
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,7 @@ from tests.support.zim import build_demo_zim  # noqa: E402
 
 ROUNDS = env_int("BENCH_FLOOD_ROUNDS", 4)
 CLIENTS = 8
-QUESTIONS = ["who wrote romeo and juliet", "who painted the mona lisa",
-             "who discovered penicillin"]
+QUESTIONS = ["who wrote romeo and juliet", "who painted the mona lisa", "who discovered penicillin"]
 LETTERS = string.ascii_lowercase
 
 
@@ -92,8 +91,9 @@ def use_pools(mode: str, separate: dict[str, workers.WorkerPool]) -> None:
 async def one_round(service: Service, encodes: Encodes, round_index: int) -> list[float]:
     """Latencies (ms) of the unrelated questions asked during one flood."""
     started = encodes.count
-    flood = [asyncio.ensure_future(service.search(flood_query(round_index, n)))
-             for n in range(CLIENTS)]
+    flood = [
+        asyncio.ensure_future(service.search(flood_query(round_index, n))) for n in range(CLIENTS)
+    ]
     while encodes.count - started < 50:
         await asyncio.sleep(0.01)
     latencies: list[float] = []
@@ -146,28 +146,41 @@ async def main() -> None:
             for r in range(ROUNDS):
                 for mode in order(r, ("separate", "shared")):
                     use_pools(mode, separate)
-                    samples[mode].extend(await one_round(service, encodes, 1 + 2 * r
-                                                         + (mode == "shared")))
+                    samples[mode].extend(
+                        await one_round(service, encodes, 1 + 2 * r + (mode == "shared"))
+                    )
         finally:
             use_pools("separate", separate)
             await service.aclose()
         answered_ms, refused_ms = await refusal(zim)
     sep, sha = samples["separate"], samples["shared"]
-    print(f"unrelated kiwix questions during a flood of {CLIENTS} x 200 parts "
-          f"({len(sep)} questions per side, {ROUNDS} rounds)")
+    print(
+        f"unrelated kiwix questions during a flood of {CLIENTS} x 200 parts "
+        f"({len(sep)} questions per side, {ROUNDS} rounds)"
+    )
     print(f"  separate pools: median {median(sep):8.1f} ms   max {max(sep):8.1f} ms")
     print(f"  one shared pool: median {median(sha):7.1f} ms   max {max(sha):8.1f} ms")
-    print(f"  shared / separate: median {median(sha) / median(sep):.1f}x, "
-          f"max {max(sha) / max(sep):.1f}x")
-    print(f"one 1000-character query of 200 parts: answered in {answered_ms:.0f} ms with the "
-          f"cap lifted, refused in {refused_ms:.3f} ms at the cap "
-          f"({answered_ms / refused_ms:,.0f}x)")
-    emit("flood", **{
-        "separate_median_ms": median(sep), "separate_max_ms": max(sep),
-        "shared_median_ms": median(sha), "shared_max_ms": max(sha),
-        "median_ratio": median(sha) / median(sep),
-        "answered_ms": answered_ms, "refused_ms": refused_ms,
-    })
+    print(
+        f"  shared / separate: median {median(sha) / median(sep):.1f}x, "
+        f"max {max(sha) / max(sep):.1f}x"
+    )
+    print(
+        f"one 1000-character query of 200 parts: answered in {answered_ms:.0f} ms with the "
+        f"cap lifted, refused in {refused_ms:.3f} ms at the cap "
+        f"({answered_ms / refused_ms:,.0f}x)"
+    )
+    emit(
+        "flood",
+        **{
+            "separate_median_ms": median(sep),
+            "separate_max_ms": max(sep),
+            "shared_median_ms": median(sha),
+            "shared_max_ms": max(sha),
+            "median_ratio": median(sha) / median(sep),
+            "answered_ms": answered_ms,
+            "refused_ms": refused_ms,
+        },
+    )
 
 
 if __name__ == "__main__":

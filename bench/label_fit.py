@@ -85,8 +85,9 @@ HOUSEHOLD: list[tuple[str, str]] = [
 ]
 
 
-async def accuracy_by_file(config: object, files: dict[str, list[rq.Row]]
-                           ) -> dict[str, list[rq.Outcome]]:
+async def accuracy_by_file(
+    config: object, files: dict[str, list[rq.Row]]
+) -> dict[str, list[rq.Outcome]]:
     return await rq.evaluate(config, files)
 
 
@@ -116,22 +117,34 @@ async def main_async(config_path: Path, eval_dir: Path) -> int:
         total_before += b.correct
         total_after += a.correct
         count += b.rows
-        print(f"{name:<30} {b.rows:>5} {b.accuracy:>8.1%} {a.accuracy:>8.1%} "
-              f"{100 * (a.accuracy - b.accuracy):>+7.2f}")
+        print(
+            f"{name:<30} {b.rows:>5} {b.accuracy:>8.1%} {a.accuracy:>8.1%} "
+            f"{100 * (a.accuracy - b.accuracy):>+7.2f}"
+        )
     overall_b, overall_a = total_before / count, total_after / count
-    print(f"{'all':<30} {count:>5} {overall_b:>8.1%} {overall_a:>8.1%} "
-          f"{100 * (overall_a - overall_b):>+7.2f}")
-    flipped = [(o_b, o_a) for name in files for o_b, o_a in zip(before[name], after[name],
-                                                                strict=True)
-               if o_b.correct != o_a.correct]
-    print(f"\nutterances whose outcome flipped: {len(flipped)} "
-          f"({sum(o_a.correct for _, o_a in flipped)} now right, "
-          f"{sum(o_b.correct for o_b, _ in flipped)} now wrong)")
+    print(
+        f"{'all':<30} {count:>5} {overall_b:>8.1%} {overall_a:>8.1%} "
+        f"{100 * (overall_a - overall_b):>+7.2f}"
+    )
+    flipped = [
+        (o_b, o_a)
+        for name in files
+        for o_b, o_a in zip(before[name], after[name], strict=True)
+        if o_b.correct != o_a.correct
+    ]
+    print(
+        f"\nutterances whose outcome flipped: {len(flipped)} "
+        f"({sum(o_a.correct for _, o_a in flipped)} now right, "
+        f"{sum(o_b.correct for o_b, _ in flipped)} now wrong)"
+    )
     for o_b, o_a in flipped[:20]:
-        print(f"  {o_b.row.text!r}: {o_b.predicted} -> {o_a.predicted} "
-              f"(expected {o_b.row.expected})")
-    print(f"\nlabelled set ({len(rows)} labels): before {labelled_before:.1%}, "
-          f"after {labelled_after:.1%}")
+        print(
+            f"  {o_b.row.text!r}: {o_b.predicted} -> {o_a.predicted} (expected {o_b.row.expected})"
+        )
+    print(
+        f"\nlabelled set ({len(rows)} labels): before {labelled_before:.1%}, "
+        f"after {labelled_after:.1%}"
+    )
     print(f"routing time: shipped {mid - started:.1f} s, with labels {done - mid:.1f} s")
     within = abs(overall_a - overall_b) <= 0.01
     print("within one point: " + ("yes" if within else "NO"))

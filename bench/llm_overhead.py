@@ -48,6 +48,7 @@ PER_ROUND = env_int("BENCH_LLM_PER_ROUND", 20)
 
 # --- the chat server process ------------------------------------------------------------
 
+
 def serve() -> None:
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
@@ -63,8 +64,10 @@ def serve() -> None:
             self.handler_us: list[float] = []
 
         def routes(self) -> list[Route]:
-            return [Route("/v1/chat/completions", self._timed, methods=["POST"]),
-                    Route("/bench/timings", self._timings, methods=["GET"])]
+            return [
+                Route("/v1/chat/completions", self._timed, methods=["POST"]),
+                Route("/bench/timings", self._timings, methods=["GET"]),
+            ]
 
         async def _timed(self, request: Request) -> Response:
             await request.body()  # cached by Starlette: the clock starts once it has all
@@ -90,6 +93,7 @@ def serve() -> None:
 
 # --- the driver -------------------------------------------------------------------------
 
+
 async def server_times(client: Any, url: str) -> list[float]:
     return list((await client.get(f"{url}/bench/timings")).json())
 
@@ -103,54 +107,71 @@ async def measure(url: str) -> None:
     from search.service import Service
 
     config = scripted_config(
-        {"kiwix": {"description": "an offline encyclopedia"},
-         "web": {"description": "web search: news, prices, places"},
-         "forecast": {"description": "the weather forecast"},
-         "ha": {"description": "the smart home: lights, switches, sensors"}},
-        {}, llm={"base_url": f"{url}/v1", "model": "bench", "timeout_s": 5,
-                 "bias_check": False})
+        {
+            "kiwix": {"description": "an offline encyclopedia"},
+            "web": {"description": "web search: news, prices, places"},
+            "forecast": {"description": "the weather forecast"},
+            "ha": {"description": "the smart home: lights, switches, sensors"},
+        },
+        {},
+        llm={"base_url": f"{url}/v1", "model": "bench", "timeout_s": 5, "bias_check": False},
+    )
     service = Service(config)
     await service.start(sources=False)
     stage = service.resolver.stage("intent_llm")
     assert stage is not None
     # The floors send the very body the stage sends for a query.
-    body = json.dumps({"model": "bench", "temperature": 0,
-                       "messages": build_messages(stage.routes, "unseen question 0")})
+    body = json.dumps(
+        {
+            "model": "bench",
+            "temperature": 0,
+            "messages": build_messages(stage.routes, "unseen question 0"),
+        }
+    )
     limits = httpx.Limits(max_connections=16, max_keepalive_connections=8)
-    async with httpx.AsyncClient(limits=limits, timeout=5) as raw, \
-            httpx.AsyncClient(timeout=5) as control:
+    async with (
+        httpx.AsyncClient(limits=limits, timeout=5) as raw,
+        httpx.AsyncClient(timeout=5) as control,
+    ):
         counter = iter(range(10**9))
 
         async def run_stage() -> float:
             with route_log():
                 start = time.perf_counter_ns()
-                decision = await stage.decide(f"unseen question {next(counter)}",
-                                              ResolveContext())
+                decision = await stage.decide(f"unseen question {next(counter)}", ResolveContext())
                 elapsed = (time.perf_counter_ns() - start) / 1000
             assert decision is not None and decision.route == "web", decision
             return elapsed
 
         async def run_raw() -> float:
             start = time.perf_counter_ns()
-            response = await raw.post(f"{url}/v1/chat/completions", content=body,
-                                      headers={"content-type": "application/json"})
+            response = await raw.post(
+                f"{url}/v1/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
             elapsed = (time.perf_counter_ns() - start) / 1000
             assert response.status_code == 200, response.text
             return elapsed
 
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
-        wire = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                f"{body}").encode()
+        wire = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"{body}"
+        ).encode()
 
         async def run_socket() -> float:
             """The floor: one write, read the answer; no HTTP library on this side."""
             start = time.perf_counter_ns()
             writer.write(wire)
             head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n")
-                          if h.lower().startswith(b"content-length:"))
+            length = next(
+                int(h.split(b":")[1])
+                for h in head.split(b"\r\n")
+                if h.lower().startswith(b"content-length:")
+            )
             await reader.readexactly(length)
             elapsed = (time.perf_counter_ns() - start) / 1000
             assert head.startswith(b"HTTP/1.1 200"), head
@@ -158,14 +179,12 @@ async def measure(url: str) -> None:
 
         async def run_request() -> float:
             start = time.perf_counter_ns()
-            outcome = await service.search(f"another unseen question {next(counter)}",
-                                           dry_run=True)
+            outcome = await service.search(f"another unseen question {next(counter)}", dry_run=True)
             elapsed = (time.perf_counter_ns() - start) / 1000
             assert outcome.results[0].stage == "intent_llm", outcome.chain
             return elapsed
 
-        runners = {"stage": run_stage, "raw": run_raw, "socket": run_socket,
-                   "request": run_request}
+        runners = {"stage": run_stage, "raw": run_raw, "socket": run_socket, "request": run_request}
         for runner in runners.values():  # warm up the connections and code paths
             for _ in range(10):
                 await runner()
@@ -187,37 +206,55 @@ async def measure(url: str) -> None:
             own.append(round_medians["stage"] - round_medians["raw"])
         writer.close()
     await service.aclose()
-    summary = {name: {"total_p50_us": median(totals[name]),
-                      "server_p50_us": median(server[name]),
-                      "overhead_p50_us": median(overheads[name]),
-                      "overhead_p99_us": percentile(overheads[name], 0.99)}
-               for name in runners}
-    labels = {"stage": "LLM stage (decide)", "raw": "bare httpx POST",
-              "socket": "raw socket POST (floor)", "request": "dry-run request via LLM"}
+    summary = {
+        name: {
+            "total_p50_us": median(totals[name]),
+            "server_p50_us": median(server[name]),
+            "overhead_p50_us": median(overheads[name]),
+            "overhead_p99_us": percentile(overheads[name], 0.99),
+        }
+        for name in runners
+    }
+    labels = {
+        "stage": "LLM stage (decide)",
+        "raw": "bare httpx POST",
+        "socket": "raw socket POST (floor)",
+        "request": "dry-run request via LLM",
+    }
     n = ROUNDS * PER_ROUND
     print(f"{'':26} {'total p50':>10} {'server p50':>11} {'minus server p50':>17} {'p99':>8}")
     for name, row in summary.items():
-        print(f"{labels[name]:26} {row['total_p50_us'] / 1000:8.2f} ms "
-              f"{row['server_p50_us'] / 1000:8.2f} ms {row['overhead_p50_us'] / 1000:14.2f} ms "
-              f"{row['overhead_p99_us'] / 1000:6.2f} ms")
+        print(
+            f"{labels[name]:26} {row['total_p50_us'] / 1000:8.2f} ms "
+            f"{row['server_p50_us'] / 1000:8.2f} ms {row['overhead_p50_us'] / 1000:14.2f} ms "
+            f"{row['overhead_p99_us'] / 1000:6.2f} ms"
+        )
     stage_own = median(own)
-    print("LLM-stage overhead apart from the model: "
-          f"{summary['stage']['overhead_p50_us'] / 1000:.2f} ms p50 ({n} calls); "
-          "of which the HTTP floor "
-          f"{summary['raw']['overhead_p50_us'] / 1000:.2f} ms (an httpx POST; a raw socket: "
-          f"{summary['socket']['overhead_p50_us'] / 1000:.2f} ms), the stage's own code "
-          f"(median of per-round differences) "
-          f"~{stage_own / 1000:.2f} ms")
+    print(
+        "LLM-stage overhead apart from the model: "
+        f"{summary['stage']['overhead_p50_us'] / 1000:.2f} ms p50 ({n} calls); "
+        "of which the HTTP floor "
+        f"{summary['raw']['overhead_p50_us'] / 1000:.2f} ms (an httpx POST; a raw socket: "
+        f"{summary['socket']['overhead_p50_us'] / 1000:.2f} ms), the stage's own code "
+        f"(median of per-round differences) "
+        f"~{stage_own / 1000:.2f} ms"
+    )
     emit("llm_overhead", calls=n, stage_own_us=stage_own, **summary)
 
 
 # --- against a real llama.cpp server -----------------------------------------------------
 
 REAL_QUERIES = (
-    "who built the first steam engine", "how deep is the pacific ocean",
-    "will it hail this afternoon", "switch off the porch light", "price of a used bicycle",
-    "what does photosynthesis mean", "is the back door locked", "news about the election",
-    "how cold will it be at dawn", "when did the berlin wall fall",
+    "who built the first steam engine",
+    "how deep is the pacific ocean",
+    "will it hail this afternoon",
+    "switch off the porch light",
+    "price of a used bicycle",
+    "what does photosynthesis mean",
+    "is the back door locked",
+    "news about the election",
+    "how cold will it be at dawn",
+    "when did the berlin wall fall",
 )
 
 
@@ -231,14 +268,24 @@ async def measure_real(url: str, model: str) -> None:
     from search.service import Service
 
     def service_for() -> Service:
-        return Service(scripted_config(
-            {"kiwix": {"description": "an offline encyclopedia"},
-             "web": {"description": "web search: news, prices, places"},
-             "forecast": {"description": "the weather forecast"},
-             "ha": {"description": "the smart home: lights, switches, sensors"}},
-            {}, llm={"base_url": f"{url}/v1", "model": model, "timeout_s": 120,
-                     "bias_check": False},
-            decision_cache_max_entries=0))
+        return Service(
+            scripted_config(
+                {
+                    "kiwix": {"description": "an offline encyclopedia"},
+                    "web": {"description": "web search: news, prices, places"},
+                    "forecast": {"description": "the weather forecast"},
+                    "ha": {"description": "the smart home: lights, switches, sensors"},
+                },
+                {},
+                llm={
+                    "base_url": f"{url}/v1",
+                    "model": model,
+                    "timeout_s": 120,
+                    "bias_check": False,
+                },
+                decision_cache_max_entries=0,
+            )
+        )
 
     services = {"stage": service_for()}
     stages = {}
@@ -249,8 +296,8 @@ async def measure_real(url: str, model: str) -> None:
     one = stages["stage"]
     queries = (f"{q} ({n})" for n in range(10**6) for q in REAL_QUERIES)
 
-    async with httpx.AsyncClient(timeout=120) as control, \
-            httpx.AsyncClient(timeout=120) as raw:
+    async with httpx.AsyncClient(timeout=120) as control, httpx.AsyncClient(timeout=120) as raw:
+
         async def server_span() -> tuple[float, int]:
             """The span (ms) the server spent on the requests since the last call."""
             spans = (await control.get(f"{url}/bench/timings")).json()
@@ -267,8 +314,12 @@ async def measure_real(url: str, model: str) -> None:
 
         async def run_raw() -> tuple[float, float]:
             form = one.forms.first(one.base_url)
-            body: dict[str, Any] = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS,
-                                    "messages": build_messages(one.routes, next(queries))}
+            body: dict[str, Any] = {
+                "model": model,
+                "temperature": 0,
+                "max_tokens": MAX_TOKENS,
+                "messages": build_messages(one.routes, next(queries)),
+            }
             constraint = response_format(form, answer_schema([*one.routes, NONE]))
             if constraint is not None:
                 body["response_format"] = constraint
@@ -294,22 +345,28 @@ async def measure_real(url: str, model: str) -> None:
     summary = {}
     for name, pairs in rows.items():
         over = [t - s for t, s in pairs]
-        summary[name] = {"total_p50_ms": median([t for t, _ in pairs]),
-                         "server_p50_ms": median([s for _, s in pairs]),
-                         "overhead_p50_ms": median(over),
-                         "overhead_p99_ms": percentile(over, 0.99)}
+        summary[name] = {
+            "total_p50_ms": median([t for t, _ in pairs]),
+            "server_p50_ms": median([s for _, s in pairs]),
+            "overhead_p50_ms": median(over),
+            "overhead_p99_ms": percentile(over, 0.99),
+        }
     labels = {"stage": "LLM stage (decide)", "raw": "bare httpx POST"}
     form = one.forms.known(one.base_url)
     print(f"real llama.cpp server ({model}, form {form}), {REAL_CALLS} calls each, interleaved")
     print(f"{'':24} {'total p50':>11} {'server p50':>11} {'minus server p50':>17} {'p99':>9}")
     for name, row in summary.items():
-        print(f"{labels[name]:24} {row['total_p50_ms']:8.1f} ms {row['server_p50_ms']:8.1f} ms "
-              f"{row['overhead_p50_ms']:14.2f} ms {row['overhead_p99_ms']:6.2f} ms")
+        print(
+            f"{labels[name]:24} {row['total_p50_ms']:8.1f} ms {row['server_p50_ms']:8.1f} ms "
+            f"{row['overhead_p50_ms']:14.2f} ms {row['overhead_p99_ms']:6.2f} ms"
+        )
     stage_row = summary["stage"]
     share = stage_row["overhead_p50_ms"] / stage_row["total_p50_ms"]
-    print(f"the stage adds {stage_row['overhead_p50_ms']:.2f} ms p50 to the server's "
-          f"{stage_row['server_p50_ms']:.0f} ms ({share:.2%} of the decision's time); "
-          f"a bare POST adds {summary['raw']['overhead_p50_ms']:.2f} ms")
+    print(
+        f"the stage adds {stage_row['overhead_p50_ms']:.2f} ms p50 to the server's "
+        f"{stage_row['server_p50_ms']:.0f} ms ({share:.2%} of the decision's time); "
+        f"a bare POST adds {summary['raw']['overhead_p50_ms']:.2f} ms"
+    )
     emit("llm_overhead_real", calls=REAL_CALLS, model=model, form=form, **summary)
 
 
@@ -329,8 +386,12 @@ def main_real() -> None:
 
 def main() -> None:
     """Start the chat server process, measure against it, stop it (closing its stdin)."""
-    proc = subprocess.Popen([sys.executable, __file__, "--serve"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

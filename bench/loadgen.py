@@ -50,8 +50,14 @@ async def run(url: str, body: bytes, connections: int, duration_s: float) -> dic
     def at(q: float) -> float:
         return latencies[max(0, math.ceil(q * len(latencies)) - 1)] if latencies else 0.0
 
-    return {"requests": len(latencies), "non_2xx": bad, "errors": errors, "elapsed_s": elapsed,
-            "p50_us": at(0.5), "p99_us": at(0.99)}
+    return {
+        "requests": len(latencies),
+        "non_2xx": bad,
+        "errors": errors,
+        "elapsed_s": elapsed,
+        "p50_us": at(0.5),
+        "p99_us": at(0.99),
+    }
 
 
 def main() -> None:

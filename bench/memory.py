@@ -46,8 +46,12 @@ def query(i: int) -> dict[str, Any]:
 
 def build(tmp: str) -> Any:
     config = scripted_config(
-        {"kiwix": {}, "forecast": {}, "web": {"items": 3},
-         "ha": {"fail": "unavailable", "fallback": ["web"], "circuit_cooldown_s": 0.05}},
+        {
+            "kiwix": {},
+            "forecast": {},
+            "web": {"items": 3},
+            "ha": {"fail": "unavailable", "fallback": ["web"], "circuit_cooldown_s": 0.05},
+        },
         {"forecast": ["weather"], "web": ["news"], "ha": ["lights"]},
         trace={"path": f"{tmp}/traces.db"},
     )
@@ -77,18 +81,32 @@ async def main() -> None:
                 if done % STEP == 0 or done == REQUESTS:
                     points.append((done, await settled_rss(app)))
             service = app.state.service
-            sizes = {"result_cache": len(service.result_cache),
-                     "traces_written": service.traces.stats().get("written")}
+            sizes = {
+                "result_cache": len(service.result_cache),
+                "traces_written": service.traces.stats().get("written"),
+            }
     final = points[-1][1]
     ratio = final / warm
     print(f"RSS at start {before:.1f} MiB; after {WARMUP:,} warm-up requests {warm:.1f} MiB")
     for done, mib in points:
         print(f"  after {done:6,d} more requests: {mib:7.1f} MiB ({(mib / warm - 1) * 100:+.1f}%)")
-    print(f"ratio after {REQUESTS:,} / after warm-up: {ratio:.3f} (target <= {TARGET:.2f}); "
-          f"result cache {sizes['result_cache']} entries, traces written {sizes['traces_written']}")
-    emit("memory", start_mib=before, warm_mib=warm, final_mib=final, ratio=ratio,
-         points=points, requests=REQUESTS, warmup=WARMUP, target=TARGET, passed=ratio <= TARGET,
-         **sizes)
+    print(
+        f"ratio after {REQUESTS:,} / after warm-up: {ratio:.3f} (target <= {TARGET:.2f}); "
+        f"result cache {sizes['result_cache']} entries, traces written {sizes['traces_written']}"
+    )
+    emit(
+        "memory",
+        start_mib=before,
+        warm_mib=warm,
+        final_mib=final,
+        ratio=ratio,
+        points=points,
+        requests=REQUESTS,
+        warmup=WARMUP,
+        target=TARGET,
+        passed=ratio <= TARGET,
+        **sizes,
+    )
 
 
 if __name__ == "__main__":

@@ -47,25 +47,42 @@ def event_cost_ns(rounds: int = 400, per_log: int = 100) -> tuple[float, float]:
         with route_log(max_events=per_log + 10):
             start = time.perf_counter_ns()
             for i in range(per_log):
-                record("source_invoked", source="kiwix", query="q", elapsed_ms=1.0,
-                       outcome="ok", result_count=i)
+                record(
+                    "source_invoked",
+                    source="kiwix",
+                    query="q",
+                    elapsed_ms=1.0,
+                    outcome="ok",
+                    result_count=i,
+                )
             live.append((time.perf_counter_ns() - start) / per_log)
     start = time.perf_counter_ns()
     for i in range(rounds * per_log):
-        record("source_invoked", source="kiwix", query="q", elapsed_ms=1.0,
-               outcome="ok", result_count=i)
+        record(
+            "source_invoked",
+            source="kiwix",
+            query="q",
+            elapsed_ms=1.0,
+            outcome="ok",
+            result_count=i,
+        )
     floor = (time.perf_counter_ns() - start) / (rounds * per_log)
     return statistics.median(live), floor
 
 
 def make_app(recorder: type[RouteLog]):
     scripted.register()
-    config = parse_config({
-        "routing": {"default_source": "kiwix", "keywords": {"forecast": ["weather"]},
-                    "semantic": {"enabled": False}},
-        "sources": {"kiwix": {"type": "scripted"}, "forecast": {"type": "scripted"}},
-        "trace": {"enabled": False},
-    })
+    config = parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": {"forecast": ["weather"]},
+                "semantic": {"enabled": False},
+            },
+            "sources": {"kiwix": {"type": "scripted"}, "forecast": {"type": "scripted"}},
+            "trace": {"enabled": False},
+        }
+    )
     app = create_app(config, Service(config, recorder=recorder))
     # Consumers of the chain (the /metrics observer) have work only when there are events:
     # they are measured on their own, not charged to recording.
@@ -127,18 +144,27 @@ async def main() -> None:
     ratio = statistics.median(paired)
     print(f"cache-hit /search, real recorder:  {r:8.1f} us/request (median of {ROUNDS} rounds)")
     print(f"cache-hit /search, no-op recorder: {n:8.1f} us/request")
-    print(f"recording overhead: {(ratio - 1) * 100:+.2f}% (median of per-round paired ratios;"
-          f" target < 2%)  ratio {ratio:.4f}")
-    result = {"overhead_pct": (ratio - 1) * 100, "ratio": ratio, "real_us": r, "null_us": n,
-              "event_ns": live}
+    print(
+        f"recording overhead: {(ratio - 1) * 100:+.2f}% (median of per-round paired ratios;"
+        f" target < 2%)  ratio {ratio:.4f}"
+    )
+    result = {
+        "overhead_pct": (ratio - 1) * 100,
+        "ratio": ratio,
+        "real_us": r,
+        "null_us": n,
+        "event_ns": live,
+    }
     counts = count_instructions(Path(__file__), ("real", "null"), COUNTED_REQUESTS)
     if counts is None:
         print("instruction counts: skipped (no valgrind, or BENCH_INSTRUCTIONS=0)")
     else:
         share = counts["real"] / counts["null"] - 1
-        print(f"instructions per request (callgrind, {COUNTED_REQUESTS} requests each):"
-              f" real {counts['real']:,.0f}, no-op {counts['null']:,.0f};"
-              f" recording adds {share * 100:+.2f}% (target < 2%)")
+        print(
+            f"instructions per request (callgrind, {COUNTED_REQUESTS} requests each):"
+            f" real {counts['real']:,.0f}, no-op {counts['null']:,.0f};"
+            f" recording adds {share * 100:+.2f}% (target < 2%)"
+        )
         result.update(instructions=counts, instructions_pct=share * 100)
     emit("recording_overhead", **result)
 

@@ -25,14 +25,22 @@ from search.api.request_guard import RequestGuard  # noqa: E402
 ROUNDS = 7
 CALLS = 20_000
 SCOPE: dict[str, Any] = {
-    "type": "http", "method": "POST", "path": "/search", "scheme": "http",
-    "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 50000),
+    "type": "http",
+    "method": "POST",
+    "path": "/search",
+    "scheme": "http",
+    "server": ("127.0.0.1", 8080),
+    "client": ("127.0.0.1", 50000),
     "headers": [
-        (b"host", b"127.0.0.1:8080"), (b"connection", b"keep-alive"),
-        (b"content-length", b"40"), (b"accept", b"application/json"),
-        (b"content-type", b"application/json"), (b"origin", b"http://127.0.0.1:8080"),
+        (b"host", b"127.0.0.1:8080"),
+        (b"connection", b"keep-alive"),
+        (b"content-length", b"40"),
+        (b"accept", b"application/json"),
+        (b"content-type", b"application/json"),
+        (b"origin", b"http://127.0.0.1:8080"),
         (b"user-agent", b"Mozilla/5.0 (X11; Linux x86_64) Chrome/150.0"),
-        (b"referer", b"http://127.0.0.1:8080/ui"), (b"accept-encoding", b"gzip, deflate"),
+        (b"referer", b"http://127.0.0.1:8080/ui"),
+        (b"accept-encoding", b"gzip, deflate"),
         (b"accept-language", b"en-US,en;q=0.9"),
     ],
 }
@@ -67,8 +75,10 @@ async def main() -> None:
     bare_us, guarded_us = statistics.median(times["bare"]), statistics.median(times["guarded"])
     print(f"bare ASGI call:    {bare_us:.2f} us/request (median of {ROUNDS} rounds)")
     print(f"through the guard: {guarded_us:.2f} us/request")
-    print(f"guard's own cost:  {guarded_us - bare_us:.2f} us/request; "
-          f"ratio guarded/bare {guarded_us / bare_us:.2f}")
+    print(
+        f"guard's own cost:  {guarded_us - bare_us:.2f} us/request; "
+        f"ratio guarded/bare {guarded_us / bare_us:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -45,8 +45,13 @@ def run_cli(args: list[str]) -> tuple[float, str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "search", *args], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=600, check=False,
+        [sys.executable, "-m", "search", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
@@ -73,14 +78,23 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"expected {len(queries)} plans, got {len(lines)}")
     load_s = (alone_a + alone_b) / 2
     routing_ms = max(0.0, batch_s - load_s) * 1000 / len(queries)
-    print(f"search route --input, {len(queries)} queries: {batch_s:.1f} s "
-          f"(target < {TARGET_S:.0f} s, model load included)")
-    print(f"one query alone (start-up and model load): {load_s:.1f} s "
-          f"({alone_a:.1f} s, {alone_b:.1f} s)")
+    print(
+        f"search route --input, {len(queries)} queries: {batch_s:.1f} s "
+        f"(target < {TARGET_S:.0f} s, model load included)"
+    )
+    print(
+        f"one query alone (start-up and model load): {load_s:.1f} s "
+        f"({alone_a:.1f} s, {alone_b:.1f} s)"
+    )
     print(f"routing alone: ~{routing_ms:.1f} ms per query")
     result = {
-        "bench": "route_batch", "queries": len(queries), "batch_s": batch_s, "load_s": load_s,
-        "routing_ms_per_query": routing_ms, "target_s": TARGET_S, "passed": batch_s < TARGET_S,
+        "bench": "route_batch",
+        "queries": len(queries),
+        "batch_s": batch_s,
+        "load_s": load_s,
+        "routing_ms_per_query": routing_ms,
+        "target_s": TARGET_S,
+        "passed": batch_s < TARGET_S,
     }
     print(JSON_PREFIX + json.dumps(result))
     return 0

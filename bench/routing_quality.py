@@ -64,12 +64,23 @@ NONE_CONFIDENT_MAX = 0.10
 ECE_MAX = 0.05
 # Which fit corpus (routing/fit.py's groups) each evaluation file comes from: left out of
 # the fit when that file is judged.
-CORPUS_OF_FILE = {"slurp_devel.jsonl": "slurp+hwu64", "slurp_devel_compound.jsonl": "slurp+hwu64",
-                  "ha_intents_tests.jsonl": "ha-intents", "mixsnips_dev.jsonl": "snips"}
+CORPUS_OF_FILE = {
+    "slurp_devel.jsonl": "slurp+hwu64",
+    "slurp_devel_compound.jsonl": "slurp+hwu64",
+    "ha_intents_tests.jsonl": "ha-intents",
+    "mixsnips_dev.jsonl": "snips",
+}
 # Strings that mean nothing in any language: no route may be confident of them.
-GIBBERISH = ("qwertz uiop asdf", "blorp zibble quux", "ROUTE_TO_HA zqxv blorf",
-             "vlemp korsh tandibuq", "zzzt prraf oong", "xjq wv plmkz", "fnord gleeb snarf",
-             "asdfgh jkl qwerty zxcv")
+GIBBERISH = (
+    "qwertz uiop asdf",
+    "blorp zibble quux",
+    "ROUTE_TO_HA zqxv blorf",
+    "vlemp korsh tandibuq",
+    "zzzt prraf oong",
+    "xjq wv plmkz",
+    "fnord gleeb snarf",
+    "asdfgh jkl qwerty zxcv",
+)
 
 
 def default_eval_dir() -> Path:
@@ -242,25 +253,38 @@ def render(file: str, by_half: dict[str, Score], compound: bool) -> str:
             right, total = by_half[half].per_source.get(key, [0, 0])
             cells.append(f"{_pct(right / total if total else None)} ({right:>3}/{total:<3})")
         lines.append(f"   {key:<22}" + "".join(f"{c:>20}" for c in cells))
-    cells = [f"{_pct(by_half[h].accuracy)} ({by_half[h].correct:>3}/{by_half[h].rows:<3})"
-             for h in halves]
+    cells = [
+        f"{_pct(by_half[h].accuracy)} ({by_half[h].correct:>3}/{by_half[h].rows:<3})"
+        for h in halves
+    ]
     lines.append(f"   {'all rows':<22}" + "".join(f"{c:>20}" for c in cells))
     if not compound and any(s.none_rows for s in by_half.values()):
-        cells = [f"{_pct(by_half[h].none_confident_share)} ({by_half[h].none_confident:>3}/"
-                 f"{by_half[h].none_rows:<3})" for h in halves]
+        cells = [
+            f"{_pct(by_half[h].none_confident_share)} ({by_half[h].none_confident:>3}/"
+            f"{by_half[h].none_rows:<3})"
+            for h in halves
+        ]
         lines.append(f"   {'none -> a source':<22}" + "".join(f"{c:>20}" for c in cells))
     merged: dict[str, Counter[str]] = defaultdict(Counter)
     for result in by_half.values():
         for key, counts in result.confusion.items():
             merged[key].update(counts)
-    columns = sorted({c for counts in merged.values() for c in counts},
-                     key=lambda c: (c not in LABELS, LABELS.index(c) if c in LABELS else 0, c))
+    columns = sorted(
+        {c for counts in merged.values() for c in counts},
+        key=lambda c: (c not in LABELS, LABELS.index(c) if c in LABELS else 0, c),
+    )
     lines.append("   confusion (" + "+".join(halves) + "; rows expected, columns routed):")
     widths = [max(len(c), 5) + 2 for c in columns]
-    lines.append("   " + " " * 22 + "".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=False)))
+    lines.append(
+        "   " + " " * 22 + "".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=False))
+    )
     for key in sorted(merged):
-        lines.append(f"   {key:<22}" + "".join(
-            f"{merged[key].get(c, 0):>{w}}" for c, w in zip(columns, widths, strict=False)))
+        lines.append(
+            f"   {key:<22}"
+            + "".join(
+                f"{merged[key].get(c, 0):>{w}}" for c, w in zip(columns, widths, strict=False)
+            )
+        )
     return "\n".join(lines)
 
 
@@ -321,8 +345,10 @@ def llm_report(runs: dict[str, dict[str, list[Outcome]]], seconds: float) -> str
     labels = list(runs)
     plain = runs[labels[0]]
     header = f"   {'file':<28}" + "".join(f"{label:>22}" for label in labels)
-    lines = ["== without and with the LLM, side by side (all rows; LLM: decided/right/failed)",
-             header]
+    lines = [
+        "== without and with the LLM, side by side (all rows; LLM: decided/right/failed)",
+        header,
+    ]
     totals: dict[str, list[int]] = {label: [0, 0, 0, 0] for label in labels}
     rows_total = 0
     for name, without in plain.items():
@@ -332,24 +358,33 @@ def llm_report(runs: dict[str, dict[str, list[Outcome]]], seconds: float) -> str
         for label in labels:
             outcomes = runs[label][name]
             right = sum(o.correct for o in outcomes)
-            decided = [o for o in outcomes
-                       if any(stage == "intent_llm" for _, _, stage in o.parts)]
-            counts = [right, len(decided), sum(o.correct for o in decided),
-                      sum(o.llm_failed for o in outcomes)]
+            decided = [o for o in outcomes if any(stage == "intent_llm" for _, _, stage in o.parts)]
+            counts = [
+                right,
+                len(decided),
+                sum(o.correct for o in decided),
+                sum(o.llm_failed for o in outcomes),
+            ]
             totals[label] = [t + c for t, c in zip(totals[label], counts, strict=True)]
             cells.append(_run_cell(counts, rows, label == labels[0]))
         lines.append(f"   {name:<28}" + "".join(cells))
-    lines.append(f"   {'all files':<28}" + "".join(
-        _run_cell(totals[label], rows_total, label == labels[0]) for label in labels))
+    lines.append(
+        f"   {'all files':<28}"
+        + "".join(_run_cell(totals[label], rows_total, label == labels[0]) for label in labels)
+    )
     base = totals[labels[0]][0]
     for label in labels[1:]:
         delta = totals[label][0] - base
         verdict = "WORSE" if delta < 0 else "not worse" if delta == 0 else "better"
-        lines.append(f"   {label}: routing is {verdict} than without an LLM ({delta:+d} rows, "
-                     f"{delta / rows_total:+.1%})")
-    lines.append(f"   ({rows_total} utterances; decided: rows with a part the LLM decided; "
-                 "failed: rows where it failed, answered unusably or named the route it names "
-                 f"for a query with no content; {seconds:.0f}s for the LLM runs)")
+        lines.append(
+            f"   {label}: routing is {verdict} than without an LLM ({delta:+d} rows, "
+            f"{delta / rows_total:+.1%})"
+        )
+    lines.append(
+        f"   ({rows_total} utterances; decided: rows with a part the LLM decided; "
+        "failed: rows where it failed, answered unusably or named the route it names "
+        f"for a query with no content; {seconds:.0f}s for the LLM runs)"
+    )
     return "\n".join(lines)
 
 
@@ -409,8 +444,10 @@ async def gibberish_defaults(config: Any) -> tuple[int, int]:
     service = Service(config)
     await service.start(sources=False)
     try:
-        stages = [[r.stage for r in (await service.search(text, dry_run=True)).results]
-                  for text in GIBBERISH]
+        stages = [
+            [r.stage for r in (await service.search(text, dry_run=True)).results]
+            for text in GIBBERISH
+        ]
     finally:
         await service.aclose()
     return sum(all(s == "intent_default" for s in found) for found in stages), len(GIBBERISH)
@@ -420,8 +457,11 @@ def render_loco(found: dict[str, LeftOut]) -> str:
     lines = ["== leave-one-corpus-out (each file routed by a fit without its corpus)"]
     for name, left in sorted(found.items()):
         result = left.score
-        cells = [f"{key} {_pct(right / total)}" for key, (right, total)
-                 in sorted(result.per_source.items()) if total]
+        cells = [
+            f"{key} {_pct(right / total)}"
+            for key, (right, total) in sorted(result.per_source.items())
+            if total
+        ]
         lines.append(f"   {name:<28} all {_pct(result.accuracy)}  " + ", ".join(cells))
         if result.none_rows:
             lines.append(f"   {'':<28} none -> a source {_pct(result.none_confident_share)}")
@@ -436,16 +476,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-dir", default=None, help="default: ../shared/eval")
     parser.add_argument("--half", choices=["all", *HALVES], default="all")
     parser.add_argument("--errors", type=int, default=0, help="print N misrouted rows per file")
-    parser.add_argument("--isolated", action="store_true",
-                        help="swap the sources for the scripted test kind (no backends needed)")
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="swap the sources for the scripted test kind (no backends needed)",
+    )
     parser.add_argument("--only", default="", help="only files whose name contains this")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--llm", default="", metavar="BASE_URL",
-                        help="also route with this OpenAI-compatible LLM server, side by side")
+    parser.add_argument(
+        "--llm",
+        default="",
+        metavar="BASE_URL",
+        help="also route with this OpenAI-compatible LLM server, side by side",
+    )
     parser.add_argument("--llm-model", default="router", help="the model name to ask for")
     parser.add_argument("--llm-timeout", type=float, default=30.0, help="routing.llm.timeout_s")
-    parser.add_argument("--no-loco", action="store_true",
-                        help="skip the leave-one-corpus-out figures (three more fits)")
+    parser.add_argument(
+        "--no-loco",
+        action="store_true",
+        help="skip the leave-one-corpus-out figures (three more fits)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -487,20 +537,30 @@ def main(argv: list[str] | None = None) -> int:
     if gibberish[0] < gibberish[1]:
         misses.append(f"gibberish: {gibberish[1] - gibberish[0]} of {gibberish[1]} routed")
     if args.json:
-        print(json.dumps({
-            "in_corpus": {name: {half: s.to_dict() for half, s in by_half.items()}
-                          for name, by_half in summary.items()},
-            "leave_one_corpus_out": {name: {"corpus": left.corpus, "ece": left.ece,
-                                            **left.score.to_dict()}
-                                     for name, left in loco.items()},
-            "gibberish_to_default": {"defaulted": gibberish[0], "of": gibberish[1]},
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "in_corpus": {
+                        name: {half: s.to_dict() for half, s in by_half.items()}
+                        for name, by_half in summary.items()
+                    },
+                    "leave_one_corpus_out": {
+                        name: {"corpus": left.corpus, "ece": left.ece, **left.score.to_dict()}
+                        for name, left in loco.items()
+                    },
+                    "gibberish_to_default": {"defaulted": gibberish[0], "of": gibberish[1]},
+                },
+                indent=2,
+            )
+        )
     else:
         for name, by_half in summary.items():
             compound = any(o.row.compound for o in outcomes[name])
             print(render(name, by_half, compound))
             if args.errors:
-                wrong = [o for o in outcomes[name] if not o.correct and half_of(o.row.text) in halves]
+                wrong = [
+                    o for o in outcomes[name] if not o.correct and half_of(o.row.text) in halves
+                ]
                 for o in wrong[: args.errors]:
                     parts = " | ".join(f"{p} -> {label} ({stage})" for p, label, stage in o.parts)
                     print(f"     x [{half_of(o.row.text)}] expected {o.row.expected}: {parts}")

@@ -37,8 +37,10 @@ def scaled(default: int) -> str:
 BENCHES: dict[str, tuple[str, dict[str, str]]] = {
     "event_vs_otel": ("event_vs_otel.py", {}),
     "recording_overhead": ("recording_overhead.py", {"BENCH_ROUNDS": scaled(121)}),
-    "trace_overhead": ("trace_overhead.py",
-                       {"BENCH_ROUNDS": scaled(40), "BENCH_BURST": scaled(10_000)}),
+    "trace_overhead": (
+        "trace_overhead.py",
+        {"BENCH_ROUNDS": scaled(40), "BENCH_BURST": scaled(10_000)},
+    ),
     "concurrency": ("concurrency.py", {}),
     "throughput": ("throughput.py", {}),
     "scaling": ("scaling.py", {}),
@@ -56,14 +58,18 @@ def parse_recording(stdout: str) -> dict[str, Any]:
     null = re.search(r"no-op recorder:\s+([\d.]+) us", stdout)
     if not (found and real and null):
         return {}
-    return {"overhead_pct": float(found.group(1)), "ratio": float(found.group(2)),
-            "real_us": float(real.group(1)), "null_us": float(null.group(1))}
+    return {
+        "overhead_pct": float(found.group(1)),
+        "ratio": float(found.group(2)),
+        "real_us": float(real.group(1)),
+        "null_us": float(null.group(1)),
+    }
 
 
 def collect(name: str, stdout: str) -> dict[str, Any]:
     for line in reversed(stdout.splitlines()):
         if line.startswith(JSON_PREFIX):
-            return dict(json.loads(line[len(JSON_PREFIX):]))
+            return dict(json.loads(line[len(JSON_PREFIX) :]))
         if line.startswith("{") and '"bench"' in line:
             return dict(json.loads(line))
     if name == "recording_overhead":
@@ -75,9 +81,15 @@ def run(name: str) -> tuple[dict[str, Any], float]:
     script, extra = BENCHES[name]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **extra}
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script)], check=False, cwd=ROOT,
-                          env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script)],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     elapsed = time.perf_counter() - started
     print(f"\n== {name} ({elapsed:.0f} s) ==")
     for line in proc.stdout.splitlines():
@@ -113,63 +125,130 @@ def main_rows(r: dict[str, dict[str, Any]]) -> list[Row]:
         if r.get(name):
             rows.append(build(r[name]))
 
-    add("event_vs_otel", lambda d: (
-        "cost of one recorded event",
-        f"OpenTelemetry SDK `span.add_event` on a recording span: {d['otel_ns']:.0f} ns",
-        (f"{d['ours_ns']:.0f} ns: **{d['ratio']:.2f}× cheaper** "
-        f"({d['ratio_current']:.1f}× vs `get_current_span().add_event`)"),
-        "≥ 5× cheaper", verdict(d["ratio"] >= 5)))
-    add("throughput", lambda d: (
-        (f"cache-hit `/search` throughput, uvicorn on loopback ({d['tool']}, "
-        f"{d['connections']} connections)"),
-        f"bare Starlette JSON endpoint, same server: {d['bare_rps']:.0f} req/s",
-        f"{d['search_rps']:.0f} req/s: **{d['ratio']:.2f}** of it"
-        + ("" if d["tool"] == "wrk" else " (the httpx generator may be the bottleneck)"),
-        "≥ 0.5",
-        verdict(d["ratio"] >= 0.5)))
-    add("concurrency", lambda d: (
-        "3-part decomposed query, sources 200 ms each",
-        f"the slowest part alone: {d['slowest_ms']:.1f} ms",
-        (f"{d['three_ms']:.1f} ms: **{d['ratio']:.3f}×** (one source for all 3: "
-        f"{d['same_source_ratio']:.3f}×)"), "≤ 1.3×", verdict(d["ratio"] <= 1.3)))
-    add("recording_overhead", lambda d: (
-        "cache-hit `/search` with the real recorder",
-        f"same request, no-op recorder: {d['null_us']:.0f} µs",
-        f"{d['real_us']:.0f} µs: **{d['overhead_pct']:+.2f}%** (paired rounds)"
-        + _instructions(d), "< +2%",
-        verdict(d["overhead_pct"] < 2) + _instructions_verdict(d, 2)))
-    add("trace_overhead", lambda d: (
-        "cache-hit `/search` with the SQLite trace store on",
-        f"store off: {d['median_us']['off']:.0f} µs",
-        (f"{d['median_us']['on']:.0f} µs: **{(d['paired_ratio'] - 1) * 100:+.2f}%** "
-        f"(paired rounds)" + _instructions(d)), "< +5%",
-        verdict(d["paired_ratio"] < 1.05) + _instructions_verdict(d, 5)))
-    add("memory", lambda d: (
-        f"RSS after {d['requests']:,} requests",
-        f"after {d['warmup']:,} warm-up requests: {d['warm_mib']:.1f} MiB",
-        f"{d['final_mib']:.1f} MiB: **{d['ratio']:.3f}×**", "≤ 1.10× (soak criterion)",
-        verdict(d["ratio"] <= 1.10)))
-    add("semantic_stage", lambda d: (
-        f"semantic stage, {d['calls']} unseen eval utterances", "—",
-        f"p50 **{d['p50_ms']:.1f} ms**, p99 {d['p99_ms']:.1f} ms", "p50 ≤ 25 ms",
-        verdict(d["p50_ms"] <= 25)))
-    add("route_batch", lambda d: (
-        f"`search route --input`, {d['queries']:,} eval utterances, a fresh process",
-        f"one query alone (start-up, model load): {d['load_s']:.1f} s",
-        f"**{d['batch_s']:.1f} s** (routing ~{d['routing_ms_per_query']:.1f} ms/query)",
-        "< 60 s incl. model load", verdict(d["batch_s"] < 60)))
-    add("scaling", lambda d: (
-        "decision-cache lookup, 10,000 / 100,000 entries", "—",
-        (f"{d['decisions']['10000']['lookup_hit_ns'] / 1000:.1f} µs / "
-        f"{d['decisions']['100000']['lookup_hit_ns'] / 1000:.1f} µs"), "≤ 0.1 ms",
-        verdict(max(d["decisions"][s]["lookup_hit_ns"] for s in ("10000", "100000")) <= 1e5)))
-    add("llm_overhead", lambda d: (
-        "LLM stage minus the chat server's own time",
-        (f"a bare httpx POST minus server: {d['raw']['overhead_p50_us'] / 1000:.2f} ms "
-        f"(raw socket {d['socket']['overhead_p50_us'] / 1000:.2f} ms)"),
-        (f"p50 **{d['stage']['overhead_p50_us'] / 1000:.2f} ms**, p99 "
-        f"{d['stage']['overhead_p99_us'] / 1000:.2f} ms; the stage's own code "
-        f"~{d['stage_own_us'] / 1000:.2f} ms"), "—", "—"))
+    add(
+        "event_vs_otel",
+        lambda d: (
+            "cost of one recorded event",
+            f"OpenTelemetry SDK `span.add_event` on a recording span: {d['otel_ns']:.0f} ns",
+            (
+                f"{d['ours_ns']:.0f} ns: **{d['ratio']:.2f}× cheaper** "
+                f"({d['ratio_current']:.1f}× vs `get_current_span().add_event`)"
+            ),
+            "≥ 5× cheaper",
+            verdict(d["ratio"] >= 5),
+        ),
+    )
+    add(
+        "throughput",
+        lambda d: (
+            (
+                f"cache-hit `/search` throughput, uvicorn on loopback ({d['tool']}, "
+                f"{d['connections']} connections)"
+            ),
+            f"bare Starlette JSON endpoint, same server: {d['bare_rps']:.0f} req/s",
+            f"{d['search_rps']:.0f} req/s: **{d['ratio']:.2f}** of it"
+            + ("" if d["tool"] == "wrk" else " (the httpx generator may be the bottleneck)"),
+            "≥ 0.5",
+            verdict(d["ratio"] >= 0.5),
+        ),
+    )
+    add(
+        "concurrency",
+        lambda d: (
+            "3-part decomposed query, sources 200 ms each",
+            f"the slowest part alone: {d['slowest_ms']:.1f} ms",
+            (
+                f"{d['three_ms']:.1f} ms: **{d['ratio']:.3f}×** (one source for all 3: "
+                f"{d['same_source_ratio']:.3f}×)"
+            ),
+            "≤ 1.3×",
+            verdict(d["ratio"] <= 1.3),
+        ),
+    )
+    add(
+        "recording_overhead",
+        lambda d: (
+            "cache-hit `/search` with the real recorder",
+            f"same request, no-op recorder: {d['null_us']:.0f} µs",
+            f"{d['real_us']:.0f} µs: **{d['overhead_pct']:+.2f}%** (paired rounds)"
+            + _instructions(d),
+            "< +2%",
+            verdict(d["overhead_pct"] < 2) + _instructions_verdict(d, 2),
+        ),
+    )
+    add(
+        "trace_overhead",
+        lambda d: (
+            "cache-hit `/search` with the SQLite trace store on",
+            f"store off: {d['median_us']['off']:.0f} µs",
+            (
+                f"{d['median_us']['on']:.0f} µs: **{(d['paired_ratio'] - 1) * 100:+.2f}%** "
+                f"(paired rounds)" + _instructions(d)
+            ),
+            "< +5%",
+            verdict(d["paired_ratio"] < 1.05) + _instructions_verdict(d, 5),
+        ),
+    )
+    add(
+        "memory",
+        lambda d: (
+            f"RSS after {d['requests']:,} requests",
+            f"after {d['warmup']:,} warm-up requests: {d['warm_mib']:.1f} MiB",
+            f"{d['final_mib']:.1f} MiB: **{d['ratio']:.3f}×**",
+            "≤ 1.10× (soak criterion)",
+            verdict(d["ratio"] <= 1.10),
+        ),
+    )
+    add(
+        "semantic_stage",
+        lambda d: (
+            f"semantic stage, {d['calls']} unseen eval utterances",
+            "—",
+            f"p50 **{d['p50_ms']:.1f} ms**, p99 {d['p99_ms']:.1f} ms",
+            "p50 ≤ 25 ms",
+            verdict(d["p50_ms"] <= 25),
+        ),
+    )
+    add(
+        "route_batch",
+        lambda d: (
+            f"`search route --input`, {d['queries']:,} eval utterances, a fresh process",
+            f"one query alone (start-up, model load): {d['load_s']:.1f} s",
+            f"**{d['batch_s']:.1f} s** (routing ~{d['routing_ms_per_query']:.1f} ms/query)",
+            "< 60 s incl. model load",
+            verdict(d["batch_s"] < 60),
+        ),
+    )
+    add(
+        "scaling",
+        lambda d: (
+            "decision-cache lookup, 10,000 / 100,000 entries",
+            "—",
+            (
+                f"{d['decisions']['10000']['lookup_hit_ns'] / 1000:.1f} µs / "
+                f"{d['decisions']['100000']['lookup_hit_ns'] / 1000:.1f} µs"
+            ),
+            "≤ 0.1 ms",
+            verdict(max(d["decisions"][s]["lookup_hit_ns"] for s in ("10000", "100000")) <= 1e5),
+        ),
+    )
+    add(
+        "llm_overhead",
+        lambda d: (
+            "LLM stage minus the chat server's own time",
+            (
+                f"a bare httpx POST minus server: {d['raw']['overhead_p50_us'] / 1000:.2f} ms "
+                f"(raw socket {d['socket']['overhead_p50_us'] / 1000:.2f} ms)"
+            ),
+            (
+                f"p50 **{d['stage']['overhead_p50_us'] / 1000:.2f} ms**, p99 "
+                f"{d['stage']['overhead_p99_us'] / 1000:.2f} ms; the stage's own code "
+                f"~{d['stage_own_us'] / 1000:.2f} ms"
+            ),
+            "—",
+            "—",
+        ),
+    )
     return rows
 
 
@@ -178,37 +257,63 @@ def growth_tables(r: dict[str, dict[str, Any]]) -> list[str]:
     scaling = r.get("scaling")
     if not scaling:
         return out
-    out += ["", "Growth from 1 to 8 parts (each part keyword-routed to its own source):", "",
-            "| parts | cache-hit request | events/request | 200 ms sources | events/request |",
-            "|---:|---:|---:|---:|---:|"]
+    out += [
+        "",
+        "Growth from 1 to 8 parts (each part keyword-routed to its own source):",
+        "",
+        "| parts | cache-hit request | events/request | 200 ms sources | events/request |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for n, row in scaling["parts"].items():
-        out.append(f"| {n} | {row['cache_hit_us']:.0f} µs | {row['events_cache_hit']} | "
-                   f"{row['slow_ms']:.1f} ms | {row['events_slow']} |")
-    out += ["", "Growth from 1 to 100,000 cached routing decisions:", "",
-            ("| decisions | cache memory | per entry | lookup (hit) | lookup (miss) | "
-            "request via `intent_cached` | vs 1 entry |"),
-            "|---:|---:|---:|---:|---:|---:|---:|"]
+        out.append(
+            f"| {n} | {row['cache_hit_us']:.0f} µs | {row['events_cache_hit']} | "
+            f"{row['slow_ms']:.1f} ms | {row['events_slow']} |"
+        )
+    out += [
+        "",
+        "Growth from 1 to 100,000 cached routing decisions:",
+        "",
+        (
+            "| decisions | cache memory | per entry | lookup (hit) | lookup (miss) | "
+            "request via `intent_cached` | vs 1 entry |"
+        ),
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for size, row in scaling["decisions"].items():
         memory = row["memory_bytes"]
         shown = f"{memory / 1024:.1f} KiB" if memory < 1 << 20 else f"{memory / (1 << 20):.1f} MiB"
-        out.append(f"| {int(size):,} | {shown} | {memory / int(size):.0f} B | "
-                   f"{row['lookup_hit_ns'] / 1000:.1f} µs | {row['lookup_miss_ns'] / 1000:.1f} µs"
-                   f" | {row['request_us']:.0f} µs | ×{row['ratio']:.3f} |")
+        out.append(
+            f"| {int(size):,} | {shown} | {memory / int(size):.0f} B | "
+            f"{row['lookup_hit_ns'] / 1000:.1f} µs | {row['lookup_miss_ns'] / 1000:.1f} µs"
+            f" | {row['request_us']:.0f} µs | ×{row['ratio']:.3f} |"
+        )
     return out
 
 
 def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    return (f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {os.cpu_count()} cores ({cpu}); "
-            f"Python {platform.python_version()}; load average {load}")
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {os.cpu_count()} cores ({cpu}); "
+        f"Python {platform.python_version()}; load average {load}"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help=f"benches to run (default: all): {', '.join(BENCHES)}")
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benches to run (default: all): {', '.join(BENCHES)}",
+    )
     parser.add_argument("--json", help="also write every bench's figures to this file")
     args = parser.parse_args()
     names = args.names or list(BENCHES)
@@ -224,16 +329,20 @@ def main() -> int:
     end_machine = machine()
     end_load = end_machine.rsplit("average ", 1)[1]
     lines = [
-        "", f"Run of {start_machine}",
-        f"(load average at the end: {end_load}; took {sum(took.values()):.0f} s)", "",
-        "| measure | compared with | measured | target | verdict |", "|---|---|---|---|---|",
+        "",
+        f"Run of {start_machine}",
+        f"(load average at the end: {end_load}; took {sum(took.values()):.0f} s)",
+        "",
+        "| measure | compared with | measured | target | verdict |",
+        "|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in main_rows(results)]
     lines += growth_tables(results)
     print("\n".join(lines))
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": start_machine, "results": results},
-                                              indent=1, default=float))
+        Path(args.json).write_text(
+            json.dumps({"machine": start_machine, "results": results}, indent=1, default=float)
+        )
     failed = [name for name in names if not results.get(name)]
     if failed:
         print(f"\nbenches that failed to report: {', '.join(failed)}")

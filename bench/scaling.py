@@ -78,7 +78,7 @@ async def grow_parts() -> dict[int, dict[str, float]]:
     fast_us: dict[int, list[float]] = {n: [] for n in PARTS}
     events: dict[int, int] = {}
     for r in range(FAST_ROUNDS):
-        for n in [*PARTS][r % 8:] + [*PARTS][: r % 8]:
+        for n in [*PARTS][r % 8 :] + [*PARTS][: r % 8]:
             round_us = []
             for _ in range(FAST_PER_ROUND):
                 elapsed, count = await request(fast, parts_query(n), n)
@@ -88,14 +88,21 @@ async def grow_parts() -> dict[int, dict[str, float]]:
     slow_ms: dict[int, list[float]] = {n: [] for n in PARTS}
     slow_events: dict[int, int] = {}
     for r in range(SLOW_ROUNDS):
-        for n in [*PARTS][r % 8:] + [*PARTS][: r % 8]:
+        for n in [*PARTS][r % 8 :] + [*PARTS][: r % 8]:
             elapsed, count = await request(slow, parts_query(n), n)
             slow_ms[n].append(elapsed / 1000)
             slow_events[n] = count
     for app in (fast, slow):
         await app.state.service.aclose()
-    return {n: {"cache_hit_us": median(fast_us[n]), "events_cache_hit": events[n],
-                "slow_ms": median(slow_ms[n]), "events_slow": slow_events[n]} for n in PARTS}
+    return {
+        n: {
+            "cache_hit_us": median(fast_us[n]),
+            "events_cache_hit": events[n],
+            "slow_ms": median(slow_ms[n]),
+            "events_slow": slow_events[n],
+        }
+        for n in PARTS
+    }
 
 
 def decision_key(i: int) -> str:
@@ -144,8 +151,7 @@ def cache_lookups() -> dict[int, dict[str, float]]:
 
 
 def decision_app(max_entries: int) -> Any:
-    config = scripted_config({"kiwix": {}, "web": {}}, {},
-                             decision_cache_max_entries=max_entries)
+    config = scripted_config({"kiwix": {}, "web": {}}, {}, decision_cache_max_entries=max_entries)
     return create_app(config, Service(config))
 
 
@@ -189,8 +195,11 @@ async def grow_decisions() -> dict[int, dict[str, float]]:
                 app = big if name == "big" else small
                 samples[name].append(await cached_requests(app, query, CACHED_PER_ROUND))
             paired.append(samples["big"][-1] / samples["small"][-1])
-        out[size] = {"request_us": median(samples["big"]),
-                     "reference_us": median(samples["small"]), "ratio": median(paired)}
+        out[size] = {
+            "request_us": median(samples["big"]),
+            "reference_us": median(samples["small"]),
+            "ratio": median(paired),
+        }
     for app in (big, small):
         await app.state.service.aclose()
     return out
@@ -200,26 +209,43 @@ async def main() -> None:
     parts = await grow_parts()
     print("parts | cache-hit request | events | 200 ms sources | events")
     for n, row in parts.items():
-        print(f"{n:5d} | {row['cache_hit_us']:12.0f} us   | {row['events_cache_hit']:6d} | "
-              f"{row['slow_ms']:11.1f} ms | {row['events_slow']:6d}")
+        print(
+            f"{n:5d} | {row['cache_hit_us']:12.0f} us   | {row['events_cache_hit']:6d} | "
+            f"{row['slow_ms']:11.1f} ms | {row['events_slow']:6d}"
+        )
     one, eight = parts[1], parts[8]
-    print(f"1 -> 8 parts: cache-hit latency x{eight['cache_hit_us'] / one['cache_hit_us']:.2f}, "
-          f"200 ms-source latency x{eight['slow_ms'] / one['slow_ms']:.3f}, events "
-          f"{one['events_slow']} -> {eight['events_slow']}")
+    print(
+        f"1 -> 8 parts: cache-hit latency x{eight['cache_hit_us'] / one['cache_hit_us']:.2f}, "
+        f"200 ms-source latency x{eight['slow_ms'] / one['slow_ms']:.3f}, events "
+        f"{one['events_slow']} -> {eight['events_slow']}"
+    )
     memory = cache_memory()
     lookups = cache_lookups()
     decisions = await grow_decisions()
-    print("\ncached decisions | memory      | per entry | lookup hit | miss    | request "
-          "(intent_cached) vs 1 entry, paired ratio")
+    print(
+        "\ncached decisions | memory      | per entry | lookup hit | miss    | request "
+        "(intent_cached) vs 1 entry, paired ratio"
+    )
     for size in SIZES:
         d = decisions[size]
-        print(f"{size:16,d} | {memory[size] / 1024:8.1f} KiB | {memory[size] / size:7.0f} B | "
-              f"{lookups[size]['hit']:7.0f} ns | {lookups[size]['miss']:5.0f} ns | "
-              f"{d['request_us']:6.0f} us vs {d['reference_us']:6.0f} us (x{d['ratio']:.3f})")
-    emit("scaling", parts={str(n): row for n, row in parts.items()},
-         decisions={str(s): {"memory_bytes": memory[s], "lookup_hit_ns": lookups[s]["hit"],
-                             "lookup_miss_ns": lookups[s]["miss"], **decisions[s]}
-                    for s in SIZES})
+        print(
+            f"{size:16,d} | {memory[size] / 1024:8.1f} KiB | {memory[size] / size:7.0f} B | "
+            f"{lookups[size]['hit']:7.0f} ns | {lookups[size]['miss']:5.0f} ns | "
+            f"{d['request_us']:6.0f} us vs {d['reference_us']:6.0f} us (x{d['ratio']:.3f})"
+        )
+    emit(
+        "scaling",
+        parts={str(n): row for n, row in parts.items()},
+        decisions={
+            str(s): {
+                "memory_bytes": memory[s],
+                "lookup_hit_ns": lookups[s]["hit"],
+                "lookup_miss_ns": lookups[s]["miss"],
+                **decisions[s],
+            }
+            for s in SIZES
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -24,12 +24,22 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 QUERIES = [
-    "will it rain in oslo tomorrow", "turn off the kitchen lights", "who wrote war and peace",
-    "latest news about the election", "set an alarm for 6 am", "how warm is it outside",
-    "dim the bedroom lamp to 30 percent", "what does photosynthesis mean",
-    "price of apple stock today", "play some jazz", "is the front door locked",
-    "how old is the eiffel tower", "any good thai restaurants near me",
-    "what's the forecast for the weekend", "tell me a joke", "when did the berlin wall fall",
+    "will it rain in oslo tomorrow",
+    "turn off the kitchen lights",
+    "who wrote war and peace",
+    "latest news about the election",
+    "set an alarm for 6 am",
+    "how warm is it outside",
+    "dim the bedroom lamp to 30 percent",
+    "what does photosynthesis mean",
+    "price of apple stock today",
+    "play some jazz",
+    "is the front door locked",
+    "how old is the eiffel tower",
+    "any good thai restaurants near me",
+    "what's the forecast for the weekend",
+    "tell me a joke",
+    "when did the berlin wall fall",
 ]
 SEMANTIC_TARGET_MS = 25.0
 CACHE_TARGET_MS = 0.1
@@ -57,8 +67,9 @@ async def measure_semantic(config_path: str, threads: int, count: int) -> dict[s
     await stage.start()
     start_ms = (time.perf_counter() - started) * 1000
     assert stage.embedder is not None
-    queries = [f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES) or ''}".strip()
-               for i in range(count)]
+    queries = [
+        f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES) or ''}".strip() for i in range(count)
+    ]
     for query in queries[:10]:  # warm up
         await stage.decide(query, ResolveContext())
     decide_ms, encode_ms = [], []
@@ -70,8 +81,11 @@ async def measure_semantic(config_path: str, threads: int, count: int) -> dict[s
         t0 = time.perf_counter()
         await run_in_thread(stage.embedder.encode_one, query)
         encode_ms.append((time.perf_counter() - t0) * 1000)
-    return {"decide": percentiles(decide_ms), "encode": percentiles(encode_ms),
-            "start_ms": (start_ms, 0.0, 0.0)}
+    return {
+        "decide": percentiles(decide_ms),
+        "encode": percentiles(encode_ms),
+        "start_ms": (start_ms, 0.0, 0.0),
+    }
 
 
 def measure_cache(entries: int = 10_000, lookups: int = 100_000) -> tuple[float, float]:
@@ -80,8 +94,7 @@ def measure_cache(entries: int = 10_000, lookups: int = 100_000) -> tuple[float,
     cache = DecisionCache(entries, 3600)
     for i in range(entries):
         cache.put(f"what is the weather like in city number {i}", "forecast", "intent_llm")
-    keys = [f"What is the weather like in city number {i % (2 * entries)}?"
-            for i in range(lookups)]
+    keys = [f"What is the weather like in city number {i % (2 * entries)}?" for i in range(lookups)]
     t0 = time.perf_counter()
     for key in keys:
         cache.get(key)
@@ -109,19 +122,26 @@ def main(argv: list[str] | None = None) -> int:
     results = {n: asyncio.run(measure_semantic(args.config, n, args.queries)) for n in (1, 2)}
     print(f"\nsemantic stage, one query at a time, warm ({args.queries} queries):")
     print(f"  {'':28}{'1 thread':>24}{'2 threads':>24}")
-    for key, label in (("decide", "decision p50/p90/p99 ms"), ("encode", "encode   p50/p90/p99 ms")):
+    for key, label in (
+        ("decide", "decision p50/p90/p99 ms"),
+        ("encode", "encode   p50/p90/p99 ms"),
+    ):
         cells = ["{:6.1f} {:6.1f} {:6.1f}".format(*results[n][key]) for n in (1, 2)]
         print(f"  {label:28}{cells[0]:>24}{cells[1]:>24}")
     print(f"  {'exemplar index built in ms':28}{results[1]['start_ms'][0]:>24.1f}")
     mean_ms, p99_ms = measure_cache()
-    print(f"\ndecision cache (10,000 entries): lookup mean {mean_ms * 1000:.1f} us, "
-          f"p99 {p99_ms * 1000:.1f} us")
+    print(
+        f"\ndecision cache (10,000 entries): lookup mean {mean_ms * 1000:.1f} us, "
+        f"p99 {p99_ms * 1000:.1f} us"
+    )
     p50 = results[1]["decide"][0]
     ok_semantic = p50 <= SEMANTIC_TARGET_MS
     ok_cache = mean_ms <= CACHE_TARGET_MS
-    print(f"\ntargets: semantic p50 {p50:.1f} ms <= {SEMANTIC_TARGET_MS:g} ms: "
-          f"{'met' if ok_semantic else 'MISSED'}; cache lookup {mean_ms:.4f} ms <= "
-          f"{CACHE_TARGET_MS:g} ms: {'met' if ok_cache else 'MISSED'}")
+    print(
+        f"\ntargets: semantic p50 {p50:.1f} ms <= {SEMANTIC_TARGET_MS:g} ms: "
+        f"{'met' if ok_semantic else 'MISSED'}; cache lookup {mean_ms:.4f} ms <= "
+        f"{CACHE_TARGET_MS:g} ms: {'met' if ok_cache else 'MISSED'}"
+    )
     return 0
 
 

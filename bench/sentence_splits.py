@@ -37,10 +37,16 @@ from bench import routing_quality as rq  # noqa: E402
 
 # Written for this bench: statements that ask nothing, and requests with their route.
 CONTEXT = [
-    "I'm planning a trip", "I'm free this weekend", "We have guests coming over tonight",
-    "My car is almost out of gas", "It's my sister's birthday on Sunday",
-    "This weekend we're staying in", "I like old films", "I want to go out tonight",
-    "Our flight lands at six", "I just moved here",
+    "I'm planning a trip",
+    "I'm free this weekend",
+    "We have guests coming over tonight",
+    "My car is almost out of gas",
+    "It's my sister's birthday on Sunday",
+    "This weekend we're staying in",
+    "I like old films",
+    "I want to go out tonight",
+    "Our flight lands at six",
+    "I just moved here",
 ]
 REQUESTS = [
     ("What's the weather in Boston on Friday?", "forecast"),
@@ -103,10 +109,14 @@ def _use(rule: Rule) -> None:
 def _rules() -> dict[str, Rule]:
     import routing.decompose as decompose
 
-    old = re.compile(rf"(?P<hard>{decompose._HARD})|(?P<stop>{_OLD_STOP})|(?P<soft>{decompose._SOFT})",
-                     re.IGNORECASE)
-    return {"two requests only": Rule(decompose._two_requests, decompose._SEPARATORS),
-            "every sentence end": Rule(_every_sentence_end, old)}
+    old = re.compile(
+        rf"(?P<hard>{decompose._HARD})|(?P<stop>{_OLD_STOP})|(?P<soft>{decompose._SOFT})",
+        re.IGNORECASE,
+    )
+    return {
+        "two requests only": Rule(decompose._two_requests, decompose._SEPARATORS),
+        "every sentence end": Rule(_every_sentence_end, old),
+    }
 
 
 def correct(outcome: rq.Outcome) -> bool:
@@ -155,8 +165,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         shares = [sum(map(correct, results[n][set_name])) / len(rows) for n in names]
         ratio = shares[0] / shares[1] if shares[1] else float("inf")
-        print(f"{set_name:<16}{len(rows):>6}" + "".join(f"{s:>22.1%}" for s in shares)
-              + f"{ratio:>8.2f}")
+        print(
+            f"{set_name:<16}{len(rows):>6}"
+            + "".join(f"{s:>22.1%}" for s in shares)
+            + f"{ratio:>8.2f}"
+        )
         for name in names:
             wrong = [o for o in results[name][set_name] if not correct(o)]
             for o in wrong[: args.errors]:

@@ -59,16 +59,36 @@ end
 
 # --- the server process ---------------------------------------------------------------
 
+
 def bare_body(query: str) -> dict[str, Any]:
     """The shape and size of the search answer for `query` (scripted forecast, 2 items)."""
     import uuid
 
-    items = [{"title": f"forecast #{i} for {query}", "text": f"text {i} about {query}",
-              "url": f"http://forecast/{i}"} for i in range(2)]
-    return {"query": query, "trace_id": uuid.uuid4().hex,
-            "results": [{"query": query, "source": "forecast", "status": "ok", "items": items,
-                         "route": "forecast"}],
-            "cached": True, "fallback_occurred": False, "dropped_events": 0, "explanation": None}
+    items = [
+        {
+            "title": f"forecast #{i} for {query}",
+            "text": f"text {i} about {query}",
+            "url": f"http://forecast/{i}",
+        }
+        for i in range(2)
+    ]
+    return {
+        "query": query,
+        "trace_id": uuid.uuid4().hex,
+        "results": [
+            {
+                "query": query,
+                "source": "forecast",
+                "status": "ok",
+                "items": items,
+                "route": "forecast",
+            }
+        ],
+        "cached": True,
+        "fallback_occurred": False,
+        "dropped_events": 0,
+        "explanation": None,
+    }
 
 
 def serve(port: int, trace_path: str) -> None:
@@ -92,6 +112,7 @@ def serve(port: int, trace_path: str) -> None:
 
 
 # --- the driver -------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -120,12 +141,18 @@ def load(tool: str, url: str, seconds: int, script: str) -> dict[str, float]:
         cmd = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", script, url]
         marker = "WRK_JSON "
     else:
-        cmd = [sys.executable, str(ROOT / "bench" / "loadgen.py"), url, BODY, str(CONNECTIONS),
-               str(seconds)]
+        cmd = [
+            sys.executable,
+            str(ROOT / "bench" / "loadgen.py"),
+            url,
+            BODY,
+            str(CONNECTIONS),
+            str(seconds),
+        ]
         marker = ""
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=seconds + 60)
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith(marker + "{"))
-    result = json.loads(line[len(marker):])
+    result = json.loads(line[len(marker) :])
     assert result["non_2xx"] == 0 and result["errors"] == 0, (url, result, out.stdout)
     result["rps"] = result["requests"] / result["elapsed_s"]
     return result
@@ -146,8 +173,11 @@ def main() -> None:
             wait_ready(url, proc)
             import httpx
 
-            json_body = {"content": BODY, "timeout": 10,
-                         "headers": {"Content-Type": "application/json"}}
+            json_body = {
+                "content": BODY,
+                "timeout": 10,
+                "headers": {"Content-Type": "application/json"},
+            }
             first = httpx.post(f"{url}/search", **json_body).json()
             hit = httpx.post(f"{url}/search", **json_body)
             bare = httpx.post(f"{url}/bare", **json_body)
@@ -168,17 +198,36 @@ def main() -> None:
     p50 = {name: median([r["p50_us"] for r in rs]) for name, rs in rounds.items()}
     p99 = {name: median([r["p99_us"] for r in rs]) for name, rs in rounds.items()}
     ratio = median(paired)
-    print(f"load generator: {tool}, {CONNECTIONS} connections, {ROUNDS} rounds x {SECONDS} s each; "
-          f"trace store {'on' if TRACE else 'off'}")
+    print(
+        f"load generator: {tool}, {CONNECTIONS} connections, {ROUNDS} rounds x {SECONDS} s each; "
+        f"trace store {'on' if TRACE else 'off'}"
+    )
     print(f"response bodies: search {sizes['search']} B, bare {sizes['bare']} B")
     for name in ("search", "bare"):
-        print(f"{name:6}: {rps[name]:8.0f} req/s  p50 {p50[name] / 1000:6.2f} ms  "
-              f"p99 {p99[name] / 1000:6.2f} ms")
-    print(f"ratio search/bare: {ratio:.3f} (median of per-round ratios; target >= {TARGET:g}); "
-          f"ratio of medians {rps['search'] / rps['bare']:.3f}")
-    emit("throughput", tool=tool, trace_store=TRACE, connections=CONNECTIONS, rounds=ROUNDS,
-         seconds=SECONDS, search_rps=rps["search"], bare_rps=rps["bare"], ratio=ratio,
-         p50_us=p50, p99_us=p99, body_bytes=sizes, target=TARGET, passed=ratio >= TARGET)
+        print(
+            f"{name:6}: {rps[name]:8.0f} req/s  p50 {p50[name] / 1000:6.2f} ms  "
+            f"p99 {p99[name] / 1000:6.2f} ms"
+        )
+    print(
+        f"ratio search/bare: {ratio:.3f} (median of per-round ratios; target >= {TARGET:g}); "
+        f"ratio of medians {rps['search'] / rps['bare']:.3f}"
+    )
+    emit(
+        "throughput",
+        tool=tool,
+        trace_store=TRACE,
+        connections=CONNECTIONS,
+        rounds=ROUNDS,
+        seconds=SECONDS,
+        search_rps=rps["search"],
+        bare_rps=rps["bare"],
+        ratio=ratio,
+        p50_us=p50,
+        p99_us=p99,
+        body_bytes=sizes,
+        target=TARGET,
+        passed=ratio >= TARGET,
+    )
 
 
 if __name__ == "__main__":

@@ -54,13 +54,21 @@ QUERY = {"query": "latest news", "explain": False}
 
 def make_app(trace: dict[str, Any]) -> Any:
     scripted.register()
-    config = parse_config({
-        "routing": {"default_source": "kiwix", "keywords": {"web": ["news"], "ha": ["lights"]},
-                    "semantic": {"enabled": False}},
-        "sources": {"kiwix": {"type": "scripted"}, "web": {"type": "scripted", "items": 3},
-                    "ha": {"type": "scripted", "fail": "unavailable", "fallback": ["web"]}},
-        "trace": trace,
-    })
+    config = parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": {"web": ["news"], "ha": ["lights"]},
+                "semantic": {"enabled": False},
+            },
+            "sources": {
+                "kiwix": {"type": "scripted"},
+                "web": {"type": "scripted", "items": 3},
+                "ha": {"type": "scripted", "fail": "unavailable", "fallback": ["web"]},
+            },
+            "trace": trace,
+        }
+    )
     return create_app(config, Service(config))
 
 
@@ -151,6 +159,7 @@ async def sample_chain() -> TraceRecord:
         async def start(self) -> None: ...
         def submit(self, trace: TraceRecord) -> None:
             captured.append(trace)
+
         async def aclose(self) -> None: ...
 
     app = make_app({"enabled": False})
@@ -165,18 +174,26 @@ async def throughput(tmp: Path, sample: TraceRecord, **trace: Any) -> float:
     from search.config import TraceConfig
 
     name = "_".join(trace) or "default"
-    store = SQLiteTraceStore(TraceConfig(path=str(tmp / f"tp_{name}.db"), max_traces=BURST,
-                                         **trace))
+    store = SQLiteTraceStore(
+        TraceConfig(path=str(tmp / f"tp_{name}.db"), max_traces=BURST, **trace)
+    )
     await store.start()
     start = time.perf_counter()
     for n in range(BURST):
         while store.stats()["pending"] >= store.max_pending // 2:
             await asyncio.sleep(0.001)  # a sustained load, not a drop test
-        store.submit(TraceRecord(
-            trace_id=f"{n:032x}", started_at=time.time(), query=sample.query,
-            status_code=200, duration_ms=sample.duration_ms, chain=sample.chain,
-            results=sample.results, captures=sample.captures,
-        ))
+        store.submit(
+            TraceRecord(
+                trace_id=f"{n:032x}",
+                started_at=time.time(),
+                query=sample.query,
+                status_code=200,
+                duration_ms=sample.duration_ms,
+                chain=sample.chain,
+                results=sample.results,
+                captures=sample.captures,
+            )
+        )
     await store.flush()
     elapsed = time.perf_counter() - start
     assert store.written == BURST, store.stats()
@@ -208,22 +225,34 @@ async def main() -> None:
         tmp = Path(name)
         result = await request_overhead(tmp)
         med, rnd = result["median_us"], result["round_us_incl_flush"]
-        print(f"cache-hit /search, store off: {med['off']:8.1f} us/request "
-              f"(median of {result['requests_per_variant']} requests)")
+        print(
+            f"cache-hit /search, store off: {med['off']:8.1f} us/request "
+            f"(median of {result['requests_per_variant']} requests)"
+        )
         print(f"cache-hit /search, store on:  {med['on']:8.1f} us/request")
-        print(f"  ratio on/off: {result['ratio']:.4f} "
-              f"({(result['ratio'] - 1) * 100:+.2f}%; target < +5%)")
-        print(f"  median of per-round paired ratios: {result['paired_ratio']:.4f} "
-              f"({(result['paired_ratio'] - 1) * 100:+.2f}%)")
+        print(
+            f"  ratio on/off: {result['ratio']:.4f} "
+            f"({(result['ratio'] - 1) * 100:+.2f}%; target < +5%)"
+        )
+        print(
+            f"  median of per-round paired ratios: {result['paired_ratio']:.4f} "
+            f"({(result['paired_ratio'] - 1) * 100:+.2f}%)"
+        )
         mean, p95 = result["mean_us"], result["p95_us"]
-        print(f"  mean: off {mean['off']:.1f} us, on {mean['on']:.1f} us "
-              f"({(mean['on'] / mean['off'] - 1) * 100:+.2f}%); p95: off {p95['off']:.1f} us, "
-              f"on {p95['on']:.1f} us ({(p95['on'] / p95['off'] - 1) * 100:+.2f}%)")
-        print(f"  per round incl. the writer's flush: off {rnd['off']:.1f} us, on {rnd['on']:.1f} "
-              f"us, ratio {result['round_ratio']:.4f} ({(result['round_ratio'] - 1) * 100:+.2f}%)")
+        print(
+            f"  mean: off {mean['off']:.1f} us, on {mean['on']:.1f} us "
+            f"({(mean['on'] / mean['off'] - 1) * 100:+.2f}%); p95: off {p95['off']:.1f} us, "
+            f"on {p95['on']:.1f} us ({(p95['on'] / p95['off'] - 1) * 100:+.2f}%)"
+        )
+        print(
+            f"  per round incl. the writer's flush: off {rnd['off']:.1f} us, on {rnd['on']:.1f} "
+            f"us, ratio {result['round_ratio']:.4f} ({(result['round_ratio'] - 1) * 100:+.2f}%)"
+        )
         cpu = result["cpu_us_incl_flush"]
-        print(f"  server process CPU per request: off {cpu['off']:.1f} us, on "
-              f"{cpu['on']:.1f} us ({(result['cpu_ratio'] - 1) * 100:+.2f}%)")
+        print(
+            f"  server process CPU per request: off {cpu['off']:.1f} us, on "
+            f"{cpu['on']:.1f} us ({(result['cpu_ratio'] - 1) * 100:+.2f}%)"
+        )
         writer = result["writer_process_cpu_us_per_trace"]
         if writer is not None:
             print(f"  writer process CPU per trace: {writer:.1f} us (another process, nice 10)")
@@ -231,8 +260,10 @@ async def main() -> None:
         if counts is not None:
             share = counts["on"] / counts["off"] - 1
             result.update(instructions=counts, instructions_pct=share * 100)
-            print(f"  instructions per request in the server process (callgrind): off "
-                  f"{counts['off']:,.0f}, on {counts['on']:,.0f} ({share * 100:+.2f}%)")
+            print(
+                f"  instructions per request in the server process (callgrind): off "
+                f"{counts['off']:,.0f}, on {counts['on']:,.0f} ({share * 100:+.2f}%)"
+            )
         sample = await sample_chain()
         rates = {
             "default": await throughput(tmp, sample),
@@ -240,13 +271,22 @@ async def main() -> None:
             "capture_results": await throughput(tmp, sample, capture_results=True),
         }
         for label, rate in rates.items():
-            print(f"store throughput ({label}): {rate:,.0f} traces/s "
-                  f"({len(sample.chain)}-event chains, burst of {BURST})")
+            print(
+                f"store throughput ({label}): {rate:,.0f} traces/s "
+                f"({len(sample.chain)}-event chains, burst of {BURST})"
+            )
         verdict = result["paired_ratio"] < 1.05
-        print("PASS" if verdict else "FAIL", "- persisting adds under 5% to a cache-hit request"
-              if verdict else "- persisting adds 5% or more")
-        print(json.dumps({"bench": "trace_overhead", **result, "throughput_per_s": rates,
-                          "pass": verdict}))
+        print(
+            "PASS" if verdict else "FAIL",
+            "- persisting adds under 5% to a cache-hit request"
+            if verdict
+            else "- persisting adds 5% or more",
+        )
+        print(
+            json.dumps(
+                {"bench": "trace_overhead", **result, "throughput_per_s": rates, "pass": verdict}
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,17 @@ import numpy as np
 NONE = "none"
 ARTEFACT = Path(__file__).resolve().parent / "fitted" / "confidence.json"
 KEYWORD_FEATURES = ("keyword", "keyword_best", "keyword_lead", "none", "none_keyword")
-FULL_FEATURES = ("keyword", "keyword_best", "keyword_lead", "similarity", "similarity_lead",
-                 "log_probability", "none", "none_keyword", "none_similarity")
+FULL_FEATURES = (
+    "keyword",
+    "keyword_best",
+    "keyword_lead",
+    "similarity",
+    "similarity_lead",
+    "log_probability",
+    "none",
+    "none_keyword",
+    "none_similarity",
+)
 LOG_PROBABILITY_FLOOR = -8.0  # a classifier's 1e-9 should not outweigh everything else
 # An LLM's chosen route, when it answers with one: not measured (no LLM where the fit
 # runs); set just above the default threshold so its answer decides and a reused or
@@ -60,8 +69,10 @@ class Ranked:
     def candidates(self, shown: int = CANDIDATES_SHOWN) -> list[dict[str, Any]]:
         """For the event: the best routes, the winner first, each with its margin to it."""
         top = self.confidence
-        return [{"route": route, "confidence": round(p, 4), "margin": round(top - p, 4)}
-                for route, p in self.routes[:shown]]
+        return [
+            {"route": route, "confidence": round(p, 4), "margin": round(top - p, 4)}
+            for route, p in self.routes[:shown]
+        ]
 
 
 def single(route: str, confidence: float) -> Ranked:
@@ -92,8 +103,11 @@ def features(
             p = (probability or {}).get(label)
             sim = float(sims.get(label, 0.0))
             sim_rival = max((v for k, v in sims.items() if k != label), default=0.0)
-            row += [sim, sim - sim_rival,
-                    max(math.log(p), LOG_PROBABILITY_FLOOR) if p else LOG_PROBABILITY_FLOOR]
+            row += [
+                sim,
+                sim - sim_rival,
+                max(math.log(p), LOG_PROBABILITY_FLOOR) if p else LOG_PROBABILITY_FLOOR,
+            ]
             row += [is_none, is_none * math.log1p(own), is_none * sim]
         else:
             row += [is_none, is_none * math.log1p(own)]

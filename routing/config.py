@@ -55,7 +55,9 @@ class SemanticConfig(Strict):
         "confident wrong route.",
     )
     none_threshold: float = Field(
-        default=0.5, ge=-1, le=1,
+        default=0.5,
+        ge=-1,
+        le=1,
         description="Given here, it replaces the shipped `none` route's threshold; "
         "otherwise it applies only where none is shipped (shipped_routes: false).",
     )
@@ -63,12 +65,17 @@ class SemanticConfig(Strict):
         default=0.0, ge=0, le=1, description="How far the best route must lead the runner-up."
     )
     classifier_weight: float = Field(
-        default=0.1, ge=0, le=10,
+        default=0.1,
+        ge=0,
+        le=10,
         description="Weight of the exemplar-trained classifier's log-probability in the "
         "ranking of routes (0: nearest exemplar only).",
     )
     reuse_threshold: float = Field(
-        default=0.85, ge=-1, le=1, description="Similarity at which an earlier LLM decision is reused."
+        default=0.85,
+        ge=-1,
+        le=1,
+        description="Similarity at which an earlier LLM decision is reused.",
     )
     reuse_max_entries: int = Field(default=2000, ge=0)
     threads: int = Field(default=1, ge=1, le=64, description="Torch threads for encoding.")
@@ -84,7 +91,9 @@ class RoutingConfig(Strict):
     request_deadline_s: float = Field(default=15.0, gt=0, le=600)
     max_events: int = Field(default=1000, ge=10, le=1_000_000)
     max_parts: int = Field(
-        default=8, ge=1, le=1000,
+        default=8,
+        ge=1,
+        le=1000,
         description="Parts one query may split into; over it the request is refused (422).",
     )
     keyword_threshold: float = Field(default=85.0, ge=50, le=100)
@@ -94,7 +103,9 @@ class RoutingConfig(Strict):
         "shipped routing/fitted/confidence.json.",
     )
     min_confidence: float | None = Field(
-        default=None, ge=0, le=1,
+        default=None,
+        ge=0,
+        le=1,
         description="Below this calibrated confidence a stage declines (the LLM, if any, "
         "decides; else the default, reason low_confidence). Default: the value `search fit` "
         "measured as best (routing/fitted/confidence.json).",
@@ -143,10 +154,15 @@ class RoutingConfig(Strict):
             added_keywords = [*keywords.get(name, []), *extra.keywords]
             added_exemplars = [*exemplars.get(name, []), *extra.exemplars]
             threshold = extra.threshold if extra.threshold is not None else thresholds.get(name)
-            if name not in self.routes and not (added_keywords or added_exemplars or
-                                                threshold is not None):
+            if name not in self.routes and not (
+                added_keywords or added_exemplars or threshold is not None
+            ):
                 continue
-            merged[name] = extra.model_copy(update={
-                "keywords": added_keywords, "exemplars": added_exemplars, "threshold": threshold,
-            })
+            merged[name] = extra.model_copy(
+                update={
+                    "keywords": added_keywords,
+                    "exemplars": added_exemplars,
+                    "threshold": threshold,
+                }
+            )
         return merged

@@ -51,8 +51,10 @@ class Circumstances:
     rewritten: bool = False  # the words were completed from an earlier turn
 
 
-_NUMBER = (r"(?:\d+(?:[.,]\d+)?|a|an|one|two|three|four|five|six|seven|eight|nine|ten|"
-           r"fifteen|twenty|thirty|forty|forty-five|sixty|a few|a couple of|half an?)")
+_NUMBER = (
+    r"(?:\d+(?:[.,]\d+)?|a|an|one|two|three|four|five|six|seven|eight|nine|ten|"
+    r"fifteen|twenty|thirty|forty|forty-five|sixty|a few|a couple of|half an?)"
+)
 _UNIT = r"(?:sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hours?|days?|weeks?|months?)"
 _WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)"
 _PART_OF_DAY = r"(?:morning|afternoon|evening|night|noon|midnight|sunrise|sunset|dawn|dusk)"

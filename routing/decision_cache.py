@@ -52,9 +52,11 @@ class DecisionCache:
         self.shared: SharedCache[str, CachedDecision] | None = None
         if shared is not None:
             self.shared = SharedCache(
-                shared, "decision_cache", "decision", self._cache,
-                encode=lambda d: {"route": d.route, "origin": d.origin,
-                                  "confidence": d.confidence},
+                shared,
+                "decision_cache",
+                "decision",
+                self._cache,
+                encode=lambda d: {"route": d.route, "origin": d.origin, "confidence": d.confidence},
                 decode=self._decode,
             )
 
@@ -113,8 +115,13 @@ class DecisionCacheStage:
             return None
         hit = self.cache.get(query)
         if hit is not None:
-            record(Step.INTENT_CACHED, query=query, decision=hit.route, origin=hit.origin,
-                   **_confidence(hit))
+            record(
+                Step.INTENT_CACHED,
+                query=query,
+                decision=hit.route,
+                origin=hit.origin,
+                **_confidence(hit),
+            )
             return Decision(hit.route, self.name, confidence=hit.confidence)
         if self.cache.shared is None:
             return None
@@ -122,12 +129,20 @@ class DecisionCacheStage:
         if hit is None:
             return None
         # Decided by another worker or replica.
-        record(Step.INTENT_CACHED, query=query, decision=hit.route, origin=hit.origin, tier="shared",
-               **_confidence(hit))
+        record(
+            Step.INTENT_CACHED,
+            query=query,
+            decision=hit.route,
+            origin=hit.origin,
+            tier="shared",
+            **_confidence(hit),
+        )
         return Decision(hit.route, self.name, confidence=hit.confidence)
 
 
 def _confidence(hit: CachedDecision) -> dict[str, Any]:
     """The cached decision's own confidence: the same question gets the same answer."""
-    return {"confidence": round(hit.confidence, 4),
-            "candidates": single(hit.route, hit.confidence).candidates()}
+    return {
+        "confidence": round(hit.confidence, 4),
+        "candidates": single(hit.route, hit.confidence).candidates(),
+    }

@@ -107,7 +107,9 @@ def _topic_phrase(words: list[str]) -> bool:
     "the weather in homestead"; or a verb we don't know (often a typo) before one
     ("fine the movie schedules"). A bare "weather" or "the news" is not enough."""
     if len(words) == 2:  # "current traffic", "local events", "latest headlines"
-        return words[0] in _TOPIC_MODIFIERS and words[0] not in _ARTICLES and words[1] in TOPIC_OPENERS
+        return (
+            words[0] in _TOPIC_MODIFIERS and words[0] not in _ARTICLES and words[1] in TOPIC_OPENERS
+        )
     if len(words) < 3:
         return False
     start = 0
@@ -165,9 +167,7 @@ def _refers_back(text: str) -> bool:
     so the clause continues it ("activate the vacuum cleaner and use it")."""
     words = _words(text)
     return (
-        2 <= len(words) <= 4
-        and words[1] in _PRONOUNS
-        and all(w in _PARTICLES for w in words[2:])
+        2 <= len(words) <= 4 and words[1] in _PRONOUNS and all(w in _PARTICLES for w in words[2:])
     )
 
 
@@ -212,9 +212,7 @@ def _two_requests(left: str, right: str) -> bool:
     return any(_is_request(sentence) for sentence in _SENTENCE_ENDS.split(left))
 
 
-def _trim(
-    query: str, start: int, end: int, claimed: tuple[str, str] | None = None
-) -> Span | None:
+def _trim(query: str, start: int, end: int, claimed: tuple[str, str] | None = None) -> Span | None:
     while start < end and query[start] in CLAUSE_TRIM:
         start += 1
     while end > start and query[end - 1] in CLAUSE_TRIM:

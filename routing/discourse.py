@@ -69,8 +69,11 @@ def references(words: list[str]) -> list[int]:
         if base in _DETERMINER_USES:
             # "that" as a relative pronoun or "there is"/"those movies": only a bare
             # trailing "that"/"there" ("turn that off", "what's the weather there") refers.
-            if index == len(words) - 1 or (base == "that" and index + 1 < len(words)
-                                           and words[index + 1] in {"one", "off", "on", "up"}):
+            if index == len(words) - 1 or (
+                base == "that"
+                and index + 1 < len(words)
+                and words[index + 1] in {"one", "off", "on", "up"}
+            ):
                 found.append(index)
             continue
         found.append(index)

@@ -149,7 +149,11 @@ class Dispatcher:
         return await self._with_fallback(route, query)
 
     def _withheld(
-        self, name: str, command: Command, when: str | None, query: str,
+        self,
+        name: str,
+        command: Command,
+        when: str | None,
+        query: str,
         circumstances: Circumstances,
     ) -> Answer | None:
         """The gate: records `control_withheld` and answers "withheld", or None to act."""
@@ -157,26 +161,45 @@ class Dispatcher:
         # the source can act at all is checked again before `act`.
         allowed = bool(getattr(self.sources[name], "allow_control", False))
         reasons = withheld_reasons(
-            allowed=allowed, acting=self.acting, deferred=when is not None,
+            allowed=allowed,
+            acting=self.acting,
+            deferred=when is not None,
             circumstances=circumstances,
         )
         if not reasons:
             return None
         fields: dict[str, object] = {"when": when} if when is not None else {}
-        record(Step.CONTROL_WITHHELD, query=query, source=name, reason=reasons[0].value,
-               reasons=[r.value for r in reasons], command=command.to_dict(), **fields)
+        record(
+            Step.CONTROL_WITHHELD,
+            query=query,
+            source=name,
+            reason=reasons[0].value,
+            reasons=[r.value for r in reasons],
+            command=command.to_dict(),
+            **fields,
+        )
         words = "; ".join(REASON_WORDS[r] for r in reasons)
         item = Item(
             title="Not carried out",
             text=f"Would {command.describe()} with {name}, but did nothing: {words}.",
         )
-        return Answer(name, "withheld", [item], withheld={
-            "reason": reasons[0].value, "reasons": [r.value for r in reasons],
-            "command": command.to_dict(),
-        })
+        return Answer(
+            name,
+            "withheld",
+            [item],
+            withheld={
+                "reason": reasons[0].value,
+                "reasons": [r.value for r in reasons],
+                "command": command.to_dict(),
+            },
+        )
 
     async def _command(
-        self, name: str, command: Command, when: str | None, query: str,
+        self,
+        name: str,
+        command: Command,
+        when: str | None,
+        query: str,
         circumstances: Circumstances,
     ) -> Answer:
         """A command through the gate: once, never cached, fused or fallen back from."""
@@ -188,8 +211,9 @@ class Dispatcher:
             return self._cannot_act(name, command, query)
         if not self.enabled.get(name, True):
             record(Step.SOURCE_SKIPPED, source=name, query=query, reason="disabled")
-            return Answer(None, "error", [], {"type": "disabled",
-                                              "message": f"{name} is disabled in config"})
+            return Answer(
+                None, "error", [], {"type": "disabled", "message": f"{name} is disabled in config"}
+            )
         async with self._slots[name]:
             started = time.perf_counter()
             error: SourceError | None = None
@@ -209,9 +233,17 @@ class Dispatcher:
         fields: dict[str, object] = {}
         if error is not None:
             fields = {"reason": reason, "message": str(error)}
-        record(Step.SOURCE_INVOKED, source=name, query=query, elapsed_ms=elapsed_ms,
-               outcome=outcome, result_count=len(items), operation="act",
-               command=command.to_dict(), **fields)
+        record(
+            Step.SOURCE_INVOKED,
+            source=name,
+            query=query,
+            elapsed_ms=elapsed_ms,
+            outcome=outcome,
+            result_count=len(items),
+            operation="act",
+            command=command.to_dict(),
+            **fields,
+        )
         # Even a call that failed or came late may have changed something: what was read
         # of this source before is no longer to be trusted.
         await self.forget(name)
@@ -220,17 +252,32 @@ class Dispatcher:
         return Answer(name, outcome, items)
 
     def _cannot_act(self, name: str, command: Command, query: str) -> Answer:
-        record(Step.CONTROL_WITHHELD, query=query, source=name, reason="not_allowed",
-               reasons=["not_allowed"], command=command.to_dict())
-        return Answer(name, "withheld", [Item("Not carried out", f"{name} cannot act.")],
-                      withheld={"reason": "not_allowed", "reasons": ["not_allowed"],
-                                "command": command.to_dict()})
+        record(
+            Step.CONTROL_WITHHELD,
+            query=query,
+            source=name,
+            reason="not_allowed",
+            reasons=["not_allowed"],
+            command=command.to_dict(),
+        )
+        return Answer(
+            name,
+            "withheld",
+            [Item("Not carried out", f"{name} cannot act.")],
+            withheld={
+                "reason": "not_allowed",
+                "reasons": ["not_allowed"],
+                "command": command.to_dict(),
+            },
+        )
 
     async def forget(self, name: str) -> None:
         """Drop every cached answer of source `name` (this process and the shared tier)."""
         self.result_cache.discard_where(lambda key: key[0] == name)
         if self.shared_results is not None:
-            await self.shared_results.discard_prefix("[" + json.dumps(name, ensure_ascii=False) + ",")
+            await self.shared_results.discard_prefix(
+                "[" + json.dumps(name, ensure_ascii=False) + ","
+            )
 
     async def _with_fallback(self, name: str, query: str) -> Answer:
         chain = self.chains[name]
@@ -264,18 +311,25 @@ class Dispatcher:
         cacheable = source is not None and source.command(query) is None
         # A source that may act is read from the shared tier alone when there is one: a
         # command run by another worker drops the shared copy, not this process's.
-        local = cacheable and not (self.shared_results is not None
-                                   and getattr(source, "allow_control", False))
+        local = cacheable and not (
+            self.shared_results is not None and getattr(source, "allow_control", False)
+        )
         cached = self.result_cache.get(key) if local else None
         if cached is not None:
             record(Step.RESULT_CACHE_HIT, source=name, query=query, result_count=len(cached))
             return _Outcome("ok", cached, "", "")
         if cacheable and self.shared_results is not None:
-            cached = await self.shared_results.fetch(key, self.cache_ttl_s.get(name),
-                                                     keep_locally=local)
+            cached = await self.shared_results.fetch(
+                key, self.cache_ttl_s.get(name), keep_locally=local
+            )
             if cached is not None:  # another worker or replica fetched it
-                record(Step.RESULT_CACHE_HIT, source=name, query=query,
-                       result_count=len(cached), tier="shared")
+                record(
+                    Step.RESULT_CACHE_HIT,
+                    source=name,
+                    query=query,
+                    result_count=len(cached),
+                    tier="shared",
+                )
                 return _Outcome("ok", cached, "", "")
         if source is None or not self.enabled.get(name, True):
             error = SourceDisabled(f"{name} is disabled in config")
@@ -302,7 +356,9 @@ class Dispatcher:
                     items = await source.search(query)
                 outcome = _Outcome("ok" if items else "empty", items, "" if items else "empty", "")
             except TimeoutError:
-                outcome = _Outcome("timeout", [], "timeout", f"{name} took over {source.timeout_s}s")
+                outcome = _Outcome(
+                    "timeout", [], "timeout", f"{name} took over {source.timeout_s}s"
+                )
             except SourceError as exc:
                 kind = "timeout" if exc.reason == "timeout" else "error"
                 outcome = _Outcome(kind, [], exc.reason, str(exc))

@@ -130,7 +130,6 @@ class Embedder:
                 self._memo.update(fresh)
             return np.stack([fresh[t] if t in fresh else self._memo[t] for t in texts])
 
-
     def fingerprint(self) -> str:
         """Identifies the model's weights: its path and the size and mtime of its files."""
         digest = hashlib.sha256(self.path.encode("utf-8"))

@@ -125,9 +125,13 @@ class RecordedChain:
             started = self.started
             # Microsecond resolution via int(): round(x, 3) costs more than the event.
             events = [
-                {"step": entry.step, "seq": index if entry.seq is None else entry.seq,
-                 "t_ms": int((entry.at - started) * 1_000_000) / 1000.0, "part": entry.part,
-                 **entry.fields}
+                {
+                    "step": entry.step,
+                    "seq": index if entry.seq is None else entry.seq,
+                    "t_ms": int((entry.at - started) * 1_000_000) / 1000.0,
+                    "part": entry.part,
+                    **entry.fields,
+                }
                 for index, entry in enumerate(self.entries)
             ]
             self._events = events  # two racing readers build equal lists; either wins

@@ -40,8 +40,13 @@ from routing.confidence import (
 
 FIT_DATA = Path(__file__).resolve().parent / "fit_data"
 # Corpora that share an origin are left out together (SLURP's text comes from HWU64).
-CORPUS_OF = {"slurp_devel": "slurp+hwu64", "hwu64": "slurp+hwu64",
-             "ha_intents_tests": "ha-intents", "opentriviaqa": "opentriviaqa", "snips": "snips"}
+CORPUS_OF = {
+    "slurp_devel": "slurp+hwu64",
+    "hwu64": "slurp+hwu64",
+    "ha_intents_tests": "ha-intents",
+    "opentriviaqa": "opentriviaqa",
+    "snips": "snips",
+}
 L2 = 1e-2
 # Below 0.5 a calibrated winner is more likely wrong than right: no stage decides there.
 THRESHOLDS = tuple(round(0.50 + 0.05 * i, 2) for i in range(8))  # 0.50 .. 0.85
@@ -71,8 +76,14 @@ class Examples:
     corpus: list[str]
 
     def subset(self, mask: np.ndarray) -> Examples:
-        return Examples(self.labels, self.keyword[mask], self.full[mask], self.target[mask],
-                        self.weight[mask], [c for c, m in zip(self.corpus, mask, strict=False) if m])
+        return Examples(
+            self.labels,
+            self.keyword[mask],
+            self.full[mask],
+            self.target[mask],
+            self.weight[mask],
+            [c for c, m in zip(self.corpus, mask, strict=False) if m],
+        )
 
 
 def shipped_rows(directory: Path = FIT_DATA) -> list[Labelled]:
@@ -154,8 +165,13 @@ def calibration_error(confidence: np.ndarray, correct: np.ndarray) -> float:
     return float(total / max(len(confidence), 1))
 
 
-def cascade(kw: np.ndarray, full: np.ndarray, labels: list[str], threshold: float,
-            keyword_matched: np.ndarray) -> np.ndarray:
+def cascade(
+    kw: np.ndarray,
+    full: np.ndarray,
+    labels: list[str],
+    threshold: float,
+    keyword_matched: np.ndarray,
+) -> np.ndarray:
     """The label the pipeline ends with: keyword if confident, else full, else none."""
     none = labels.index(NONE) if NONE in labels else -1
     out = np.full(len(kw), none)
@@ -182,10 +198,12 @@ def leave_one_corpus_out(examples: Examples) -> HeldOut:
     for corpus in sorted(set(examples.corpus)):
         test = corpora == corpus
         train = examples.subset(~test)
-        kw[test] = predict(examples.keyword[test],
-                           fit_weights(train.keyword, train.target, train.weight))
-        full[test] = predict(examples.full[test],
-                             fit_weights(train.full, train.target, train.weight))
+        kw[test] = predict(
+            examples.keyword[test], fit_weights(train.keyword, train.target, train.weight)
+        )
+        full[test] = predict(
+            examples.full[test], fit_weights(train.full, train.target, train.weight)
+        )
     return HeldOut(kw, full)
 
 
@@ -204,7 +222,8 @@ def choose_threshold(examples: Examples, held: HeldOut) -> tuple[float, dict[flo
         none_routed = float((routed[is_none] != none).mean()) if is_none.any() else 0.0
         sweep[t] = {"accuracy": round(accuracy, 4), "none_routed": round(none_routed, 4)}
     allowed = [t for t in THRESHOLDS if sweep[t]["none_routed"] <= NONE_ROUTED_MAX] or [
-        THRESHOLDS[-1]]
+        THRESHOLDS[-1]
+    ]
     best = max(allowed, key=lambda t: (sweep[t]["accuracy"], -t))
     return best, sweep
 
@@ -224,8 +243,10 @@ def summarise(examples: Examples, held: HeldOut, threshold: float) -> dict[str, 
     return {
         "rows": len(examples.target),
         "min_confidence": threshold,
-        "accuracy_per_corpus": {c: round(float((routed == examples.target)[corpora == c].mean()), 4)
-                                for c in sorted(set(examples.corpus))},
+        "accuracy_per_corpus": {
+            c: round(float((routed == examples.target)[corpora == c].mean()), 4)
+            for c in sorted(set(examples.corpus))
+        },
         "accuracy_per_route": {
             label: round(row[label] / max(sum(row.values()), 1), 4)
             for label, row in sorted(confusion.items())
@@ -233,8 +254,10 @@ def summarise(examples: Examples, held: HeldOut, threshold: float) -> dict[str, 
         "confusion": {k: dict(v) for k, v in sorted(confusion.items())},
         "ece_full": round(calibration_error(top, right), 4),
         "ece_keyword": round(calibration_error(kw_top, kw_right), 4),
-        "ece_per_corpus": {c: round(calibration_error(top[corpora == c], right[corpora == c]), 4)
-                           for c in sorted(set(examples.corpus))},
+        "ece_per_corpus": {
+            c: round(calibration_error(top[corpora == c], right[corpora == c]), 4)
+            for c in sorted(set(examples.corpus))
+        },
     }
 
 
@@ -256,8 +279,11 @@ def fit_described(examples: Examples) -> tuple[ConfidenceModel, dict[str, Any]]:
         fit_weights(examples.keyword, examples.target, examples.weight),
         fit_weights(examples.full, examples.target, examples.weight),
         threshold,
-        {"ece_held_out": report["ece_full"], "rows": report["rows"],
-         "corpora": sorted(set(examples.corpus))},
+        {
+            "ece_held_out": report["ece_full"],
+            "rows": report["rows"],
+            "corpora": sorted(set(examples.corpus)),
+        },
     )
     return model, report
 
@@ -271,26 +297,38 @@ def render(model: ConfidenceModel, report: dict[str, Any]) -> str:
     """The printed report (held-out figures: each corpus judged by a fit without it)."""
     labels = list(report["confusion"])
     cols = sorted({c for row in report["confusion"].values() for c in row})
-    lines = [f"fitted on {report['rows']} utterances; figures leave each corpus out",
-             (f"min_confidence {report['min_confidence']:.2f} (best held-out accuracy with at "
-              f"most {NONE_ROUTED_MAX:.0%} of unserved requests routed)"),
-             "threshold sweep: " + ", ".join(
-                 f"{t} acc {v['accuracy']:.3f} none-routed {v['none_routed']:.3f}"
-                 for t, v in report["threshold_sweep"].items()),
-             "accuracy per corpus: " + ", ".join(
-                 f"{c} {a:.3f}" for c, a in report["accuracy_per_corpus"].items()),
-             "accuracy per route:  " + ", ".join(
-                 f"{r} {a:.3f}" for r, a in report["accuracy_per_route"].items()),
-             f"calibration error (ECE): full {report['ece_full']:.3f}, "
-             f"keyword {report['ece_keyword']:.3f}; per corpus " + ", ".join(
-                 f"{c} {e:.3f}" for c, e in report["ece_per_corpus"].items()),
-             "confusion (rows: expected, columns: routed):",
-             "            " + "".join(f"{c:>10}" for c in cols)]
+    lines = [
+        f"fitted on {report['rows']} utterances; figures leave each corpus out",
+        (
+            f"min_confidence {report['min_confidence']:.2f} (best held-out accuracy with at "
+            f"most {NONE_ROUTED_MAX:.0%} of unserved requests routed)"
+        ),
+        "threshold sweep: "
+        + ", ".join(
+            f"{t} acc {v['accuracy']:.3f} none-routed {v['none_routed']:.3f}"
+            for t, v in report["threshold_sweep"].items()
+        ),
+        "accuracy per corpus: "
+        + ", ".join(f"{c} {a:.3f}" for c, a in report["accuracy_per_corpus"].items()),
+        "accuracy per route:  "
+        + ", ".join(f"{r} {a:.3f}" for r, a in report["accuracy_per_route"].items()),
+        f"calibration error (ECE): full {report['ece_full']:.3f}, "
+        f"keyword {report['ece_keyword']:.3f}; per corpus "
+        + ", ".join(f"{c} {e:.3f}" for c, e in report["ece_per_corpus"].items()),
+        "confusion (rows: expected, columns: routed):",
+        "            " + "".join(f"{c:>10}" for c in cols),
+    ]
     for label in labels:
         row = report["confusion"][label]
         lines.append(f"{label:>12}" + "".join(f"{row.get(c, 0):>10}" for c in cols))
-    lines.append("weights: keyword " + ", ".join(
-        f"{f} {w:+.3f}" for f, w in zip(KEYWORD_FEATURES, model.keyword_weights, strict=True)))
-    lines.append("         full    " + ", ".join(
-        f"{f} {w:+.3f}" for f, w in zip(FULL_FEATURES, model.full_weights, strict=True)))
+    lines.append(
+        "weights: keyword "
+        + ", ".join(
+            f"{f} {w:+.3f}" for f, w in zip(KEYWORD_FEATURES, model.keyword_weights, strict=True)
+        )
+    )
+    lines.append(
+        "         full    "
+        + ", ".join(f"{f} {w:+.3f}" for f, w in zip(FULL_FEATURES, model.full_weights, strict=True))
+    )
     return "\n".join(lines)

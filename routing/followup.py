@@ -43,8 +43,9 @@ _SUBJECT_FRAMES = _WORDS.subject_frames
 _AUXILIARIES = _WORDS.auxiliaries
 _SUBJECT_ENDS = _WORDS.subject_ends
 _DETERMINERS = frozenset({"the", "a", "an", "my", "our", "your", "this", "that"})
-_NOT_SUBJECTS = (_SUBJECT_PRONOUNS | _POSSESSIVES | _PLACE_PRONOUNS | _AUXILIARIES
-                 | {"you", "i", "me", "we"})
+_NOT_SUBJECTS = (
+    _SUBJECT_PRONOUNS | _POSSESSIVES | _PLACE_PRONOUNS | _AUXILIARIES | {"you", "i", "me", "we"}
+)
 _MAX_SUBJECT_WORDS = 8
 _MAX_FRAGMENT_WORDS = 3  # "tomorrow?", "in bergen?": a follow-up without an opening
 
@@ -70,8 +71,10 @@ class Rewrite:
 
 
 def _tokens(text: str) -> list[_Token]:
-    return [_Token(m.group().lower().replace("’", "'"), m.start(), m.end())
-            for m in _TOKEN.finditer(text)]
+    return [
+        _Token(m.group().lower().replace("’", "'"), m.start(), m.end())
+        for m in _TOKEN.finditer(text)
+    ]
 
 
 def _span(text: str, tokens: list[_Token]) -> str:
@@ -141,8 +144,10 @@ def subject(text: str) -> str | None:
     times = {i for a, b in _time_runs(tokens) for i in range(a, b)}
     while index < len(tokens) and index - start < _MAX_SUBJECT_WORDS:
         word = tokens[index].word
-        if index in times or word in _SUBJECT_ENDS or (
-            word in _PLACE_PREPOSITIONS and index > start
+        if (
+            index in times
+            or word in _SUBJECT_ENDS
+            or (word in _PLACE_PREPOSITIONS and index > start)
         ):
             break
         index += 1
@@ -180,8 +185,9 @@ def _pronoun(query: str, previous: str, previous_subject: str | None) -> Rewrite
             carried = previous_subject + ("'s" if token.word in _POSSESSIVES else "")
         else:
             continue
-        return Rewrite(_replace(query, token.start, token.end, carried), "pronoun", carried,
-                       token.word)
+        return Rewrite(
+            _replace(query, token.start, token.end, carried), "pronoun", carried, token.word
+        )
     return None
 
 
@@ -249,7 +255,8 @@ def rewrite(query: str, previous: str, previous_subject: str | None) -> Rewrite 
     if not query.strip() or not previous.strip():
         return None
     found = _pronoun(query, previous, previous_subject) or _changed_slot(
-        query, previous, previous_subject)
+        query, previous, previous_subject
+    )
     if found is None or found.text.strip() == query.strip():
         return None
     return found

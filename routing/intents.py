@@ -30,7 +30,6 @@ _MEMO_SIZE = 2048
 _dependency = lru_cache(maxsize=_MEMO_SIZE)(dependency)
 
 
-
 CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
 
 
@@ -54,8 +53,9 @@ class KeywordStage:
         self.rules = rules
         self.escalation = escalation
         self.model = model or load_model()
-        self.min_confidence = (self.model.min_confidence if min_confidence is None
-                               else min_confidence)
+        self.min_confidence = (
+            self.model.min_confidence if min_confidence is None else min_confidence
+        )
         self.labels = labels or rules.routes
         self._match = lru_cache(maxsize=_MEMO_SIZE)(rules.match)
         self._scores = lru_cache(maxsize=_MEMO_SIZE)(rules.scores)
@@ -79,16 +79,30 @@ class KeywordStage:
         matched = list(match.matched)
         if ranked.confidence < self.min_confidence:
             # A tie, or words that point several ways: the semantic stage weighs them too.
-            record(Step.INTENT_KEYWORD, query=query, decision=None, discourse_escalated=False,
-                   matched=matched, outcome="declined",
-                   declined=declined("keyword", ranked, self.min_confidence), **shown)
+            record(
+                Step.INTENT_KEYWORD,
+                query=query,
+                decision=None,
+                discourse_escalated=False,
+                matched=matched,
+                outcome="declined",
+                declined=declined("keyword", ranked, self.min_confidence),
+                **shown,
+            )
             context.ranked = ranked
             return None
         route = ranked.winner
         if route == NONE:
             # "set an alarm", "add it to my playlist": no source serves it; say so, don't route.
-            record(Step.INTENT_KEYWORD, query=query, decision=None, discourse_escalated=False,
-                   matched=matched, outcome="unserved", **shown)
+            record(
+                Step.INTENT_KEYWORD,
+                query=query,
+                decision=None,
+                discourse_escalated=False,
+                matched=matched,
+                outcome="unserved",
+                **shown,
+            )
             context.unserved = True
             context.default_reason = "no_match"
             context.default_fields = {"nearest": matched[0] if matched else None}
@@ -98,8 +112,15 @@ class KeywordStage:
         fields: dict[str, Any] = {}
         if escalate:
             fields["discourse"] = context.discourse
-        record(Step.INTENT_KEYWORD, query=query, decision=route, discourse_escalated=escalate,
-               matched=matched, **shown, **fields)
+        record(
+            Step.INTENT_KEYWORD,
+            query=query,
+            decision=route,
+            discourse_escalated=escalate,
+            matched=matched,
+            **shown,
+            **fields,
+        )
         if escalate and self.escalation is not None:
             fresh = await self.escalation.escalate(query, context, route)
             if fresh is not None:
@@ -121,8 +142,9 @@ class Resolver:
     ) -> None:
         """`min_confidence`: a decision below it is not `confident` (the control gate then
         withholds a command); default: the fitted artefact's."""
-        self.min_confidence = (load_model().min_confidence if min_confidence is None
-                               else min_confidence)
+        self.min_confidence = (
+            load_model().min_confidence if min_confidence is None else min_confidence
+        )
         self.stages = stages
         self.default_route = default_route
         self.sessions = sessions
@@ -187,17 +209,27 @@ class Resolver:
         route = None if context.unserved else self.default_route
         # Its confidence is the one the declining stage gave the route it ends at.
         confidence = dict(ranked.routes).get(route or NONE, 0.0) if ranked else 0.0
-        shown = {"confidence": round(confidence, 4),
-                 "candidates": ranked.candidates() if ranked else []}
+        shown = {
+            "confidence": round(confidence, 4),
+            "candidates": ranked.candidates() if ranked else [],
+        }
         if context.unserved:
             # A stage judged it something no source serves ("set an alarm"): no source is
             # asked, rather than the default answering with whatever it finds.
-            record(Step.INTENT_DEFAULT, query=query, decision=None, reason="unserved",
-                   outcome="unserved", **shown, **context.default_fields)
+            record(
+                Step.INTENT_DEFAULT,
+                query=query,
+                decision=None,
+                reason="unserved",
+                outcome="unserved",
+                **shown,
+                **context.default_fields,
+            )
             return Decision(None, "intent_default", confident=False, confidence=confidence)
         # A stage declined: no stage after it (no LLM) was sure either.
-        reason = context.default_reason or ("low_confidence" if ranked is not None
-                                            else self.default_reason())
+        reason = context.default_reason or (
+            "low_confidence" if ranked is not None else self.default_reason()
+        )
         record(
             Step.INTENT_DEFAULT,
             query=query,
@@ -206,5 +238,6 @@ class Resolver:
             **shown,
             **context.default_fields,
         )
-        return Decision(self.default_route, "intent_default", confident=False,
-                        confidence=confidence)
+        return Decision(
+            self.default_route, "intent_default", confident=False, confidence=confidence
+        )

@@ -197,7 +197,7 @@ class KeywordRules:
         literal = [w for w in phrase if w != "*"]
         return all(
             words[p] == w.lstrip(_EXACT)
-            or (words[p].startswith(w) and words[p][len(w):] in _SUFFIXES)
+            or (words[p].startswith(w) and words[p][len(w) :] in _SUFFIXES)
             for p, w in zip(positions, literal, strict=True)
         )
 
@@ -236,8 +236,11 @@ class KeywordRules:
         ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
         tie = len(ranked) > 1 and ranked[0][1] == ranked[1][1]
         best = "" if tie else ranked[0][0]
-        return KeywordMatch(best, tuple(matched[best]) if best else tuple(
-            p for r, _ in ranked[:2] for p in matched[r]), scores)
+        return KeywordMatch(
+            best,
+            tuple(matched[best]) if best else tuple(p for r, _ in ranked[:2] for p in matched[r]),
+            scores,
+        )
 
     def match(self, query: str) -> KeywordMatch | None:
         """The best route by matched phrase weight; None when nothing or a tie matched."""

@@ -106,8 +106,10 @@ def build_messages(
     kept by every chat template, a user message is.
     """
     lines = [f"- {name}: {description or name}" for name, description in routes.items()]
-    lines.append(f"- {NONE}: none of the above can answer it (alarms, timers, music, messages, "
-                 "calendars, small talk, arithmetic).")
+    lines.append(
+        f"- {NONE}: none of the above can answer it (alarms, timers, music, messages, "
+        "calendars, small talk, arithmetic)."
+    )
     names = ", ".join([*routes, NONE])
     instructions = (
         "You route search queries. Choose the ONE source below that can best answer the "
@@ -116,8 +118,10 @@ def build_messages(
         f"one of: {names}."
     )
     if previous is not None:
-        query_lines = (f"Previous query (answered by {previous[1]}): {previous[0]}\n"
-                       f"Query (it may refer to the previous one): {query}")
+        query_lines = (
+            f"Previous query (answered by {previous[1]}): {previous[0]}\n"
+            f"Query (it may refer to the previous one): {query}"
+        )
     else:
         query_lines = f"Query: {query}"
     return [{"role": "user", "content": instructions + "\n\n" + query_lines}]
@@ -205,9 +209,7 @@ class LLMStage:
             await self._client.aclose()
             self._client = None
 
-    async def ask(
-        self, messages: list[dict[str, str]], deadline: float | None = None
-    ) -> LLMAnswer:
+    async def ask(self, messages: list[dict[str, str]], deadline: float | None = None) -> LLMAnswer:
         """One chat completion -> the named route; LLMFailure on anything unusable.
 
         Asks in the form this server accepted before (the first form for a new server);
@@ -224,29 +226,43 @@ class LLMStage:
         try:
             async with asyncio.timeout_at(deadline):
                 while True:
-                    body: dict[str, Any] = {"model": self.config.model, "messages": messages,
-                                            "temperature": 0, "max_tokens": MAX_TOKENS}
+                    body: dict[str, Any] = {
+                        "model": self.config.model,
+                        "messages": messages,
+                        "temperature": 0,
+                        "max_tokens": MAX_TOKENS,
+                    }
                     constraint = response_format(form, schema)
                     if constraint is not None:
                         body["response_format"] = constraint
                     response = await self._client.post(self.url, json=body)
                     following = self.forms.after(form)
-                    if (following is None or response.status_code == 200
-                            or not is_form_refusal(response.status_code, response.text[:4000])):
+                    if (
+                        following is None
+                        or response.status_code == 200
+                        or not is_form_refusal(response.status_code, response.text[:4000])
+                    ):
                         break
-                    record(Step.LLM_FORMAT_REFUSED, response_format=form,
-                           status=response.status_code, next=following)
+                    record(
+                        Step.LLM_FORMAT_REFUSED,
+                        response_format=form,
+                        status=response.status_code,
+                        next=following,
+                    )
                     form = following
         except (TimeoutError, httpx.TimeoutException):
-            raise LLMFailure("llm_failed", f"no answer within {self.config.timeout_s:g}s",
-                             form=form) from None
+            raise LLMFailure(
+                "llm_failed", f"no answer within {self.config.timeout_s:g}s", form=form
+            ) from None
         except httpx.HTTPError as exc:
-            raise LLMFailure("llm_failed", f"request failed: {type(exc).__name__}",
-                             form=form) from None
+            raise LLMFailure(
+                "llm_failed", f"request failed: {type(exc).__name__}", form=form
+            ) from None
         elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
         if response.status_code != 200:
-            raise LLMFailure("llm_failed", f"HTTP {response.status_code} from the LLM server",
-                             form=form)
+            raise LLMFailure(
+                "llm_failed", f"HTTP {response.status_code} from the LLM server", form=form
+            )
         self.forms.accepted(self.base_url, form)
         try:
             payload = response.json()
@@ -284,12 +300,21 @@ class LLMStage:
                 if failure.reason != "llm_unusable":
                     raise  # no answer (timeout, HTTP error): asked again next time
                 # An answer that names no route shows no habit either.
-                record(Step.LLM_BIAS_PROBE, probe=query, answer=None, detail=failure.detail,
-                       response_format=failure.form)
+                record(
+                    Step.LLM_BIAS_PROBE,
+                    probe=query,
+                    answer=None,
+                    detail=failure.detail,
+                    response_format=failure.form,
+                )
                 answered[query] = None
                 continue
-            record(Step.LLM_BIAS_PROBE, probe=query, answer=answer.route or NONE,
-                   response_format=answer.form)
+            record(
+                Step.LLM_BIAS_PROBE,
+                probe=query,
+                answer=answer.route or NONE,
+                response_format=answer.form,
+            )
             answered[query] = answer.route
         return frozenset(route for route in answered.values() if route is not None)
 
@@ -312,31 +337,62 @@ class LLMStage:
                 fields["response_format"] = failure.form
             if self.capture_prompts:
                 fields.update(prompt=messages, raw_answer=failure.raw)
-            record(Step.LLM_ERROR, query=query, reason=failure.reason, detail=failure.detail,
-                   discourse_escalated=escalated, **fields)
+            record(
+                Step.LLM_ERROR,
+                query=query,
+                reason=failure.reason,
+                detail=failure.detail,
+                discourse_escalated=escalated,
+                **fields,
+            )
             context.default_reason = failure.reason
             return None
         elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
-        fields = {"model": self.config.model, "elapsed_ms": elapsed_ms,
-                  "response_format": answer.form, **answer.usage}
+        fields = {
+            "model": self.config.model,
+            "elapsed_ms": elapsed_ms,
+            "response_format": answer.form,
+            **answer.usage,
+        }
         if self.capture_prompts:
             fields.update(prompt=messages, raw_answer=answer.raw)
         if answer.route is not None and answer.route in habits:
-            record(Step.LLM_ERROR, query=query, reason="llm_unusable",
-                   detail=f"the model names {answer.route} even for a query with no "
-                   "content: that answer says nothing about this query",
-                   discourse_escalated=escalated, answer=answer.route,
-                   habits=sorted(habits), **fields)
+            record(
+                Step.LLM_ERROR,
+                query=query,
+                reason="llm_unusable",
+                detail=f"the model names {answer.route} even for a query with no "
+                "content: that answer says nothing about this query",
+                discourse_escalated=escalated,
+                answer=answer.route,
+                habits=sorted(habits),
+                **fields,
+            )
             context.default_reason = "llm_unusable"
             return None
         if answer.route is None:
-            record(Step.INTENT_LLM, query=query, decision=None, discourse_escalated=escalated,
-                   matched=False, outcome="no_source", confidence=LLM_CONFIDENCE,
-                   candidates=single("none", LLM_CONFIDENCE).candidates(), **fields)
+            record(
+                Step.INTENT_LLM,
+                query=query,
+                decision=None,
+                discourse_escalated=escalated,
+                matched=False,
+                outcome="no_source",
+                confidence=LLM_CONFIDENCE,
+                candidates=single("none", LLM_CONFIDENCE).candidates(),
+                **fields,
+            )
         else:
-            record(Step.INTENT_LLM, query=query, decision=answer.route,
-                   discourse_escalated=escalated, matched=True, confidence=LLM_CONFIDENCE,
-                   candidates=single(answer.route, LLM_CONFIDENCE).candidates(), **fields)
+            record(
+                Step.INTENT_LLM,
+                query=query,
+                decision=answer.route,
+                discourse_escalated=escalated,
+                matched=True,
+                confidence=LLM_CONFIDENCE,
+                candidates=single(answer.route, LLM_CONFIDENCE).candidates(),
+                **fields,
+            )
         return answer
 
     async def _remember(self, query: str, route: str, context: ResolveContext) -> None:

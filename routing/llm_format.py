@@ -42,8 +42,10 @@ def answer_schema(names: Iterable[str]) -> dict[str, Any]:
 def response_format(form: Form, schema: dict[str, Any]) -> dict[str, Any] | None:
     """The request's `response_format` for `form` (None: send none)."""
     if form == "json_schema":
-        return {"type": "json_schema",
-                "json_schema": {"name": "route", "strict": True, "schema": schema}}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "route", "strict": True, "schema": schema},
+        }
     if form == "json_object":
         return {"type": "json_object", "schema": schema}
     return None

@@ -115,9 +115,7 @@ def _top_level(
     rest = found.remainder if found is not None else query
     pieces = decompose_claimed(rest, claims) if rest.strip() else []
     offset = 1 if found is not None else 0  # the condition is unit 0
-    claimed = tuple(
-        (index + offset, *routes) for index, (_, routes) in enumerate(pieces) if routes
-    )
+    claimed = tuple((index + offset, *routes) for index, (_, routes) in enumerate(pieces) if routes)
     return found, tuple(text for text, _ in pieces), claimed
 
 
@@ -161,13 +159,25 @@ class Router:
         if len(units) > 1:
             shown = [u.conditional.consequence if u.conditional else u.text for u in units]
             # a split where the grammar saw one request says which routes the rules claimed
-            why = {"claimed": [{"part": index, "routes": [before, after]}
-                               for index, before, after in claimed]} if claimed else {}
+            why = (
+                {
+                    "claimed": [
+                        {"part": index, "routes": [before, after]}
+                        for index, before, after in claimed
+                    ]
+                }
+                if claimed
+                else {}
+            )
             record(Step.DECOMPOSED, query=query, parts=shown, **why)
         return units
 
     async def run(
-        self, query: str, *, dry_run: bool = False, session_id: str | None = None,
+        self,
+        query: str,
+        *,
+        dry_run: bool = False,
+        session_id: str | None = None,
         read_only: bool = False,
     ) -> list[PartResult]:
         """`read_only`: the surface promised not to act; every command is withheld."""
@@ -211,8 +221,7 @@ class Router:
         with part_scope(f"{path}.0"):
             condition = await self._run_part(conditional.condition, context)
         with part_scope(f"{path}.1"):
-            consequence = await self._run_part(conditional.consequence, context,
-                                               conditional=True)
+            consequence = await self._run_part(conditional.consequence, context, conditional=True)
         consequence.condition = condition
         return consequence
 
@@ -225,38 +234,49 @@ class Router:
         asked = text
         if sessions is not None and shared.session_id:
             asked = await sessions.follow_up(text, shared.session_id, self.claims)
-        result = await self._run_asked(asked, shared, conditional=conditional,
-                                       rewritten=asked != text)
+        result = await self._run_asked(
+            asked, shared, conditional=conditional, rewritten=asked != text
+        )
         if asked != text:
             result.query, result.rewritten = text, asked
         return result
 
     async def _run_asked(
-        self, text: str, shared: ResolveContext, *, conditional: bool = False,
+        self,
+        text: str,
+        shared: ResolveContext,
+        *,
+        conditional: bool = False,
         rewritten: bool = False,
     ) -> PartResult:
         # Stages note things on the context, and parts run concurrently: one per part.
-        context = ResolveContext(session_id=shared.session_id, dry_run=shared.dry_run,
-                                 read_only=shared.read_only)
+        context = ResolveContext(
+            session_id=shared.session_id, dry_run=shared.dry_run, read_only=shared.read_only
+        )
         try:
             decision = await self.resolver.resolve(text, context)
             if decision.route is None:
                 return PartResult(text, None, "unserved", stage=decision.stage)
-            circumstances = Circumstances(dry_run=context.dry_run, conditional=conditional,
-                                          confident=decision.confident,
-                                          read_only=context.read_only,
-                                          rewritten=rewritten)
+            circumstances = Circumstances(
+                dry_run=context.dry_run,
+                conditional=conditional,
+                confident=decision.confident,
+                read_only=context.read_only,
+                rewritten=rewritten,
+            )
             if context.dry_run:
                 record(Step.PLANNED, query=text, route=decision.route, stage=decision.stage)
                 self.dispatcher.withhold_plan(decision.route, text, circumstances)
-                return PartResult(text, decision.route, "planned", route=decision.route,
-                                  stage=decision.stage)
+                return PartResult(
+                    text, decision.route, "planned", route=decision.route, stage=decision.stage
+                )
             answer: Answer = await self.dispatcher.answer(decision.route, text, circumstances)
         except Exception as exc:  # noqa: BLE001 - one part's bug must not hide the others
             message = str(exc) or type(exc).__name__
             record(Step.ERROR, query=text, error_type=type(exc).__name__, message=message)
-            return PartResult(text, None, "error", error={"type": type(exc).__name__,
-                                                          "message": message})
+            return PartResult(
+                text, None, "error", error={"type": type(exc).__name__, "message": message}
+            )
         if answer.status == "error":
             error = answer.error or {"type": "error", "message": "failed"}
             record(Step.ERROR, query=text, error_type=error["type"], message=error["message"])

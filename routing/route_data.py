@@ -116,8 +116,9 @@ def _parse_file(name: str, text: str) -> Route:
         data = RouteFile.model_validate(yaml.load(text, Loader=_LOADER) or {})
     except (yaml.YAMLError, ValidationError) as exc:
         raise RouteDataError(f"routing/routes/{name}.yaml: {exc}") from None
-    return Route(name, data.description, data.threshold, tuple(data.keywords),
-                 tuple(data.exemplars))
+    return Route(
+        name, data.description, data.threshold, tuple(data.keywords), tuple(data.exemplars)
+    )
 
 
 @lru_cache(maxsize=1)
@@ -167,10 +168,18 @@ def resolve_routes(
         if extra is None:
             resolved[name] = route
             continue
-        keywords = _without(route.keywords, extra.disable_keywords,
-                            f"{where}.{name}.disable_keywords", f"keyword rule of {name}")
-        exemplars = _without(route.exemplars, extra.disable_exemplars,
-                             f"{where}.{name}.disable_exemplars", f"exemplar of {name}")
+        keywords = _without(
+            route.keywords,
+            extra.disable_keywords,
+            f"{where}.{name}.disable_keywords",
+            f"keyword rule of {name}",
+        )
+        exemplars = _without(
+            route.exemplars,
+            extra.disable_exemplars,
+            f"{where}.{name}.disable_exemplars",
+            f"exemplar of {name}",
+        )
         resolved[name] = Route(
             name,
             extra.description if extra.description is not None else route.description,

@@ -116,8 +116,9 @@ class LabelClassifier:
     Class-balanced, L2-regularised, plain gradient descent: ~0.1 s for a thousand exemplars.
     """
 
-    def __init__(self, index: ExemplarIndex, *, iterations: int = 300, rate: float = 5.0,
-                 l2: float = 1e-3) -> None:
+    def __init__(
+        self, index: ExemplarIndex, *, iterations: int = 300, rate: float = 5.0, l2: float = 1e-3
+    ) -> None:
         self.labels = list(index.labels)
         counts = np.diff([*index.starts, len(index)])
         targets = np.repeat(np.arange(len(self.labels)), counts)
@@ -153,9 +154,7 @@ class LearnedDecisions:
     def __init__(
         self, max_entries: int, ttl_s: float, now: Callable[[], float] = time.monotonic
     ) -> None:
-        self._cache: TTLCache[str, tuple[str, str, np.ndarray]] = TTLCache(
-            max_entries, ttl_s, now
-        )
+        self._cache: TTLCache[str, tuple[str, str, np.ndarray]] = TTLCache(max_entries, ttl_s, now)
         self._keys: list[str] = []
         self._matrix: np.ndarray | None = None
 
@@ -223,8 +222,9 @@ class SemanticStage:
         self.exemplars = {label: list(texts) for label, texts in (exemplars or {}).items()}
         self.thresholds = dict(thresholds or {})
         self.model = model or load_model()
-        self.min_confidence = (self.model.min_confidence if min_confidence is None
-                               else min_confidence)
+        self.min_confidence = (
+            self.model.min_confidence if min_confidence is None else min_confidence
+        )
         self.decision_cache = decision_cache
         self.learned = learned
         self.threads = threads
@@ -244,8 +244,11 @@ class SemanticStage:
         from routing.embedder import load_embedder
 
         self.embedder = await run_inference(load_embedder, self.config.model_path, self.threads)
-        groups = {route: texts for route, texts in self.exemplars.items()
-                  if route in self.routes and route != NONE}
+        groups = {
+            route: texts
+            for route, texts in self.exemplars.items()
+            if route in self.routes and route != NONE
+        }
         groups[NONE] = self.exemplars.get(NONE, [])  # last, as the classifier was fitted
         texts = [text for group in groups.values() for text in group]
         vectors = await run_inference(self.embedder.encode_exemplars, texts)
@@ -303,15 +306,17 @@ class SemanticStage:
             rank = score
             if probability is not None:
                 rank += weight * float(np.log(max(probability, 1e-9)))
-            ranked.append(Candidate(label, text, score, self.threshold(label), "exemplar",
-                                    probability, rank))
+            ranked.append(
+                Candidate(label, text, score, self.threshold(label), "exemplar", probability, rank)
+            )
         ranked.sort(key=lambda c: c.rank, reverse=True)
         reused = None
         if self.learned is not None:
             near = self.learned.nearest(vector)
             if near is not None:
-                reused = Candidate(near[1], near[0], near[2], self.config.reuse_threshold, "llm",
-                                   None, near[2])
+                reused = Candidate(
+                    near[1], near[0], near[2], self.config.reuse_threshold, "llm", None, near[2]
+                )
         return ranked, reused
 
     def judge(self, query: str, vector: np.ndarray, context: ResolveContext) -> Decision | None:
@@ -320,10 +325,18 @@ class SemanticStage:
         if reused is not None and reused.score >= reused.threshold:
             # A paraphrase of a question the LLM already routed: the LLM's confidence.
             decision = single(reused.route, LLM_CONFIDENCE)
-            record(Step.INTENT_SEMANTIC, query=query, matched_query=reused.text,
-                   similarity=round(reused.score, 4), decision=reused.route,
-                   threshold=reused.threshold, origin="llm", matched=True,
-                   confidence=LLM_CONFIDENCE, candidates=decision.candidates())
+            record(
+                Step.INTENT_SEMANTIC,
+                query=query,
+                matched_query=reused.text,
+                similarity=round(reused.score, 4),
+                decision=reused.route,
+                threshold=reused.threshold,
+                origin="llm",
+                matched=True,
+                confidence=LLM_CONFIDENCE,
+                candidates=decision.candidates(),
+            )
             if self.decision_cache is not None and context.discourse is None:
                 self.decision_cache.put(query, reused.route, self.name, LLM_CONFIDENCE)
             return Decision(reused.route, self.name, confidence=LLM_CONFIDENCE)
@@ -332,7 +345,9 @@ class SemanticStage:
         labels = [*self.labels(), *(r for r in keyword if r in self.routes or r == NONE)]
         labels = list(dict.fromkeys(labels))
         confidence = self.model.full(
-            labels, keyword, {c.route: c.score for c in ranked},
+            labels,
+            keyword,
+            {c.route: c.score for c in ranked},
             {c.route: c.probability for c in ranked if c.probability is not None},
         )
         events = []
@@ -342,11 +357,20 @@ class SemanticStage:
                 entry.update(matched=near.text, similarity=round(near.score, 4))
             events.append(entry)
         if reused is not None:
-            events.append({"route": reused.route, "matched": reused.text, "origin": "llm",
-                           "similarity": round(reused.score, 4)})
+            events.append(
+                {
+                    "route": reused.route,
+                    "matched": reused.text,
+                    "origin": "llm",
+                    "similarity": round(reused.score, 4),
+                }
+            )
         winner = by_label.get(confidence.winner)
-        shown = {"confidence": round(confidence.confidence, 4), "candidates": events,
-                 "threshold": self.min_confidence}
+        shown = {
+            "confidence": round(confidence.confidence, 4),
+            "candidates": events,
+            "threshold": self.min_confidence,
+        }
         sure = confidence.confidence >= self.min_confidence
         if sure and confidence.winner != NONE:
             record(
@@ -360,12 +384,12 @@ class SemanticStage:
                 **shown,
             )
             if self.decision_cache is not None and context.discourse is None:
-                self.decision_cache.put(query, confidence.winner, self.name,
-                                        confidence.confidence)
+                self.decision_cache.put(query, confidence.winner, self.name, confidence.confidence)
             return Decision(confidence.winner, self.name, confidence=confidence.confidence)
         unserved = sure and confidence.winner == NONE
-        fields = {} if unserved else {
-            "declined": declined("semantic", confidence, self.min_confidence)}
+        fields = (
+            {} if unserved else {"declined": declined("semantic", confidence, self.min_confidence)}
+        )
         record(
             Step.INTENT_SEMANTIC,
             query=query,

@@ -54,7 +54,7 @@ def is_context(words: list[str]) -> bool:
 
 
 def is_greeting(words: list[str]) -> bool:
-    """"Hi.", "Thanks!", "Quick question.": nothing to ask."""
+    """ "Hi.", "Thanks!", "Quick question.": nothing to ask."""
     return all(word in _GREETINGS for word in words)
 
 

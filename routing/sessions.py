@@ -63,16 +63,27 @@ class SessionStore:
         self.shared: SharedCache[str, Turn] | None = None
         if shared is not None:
             self.shared = SharedCache(
-                shared, "sessions", "session", self._turns,
-                encode=lambda t: {"query": t.query, "route": t.route, "stage": t.stage,
-                                  "subject": t.subject},
+                shared,
+                "sessions",
+                "session",
+                self._turns,
+                encode=lambda t: {
+                    "query": t.query,
+                    "route": t.route,
+                    "stage": t.stage,
+                    "subject": t.subject,
+                },
                 decode=self._decode,
             )
 
     def _decode(self, data: Any) -> Turn:
         found = data.get("subject")
-        turn = Turn(str(data["query"]), str(data["route"]), str(data["stage"]),
-                    str(found) if found is not None else None)
+        turn = Turn(
+            str(data["query"]),
+            str(data["route"]),
+            str(data["stage"]),
+            str(found) if found is not None else None,
+        )
         if self._routes is not None and turn.route not in self._routes:
             raise ValueError(f"unknown route {turn.route!r}")
         return turn
@@ -131,11 +142,18 @@ class SessionStore:
         found = rewrite(query, turn.query, turn.subject)
         if found is None:
             return query
-        record(Step.REWRITTEN, **{
-            "query": query, "from": query, "to": found.text, "rule": found.rule,
-            "carried": found.carried, "replaced": found.replaced,
-            "previous_query": turn.query,
-        })
+        record(
+            Step.REWRITTEN,
+            **{
+                "query": query,
+                "from": query,
+                "to": found.text,
+                "rule": found.rule,
+                "carried": found.carried,
+                "replaced": found.replaced,
+                "previous_query": turn.query,
+            },
+        )
         return found.text
 
     def clear(self) -> None:

@@ -209,7 +209,9 @@ class RedisLink:
         if self._down_reason is None:
             log.warning(
                 "shared state: Redis call failed (%s, %s); using local state, retrying in %gs",
-                reason, type(exc).__name__, self.retry_after_s,
+                reason,
+                type(exc).__name__,
+                self.retry_after_s,
             )
         self._down_reason = reason
         self.note(component, reason, retry_in_s=self.retry_after_s)

@@ -95,8 +95,11 @@ def confidence_labels(config: Config, data: dict[str, Route]) -> list[str]:
     semantic stage, exemplars), and `none` when it has either."""
     names = set(config.sources) | set(config.routing.fusion) | {NONE}
     semantic = config.routing.semantic.enabled
-    return [name for name, r in data.items()
-            if name in names and (r.keywords or (semantic and r.exemplars))]
+    return [
+        name
+        for name, r in data.items()
+        if name in names and (r.keywords or (semantic and r.exemplars))
+    ]
 
 
 def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
@@ -156,6 +159,9 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
         routing.default_source,
         sessions=sessions,
         fallback_reason="no_match" if llm is not None else "llm_unconfigured",
-        min_confidence=(load_model(routing.confidence_path).min_confidence
-                        if routing.min_confidence is None else routing.min_confidence),
+        min_confidence=(
+            load_model(routing.confidence_path).min_confidence
+            if routing.min_confidence is None
+            else routing.min_confidence
+        ),
     )

@@ -24,52 +24,108 @@ class Step(StrEnum):
         member.__doc__ = doc
         return member
 
-    DECOMPOSED = ("decomposed", ("query", "parts"),
-                  "A query was split into parts (`claimed` when the keyword rules split it).")
-    CONDITIONAL_DETECTED = ("conditional_detected",
-                            ("query", "condition", "consequence", "remainder", "negated"),
-                            "A condition was extracted; `negated` for 'unless'.")
-    REWRITTEN = ("rewritten", ("query", "from", "to"),
-                 "A follow-up was asked as the question it stands for.")
-    INTENT_KEYWORD = ("intent_keyword", ("query", "decision", "discourse_escalated"),
-                      "The keyword rules looked at a part (decided, declined or unserved).")
-    INTENT_CACHED = ("intent_cached", ("query", "decision"),
-                     "The routing-decision cache answered with an earlier decision.")
-    INTENT_SEMANTIC = ("intent_semantic", ("query", "matched_query", "similarity", "decision"),
-                       "The semantic stage looked at a part (exemplars, earlier decisions).")
-    INTENT_LLM = ("intent_llm", ("query", "decision", "discourse_escalated"),
-                  "A fresh LLM routing decision.")
-    INTENT_SESSION = ("intent_session", ("query", "decision"),
-                      "A follow-up inherited its conversation's previous decision.")
-    INTENT_DEFAULT = ("intent_default", ("query", "decision", "reason"),
-                      "No stage decided: the default route, or none when unserved.")
-    PLANNED = ("planned", ("query", "route", "stage"),
-               "A dry run's plan for a part, in place of a source call.")
-    RESULT_CACHE_HIT = ("result_cache_hit", ("source", "query"),
-                        "A source's answer was served from the result cache.")
-    SOURCE_INVOKED = ("source_invoked",
-                      ("source", "query", "elapsed_ms", "outcome", "result_count"),
-                      "A real source call (a read, or with `operation: act` a command).")
-    SOURCE_SKIPPED = ("source_skipped", ("source", "query", "reason"),
-                      "A source was not called: disabled, or its circuit is open.")
-    FALLBACK = ("fallback", ("from_source", "to_source", "query", "reason"),
-                "The fallback chain moved on to the next source.")
-    FUSION = ("fusion", ("query", "sources"),
-              "A fusion route fanned out to its sources.")
-    CONTROL_WITHHELD = ("control_withheld", ("query", "source", "reason"),
-                        "A state-changing command was not carried out, and why.")
-    ERROR = ("error", ("query", "error_type", "message"),
-             "An exception ended a part or the request.")
-    LLM_ERROR = ("llm_error", ("query", "reason"),
-                 "The LLM stage failed or answered unusably.")
-    LLM_FORMAT_REFUSED = ("llm_format_refused", ("response_format",),
-                          "The LLM server refused a response_format; the next form is tried.")
-    LLM_BIAS_PROBE = ("llm_bias_probe", ("probe",),
-                      "The LLM was asked a content-free question to find a habitual answer.")
-    SHARED_STATE_DEGRADED = ("shared_state_degraded", ("component", "reason"),
-                             "Redis could not be used; local state answered instead.")
-    WORKER_THREAD = ("worker_thread", ("source", "query"),
-                     "Work recorded from a worker thread (the test suite's witness).")
+    DECOMPOSED = (
+        "decomposed",
+        ("query", "parts"),
+        "A query was split into parts (`claimed` when the keyword rules split it).",
+    )
+    CONDITIONAL_DETECTED = (
+        "conditional_detected",
+        ("query", "condition", "consequence", "remainder", "negated"),
+        "A condition was extracted; `negated` for 'unless'.",
+    )
+    REWRITTEN = (
+        "rewritten",
+        ("query", "from", "to"),
+        "A follow-up was asked as the question it stands for.",
+    )
+    INTENT_KEYWORD = (
+        "intent_keyword",
+        ("query", "decision", "discourse_escalated"),
+        "The keyword rules looked at a part (decided, declined or unserved).",
+    )
+    INTENT_CACHED = (
+        "intent_cached",
+        ("query", "decision"),
+        "The routing-decision cache answered with an earlier decision.",
+    )
+    INTENT_SEMANTIC = (
+        "intent_semantic",
+        ("query", "matched_query", "similarity", "decision"),
+        "The semantic stage looked at a part (exemplars, earlier decisions).",
+    )
+    INTENT_LLM = (
+        "intent_llm",
+        ("query", "decision", "discourse_escalated"),
+        "A fresh LLM routing decision.",
+    )
+    INTENT_SESSION = (
+        "intent_session",
+        ("query", "decision"),
+        "A follow-up inherited its conversation's previous decision.",
+    )
+    INTENT_DEFAULT = (
+        "intent_default",
+        ("query", "decision", "reason"),
+        "No stage decided: the default route, or none when unserved.",
+    )
+    PLANNED = (
+        "planned",
+        ("query", "route", "stage"),
+        "A dry run's plan for a part, in place of a source call.",
+    )
+    RESULT_CACHE_HIT = (
+        "result_cache_hit",
+        ("source", "query"),
+        "A source's answer was served from the result cache.",
+    )
+    SOURCE_INVOKED = (
+        "source_invoked",
+        ("source", "query", "elapsed_ms", "outcome", "result_count"),
+        "A real source call (a read, or with `operation: act` a command).",
+    )
+    SOURCE_SKIPPED = (
+        "source_skipped",
+        ("source", "query", "reason"),
+        "A source was not called: disabled, or its circuit is open.",
+    )
+    FALLBACK = (
+        "fallback",
+        ("from_source", "to_source", "query", "reason"),
+        "The fallback chain moved on to the next source.",
+    )
+    FUSION = ("fusion", ("query", "sources"), "A fusion route fanned out to its sources.")
+    CONTROL_WITHHELD = (
+        "control_withheld",
+        ("query", "source", "reason"),
+        "A state-changing command was not carried out, and why.",
+    )
+    ERROR = (
+        "error",
+        ("query", "error_type", "message"),
+        "An exception ended a part or the request.",
+    )
+    LLM_ERROR = ("llm_error", ("query", "reason"), "The LLM stage failed or answered unusably.")
+    LLM_FORMAT_REFUSED = (
+        "llm_format_refused",
+        ("response_format",),
+        "The LLM server refused a response_format; the next form is tried.",
+    )
+    LLM_BIAS_PROBE = (
+        "llm_bias_probe",
+        ("probe",),
+        "The LLM was asked a content-free question to find a habitual answer.",
+    )
+    SHARED_STATE_DEGRADED = (
+        "shared_state_degraded",
+        ("component", "reason"),
+        "Redis could not be used; local state answered instead.",
+    )
+    WORKER_THREAD = (
+        "worker_thread",
+        ("source", "query"),
+        "Work recorded from a worker thread (the test suite's witness).",
+    )
 
 
 # Steps that end a part or the request: kept even past the chain's bound.

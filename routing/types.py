@@ -64,5 +64,7 @@ class IntentStage(Protocol):
 class Escalation(Protocol):
     """What a keyword decision is escalated to (the LLM stage)."""
 
-    async def escalate(self, query: str, context: ResolveContext, keyword_route: str) -> Decision | None:
+    async def escalate(
+        self, query: str, context: ResolveContext, keyword_route: str
+    ) -> Decision | None:
         """A fresh decision (its event recorded), or None to keep the keyword's."""

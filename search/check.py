@@ -77,8 +77,9 @@ def parse_expectations(
                 raise CheckFileError(f"{where}: must be a mapping with exactly query and route")
             found.append(_entry(where, item["query"], item["route"], known, max_chars))
     else:
-        raise CheckFileError(f"{name}: must be a mapping query: route, or a list of "
-                             "{query, route}")
+        raise CheckFileError(
+            f"{name}: must be a mapping query: route, or a list of {{query, route}}"
+        )
     if not found:
         raise CheckFileError(f"{name}: holds no queries")
     return found
@@ -99,8 +100,11 @@ def _confidence(chain: list[dict[str, Any]], part: str) -> float | None:
     value = None
     for event in chain:
         confidence = event.get("confidence")
-        if (event.get("step") in INTENT_STEPS and event.get("part") == part
-                and isinstance(confidence, (int, float))):
+        if (
+            event.get("step") in INTENT_STEPS
+            and event.get("part") == part
+            and isinstance(confidence, (int, float))
+        ):
             value = float(confidence)
     return value
 
@@ -116,9 +120,9 @@ def check_row(expectation: Expectation, outcome: Any) -> CheckRow:
     stages = [r.stage or "-" for _, r in parts]
     confidences = [_confidence(outcome.chain, part) for part, _ in parts]
     if len(parts) == 1:
-        return CheckRow(expectation.query, expectation.route, routes[0], stages[0],
-                        confidences[0])
+        return CheckRow(expectation.query, expectation.route, routes[0], stages[0], confidences[0])
     got = routes[0] if len(set(routes)) == 1 else " + ".join(routes)
     known = [c for c in confidences if c is not None]
-    return CheckRow(expectation.query, expectation.route, got, " + ".join(stages),
-                    min(known) if known else None)
+    return CheckRow(
+        expectation.query, expectation.route, got, " + ".join(stages), min(known) if known else None
+    )

@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("--json", action="store_true", help="print JSON")
     route.add_argument("--local", action="store_true", help="in-process, even if a server runs")
     route.add_argument(
-        "--store", action="store_true",
+        "--store",
+        action="store_true",
         help="with --input: keep a dry-run trace per query (not kept by default, so a batch "
         "does not push real history out of the trace store)",
     )
@@ -100,7 +101,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers: must be at least 1")
     if args.workers == 1:
-        uvicorn.run(create_app(config, settle=True), host=host, port=port, log_level="info", access_log=False)
+        uvicorn.run(
+            create_app(config, settle=True),
+            host=host,
+            port=port,
+            log_level="info",
+            access_log=False,
+        )
         return EXIT_OK
     if args.config:
         os.environ["SEARCH_CONFIG"] = str(Path(args.config).resolve())
@@ -224,8 +231,9 @@ def _plan_parts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"query": r["query"], "source": r.get("route"), "stage": r.get("stage")} for r in flat]
 
 
-def _print_plan(args: argparse.Namespace, query: str, parts: list[dict[str, Any]],
-                chain: list[dict[str, Any]]) -> None:
+def _print_plan(
+    args: argparse.Namespace, query: str, parts: list[dict[str, Any]], chain: list[dict[str, Any]]
+) -> None:
     from search.traces.render import chain_table
 
     if args.input or args.json:
@@ -296,8 +304,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for finding in findings:
         finding.detail = scrubber.text(finding.detail)
     if args.json:
-        say(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False),
-            json_text=True)
+        say(
+            json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False),
+            json_text=True,
+        )
     else:
         rows = [tuple(escape_controls(cell) for cell in row) for row in table(findings)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -318,7 +328,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 # Commands that always load the model; `query` and `route` do only when run in-process.
 MODEL_COMMANDS = frozenset({"serve", "mcp", "replay"})
 COMMANDS = {
-    "serve": cmd_serve, "query": cmd_query, "route": cmd_route, "doctor": cmd_doctor,
+    "serve": cmd_serve,
+    "query": cmd_query,
+    "route": cmd_route,
+    "doctor": cmd_doctor,
     "mcp": cmd_mcp,
 }
 

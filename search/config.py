@@ -63,9 +63,7 @@ class ServerConfig(Strict):
     @classmethod
     def _origins(cls, values: list[str]) -> list[str]:
         for value in values:
-            if not re.fullmatch(
-                r"https?://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)(:\d{1,5})?", value
-            ):
+            if not re.fullmatch(r"https?://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)(:\d{1,5})?", value):
                 raise ValueError(f"{value!r} is not an origin (scheme://host[:port], no path)")
         return [v.lower() for v in values]
 
@@ -81,14 +79,18 @@ class CacheConfig(Strict):
         "password): never in a response, trace or log.",
     )
     redis_key_prefix: str = Field(
-        default="search:", min_length=1, max_length=100,
+        default="search:",
+        min_length=1,
+        max_length=100,
         description="Prefix of every Redis key, so deployments can share one Redis.",
     )
     redis_timeout_s: float = Field(
         default=0.2, gt=0, le=10, description="Limit on each Redis call; past it, local state."
     )
     redis_retry_after_s: float = Field(
-        default=5.0, ge=0, le=3600,
+        default=5.0,
+        ge=0,
+        le=3600,
         description="After a failed Redis call, how long to use local state only before "
         "trying Redis again.",
     )
@@ -200,7 +202,9 @@ class Config(Strict):
                     raise ValueError(f"sources.{name}.fallback: unknown source {target!r}")
         cycle = find_fallback_cycle({n: s.fallback for n, s in self.sources.items()})
         if cycle:
-            raise ValueError("sources.*.fallback: fallback chains form a cycle: " + " -> ".join(cycle))
+            raise ValueError(
+                "sources.*.fallback: fallback chains form a cycle: " + " -> ".join(cycle)
+            )
         return self
 
 

@@ -96,11 +96,11 @@ async def check_one(name: str, entry: Any) -> Finding:
         health = await check_source(source, source_url(entry))
         finding.reachable = health.reachable
         finding.version = health.version
-        outcome, elapsed_ms, error = await _sample(source, SAMPLE_QUERIES.get(
-            str(entry.type), DEFAULT_SAMPLE))
+        outcome, elapsed_ms, error = await _sample(
+            source, SAMPLE_QUERIES.get(str(entry.type), DEFAULT_SAMPLE)
+        )
         finding.sample, finding.sample_ms = outcome, round(elapsed_ms, 1)
-        refused = health.error == SourceUnauthorized.reason or isinstance(
-            error, SourceUnauthorized)
+        refused = health.error == SourceUnauthorized.reason or isinstance(error, SourceUnauthorized)
         if refused:
             finding.auth = "refused"
         elif _has_credentials(entry):
@@ -166,8 +166,16 @@ def table(findings: list[Finding]) -> list[tuple[str, ...]]:
     ]
     for f in findings:
         reachable = "-" if f.reachable is None else ("yes" if f.reachable else "no")
-        rows.append((
-            f.name, f.type, f.status, reachable, f.version or "-", f.auth, f.sample or "-",
-            "-" if f.sample_ms is None else f"{f.sample_ms:.1f} ms",
-        ))
+        rows.append(
+            (
+                f.name,
+                f.type,
+                f.status,
+                reachable,
+                f.version or "-",
+                f.auth,
+                f.sample or "-",
+                "-" if f.sample_ms is None else f"{f.sample_ms:.1f} ms",
+            )
+        )
     return rows

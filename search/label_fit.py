@@ -50,8 +50,11 @@ class TrainingRow:
 
 def training_rows(labels: Iterable[Label], weight: float = LABEL_WEIGHT) -> list[TrainingRow]:
     """The effective labels as rows to fit on (redacted ones left out)."""
-    return [TrainingRow(label.query, label.route, weight) for label in effective_labels(labels)
-            if not label.redacted and not is_pseudonym(label.query)]
+    return [
+        TrainingRow(label.query, label.route, weight)
+        for label in effective_labels(labels)
+        if not label.redacted and not is_pseudonym(label.query)
+    ]
 
 
 def label_overrides(rows: Iterable[TrainingRow]) -> dict[str, RouteOverride]:
@@ -64,10 +67,12 @@ def label_overrides(rows: Iterable[TrainingRow]) -> dict[str, RouteOverride]:
             continue
         seen.add(key)
         exemplars.setdefault(row.route, []).append(row.text.strip())
-    return {route: RouteOverride(
-        exemplars=texts,
-        keywords=[f"{rule_key(text)} ^{PHRASE_WEIGHT:g}" for text in texts])
-        for route, texts in exemplars.items()}
+    return {
+        route: RouteOverride(
+            exemplars=texts, keywords=[f"{rule_key(text)} ^{PHRASE_WEIGHT:g}" for text in texts]
+        )
+        for route, texts in exemplars.items()
+    }
 
 
 def with_labels(config: Config, rows: Sequence[TrainingRow]) -> Config:
@@ -80,19 +85,26 @@ def with_labels(config: Config, rows: Sequence[TrainingRow]) -> Config:
         return config
     added = label_overrides(rows)
     labelled = {rule_key(text) for o in added.values() for text in o.exemplars}
-    routes = {name: o.model_copy(update={
-        "exemplars": [t for t in o.exemplars if rule_key(t) not in labelled]})
-        for name, o in config.routing.routes.items()}
+    routes = {
+        name: o.model_copy(
+            update={"exemplars": [t for t in o.exemplars if rule_key(t) not in labelled]}
+        )
+        for name, o in config.routing.routes.items()
+    }
     for route, extra in added.items():
         base = routes.get(route, RouteOverride())
-        routes[route] = base.model_copy(update={
-            "exemplars": [*base.exemplars, *extra.exemplars],
-            "keywords": [*base.keywords, *extra.keywords],
-        })
-    routing = config.routing.model_copy(update={
-        "routes": routes,
-        "labelled": [*config.routing.labelled, *(row.text for row in rows)],
-    })
+        routes[route] = base.model_copy(
+            update={
+                "exemplars": [*base.exemplars, *extra.exemplars],
+                "keywords": [*base.keywords, *extra.keywords],
+            }
+        )
+    routing = config.routing.model_copy(
+        update={
+            "routes": routes,
+            "labelled": [*config.routing.labelled, *(row.text for row in rows)],
+        }
+    )
     return config.model_copy(update={"routing": routing})
 
 
@@ -115,8 +127,10 @@ async def dry_run_router(config: Config) -> AsyncIterator[Router]:
             if result.condition is not None:
                 found.append((f"{index}.0", result.condition))
             found.append((str(index), result))
-        return [(part, NONE if r.status == "unserved" or r.route is None else r.route)
-                for part, r in found]
+        return [
+            (part, NONE if r.status == "unserved" or r.route is None else r.route)
+            for part, r in found
+        ]
 
     try:
         yield route
@@ -144,8 +158,9 @@ class ChangedDecision:
     new: str
 
 
-async def changed_decisions(traces: Iterable[dict[str, Any]], router: Router
-                            ) -> tuple[list[ChangedDecision], int]:
+async def changed_decisions(
+    traces: Iterable[dict[str, Any]], router: Router
+) -> tuple[list[ChangedDecision], int]:
     """Parts of stored traces whose route differs under `router` from what was recorded,
     and how many traces could not be re-routed (stored redacted)."""
     changed: list[ChangedDecision] = []
@@ -160,8 +175,9 @@ async def changed_decisions(traces: Iterable[dict[str, Any]], router: Router
             old = decision.decision or NONE
             new = now.get(part)
             if new is not None and new != old:
-                changed.append(ChangedDecision(str(trace["trace_id"]), decision.query, part,
-                                               old, new))
+                changed.append(
+                    ChangedDecision(str(trace["trace_id"]), decision.query, part, old, new)
+                )
     return changed, redacted
 
 
@@ -172,8 +188,9 @@ def stored_originals(store: Any, limit: int = 10_000) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     cursor: int | None = None
     while len(found) < limit:
-        page = store.list_traces(TraceFilter(originals_only=True, limit=500, cursor=cursor,
-                                             oldest_first=True))
+        page = store.list_traces(
+            TraceFilter(originals_only=True, limit=500, cursor=cursor, oldest_first=True)
+        )
         for summary in page["traces"]:
             trace = store.get_trace(summary["trace_id"])
             if trace is not None:
@@ -184,8 +201,14 @@ def stored_originals(store: Any, limit: int = 10_000) -> list[dict[str, Any]]:
     return found[:limit]
 
 
-def report_lines(before: float, after: float, rows: int, changed: list[ChangedDecision],
-                 redacted_traces: int = 0, redacted_labels: int = 0) -> list[str]:
+def report_lines(
+    before: float,
+    after: float,
+    rows: int,
+    changed: list[ChangedDecision],
+    redacted_traces: int = 0,
+    redacted_labels: int = 0,
+) -> list[str]:
     """What `search fit` prints about the labels."""
     from search.traces.render import aligned
 
@@ -195,8 +218,16 @@ def report_lines(before: float, after: float, rows: int, changed: list[ChangedDe
     if changed:
         lines.append(f"stored decisions that change: {len(changed)}")
         table = [("trace", "part", "query", "old", "new")]
-        table += [(c.trace_id, c.part, c.query if len(c.query) <= 60 else c.query[:57] + "...",
-                   c.old, c.new) for c in changed]
+        table += [
+            (
+                c.trace_id,
+                c.part,
+                c.query if len(c.query) <= 60 else c.query[:57] + "...",
+                c.old,
+                c.new,
+            )
+            for c in changed
+        ]
         lines.append(aligned(table))
     else:
         lines.append("no stored decision changes")
@@ -205,8 +236,7 @@ def report_lines(before: float, after: float, rows: int, changed: list[ChangedDe
     return lines
 
 
-async def labels_report(config: Config, store: Any
-                        ) -> tuple[list[TrainingRow], Config, list[str]]:
+async def labels_report(config: Config, store: Any) -> tuple[list[TrainingRow], Config, list[str]]:
     """Everything `search fit` needs about the labels: the rows, `config` with them, and the
     report (accuracy on the labelled set before and after; the stored decisions that
     change). Loads the model twice (before, after); stores nothing."""
@@ -241,8 +271,10 @@ def write_artefact(path: Path, rows: Sequence[TrainingRow]) -> None:
     It holds the labelled rows, not routing data derived from the shipped corpus: every
     `search fit` recomputes the rest against the shipped data of the installed version.
     """
-    body = {"version": 1, "rows": [{"text": r.text, "route": r.route, "weight": r.weight}
-                                   for r in rows]}
+    body = {
+        "version": 1,
+        "rows": [{"text": r.text, "route": r.route, "weight": r.weight} for r in rows],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -255,13 +287,15 @@ def read_artefact(path: Path) -> list[TrainingRow]:
     """The fitted rows, or none when there is no artefact (never fitted)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return [TrainingRow(str(r["text"]), str(r["route"]), float(r["weight"]))
-                for r in data["rows"]]
+        return [
+            TrainingRow(str(r["text"]), str(r["route"]), float(r["weight"])) for r in data["rows"]
+        ]
     except FileNotFoundError:
         return []
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a fitted labels file ({exc}); run `search fit` "
-                          "again to rewrite it") from None
+        raise ConfigError(
+            f"{path}: not a fitted labels file ({exc}); run `search fit` again to rewrite it"
+        ) from None
 
 
 def with_artefact(config: Config) -> Config:

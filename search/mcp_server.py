@@ -70,7 +70,6 @@ INSTRUCTIONS = (
 )
 
 
-
 class SearchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     query: str = Field(description="The question; may hold several parts ('weather and news').")
@@ -105,8 +104,10 @@ def _sources_line(config: Config) -> str:
 
 def control_allowed(config: Config) -> bool:
     """Whether any enabled source may act (only then is the `control` tool offered)."""
-    return any(entry.enabled and getattr(entry, "allow_control", False)
-               for entry in config.sources.values())
+    return any(
+        entry.enabled and getattr(entry, "allow_control", False)
+        for entry in config.sources.values()
+    )
 
 
 def tool_list(config: Config) -> list[Tool]:
@@ -116,18 +117,28 @@ def tool_list(config: Config) -> list[Tool]:
         "fallback_occurred, explanation. It never changes anything: a command in the "
         "query is reported as withheld. " + _sources_line(config)
     ).strip()
-    control = [Tool(
-        name="control",
-        description=(
-            "Carry out a command on the home ('turn off the kitchen light', 'lock the front "
-            "door'), as POST /search would: a command under a condition, meant for later, "
-            "or not confidently understood is withheld and nothing changes. Same body as "
-            "search; a result with status 'withheld' says why."
-        ),
-        input_schema=_schema(SearchArgs),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
-                                    idempotent_hint=False, open_world_hint=True),
-    )] if control_allowed(config) else []
+    control = (
+        [
+            Tool(
+                name="control",
+                description=(
+                    "Carry out a command on the home ('turn off the kitchen light', 'lock the front "
+                    "door'), as POST /search would: a command under a condition, meant for later, "
+                    "or not confidently understood is withheld and nothing changes. Same body as "
+                    "search; a result with status 'withheld' says why."
+                ),
+                input_schema=_schema(SearchArgs),
+                annotations=ToolAnnotations(
+                    read_only_hint=False,
+                    destructive_hint=True,
+                    idempotent_hint=False,
+                    open_world_hint=True,
+                ),
+            )
+        ]
+        if control_allowed(config)
+        else []
+    )
     return [
         Tool(
             name="search",
@@ -279,6 +290,7 @@ def build_mcp_server(service: Service) -> Server[Any]:
 
 # --- streamable HTTP -----------------------------------------------------------------
 
+
 def http_endpoint(
     server: Server[Any], max_body_bytes: int = 1024 * 1024
 ) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
@@ -338,8 +350,11 @@ def run_stdio(config: Config) -> int:
     """`search mcp`: the stdio transport. Logs go to stderr; stdout is the protocol's."""
     wire_in, wire_out = divert_std_fds()
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=logging.WARNING,
+            stream=sys.stderr,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
     try:
         asyncio.run(serve_stdio(config, wire_in, wire_out))
     except KeyboardInterrupt:

@@ -96,4 +96,3 @@ def ask(config: Config, payload: dict[str, Any]) -> RemoteAnswer | None:
     if "trace_id" not in body:
         return None
     return RemoteAnswer(response.status, body)
-

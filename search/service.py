@@ -112,7 +112,10 @@ class Service:
                 retry_after_s=cache.redis_retry_after_s,
             )
             shared_results = SharedCache(
-                self.shared, "result_cache", "result", self.result_cache,
+                self.shared,
+                "result_cache",
+                "result",
+                self.result_cache,
                 encode=lambda items: [item.to_dict() for item in items],
                 decode=decode_items,
                 key=lambda key: json.dumps(key, ensure_ascii=False, separators=(",", ":")),
@@ -164,8 +167,7 @@ class Service:
             try:
                 await source.aclose()
             except Exception as exc:  # noqa: BLE001 - closing must go on for the others
-                log.error("closing source %s failed: %s", source.name,
-                          self.scrubber.exception(exc))
+                log.error("closing source %s failed: %s", source.name, self.scrubber.exception(exc))
         self._started_sources.clear()
         if self.shared is not None:
             await self.shared.aclose()  # after its last background writes
@@ -193,8 +195,9 @@ class Service:
                     exc, "_search_logged", False
                 ):
                     where = getattr(owner, "name", type(owner).__name__)
-                    log.error("unexpected error in %s.%s: %s", where, method,
-                              scrubber.exception(exc))
+                    log.error(
+                        "unexpected error in %s.%s: %s", where, method, scrubber.exception(exc)
+                    )
                     try:
                         exc._search_logged = True  # type: ignore[attr-defined]
                     except AttributeError:  # an exception type with __slots__
@@ -220,7 +223,11 @@ class Service:
         return result
 
     async def _route(
-        self, query: str, dry_run: bool, session_id: str | None, read_only: bool = False,
+        self,
+        query: str,
+        dry_run: bool,
+        session_id: str | None,
+        read_only: bool = False,
         explain: bool = False,
     ) -> tuple[int, dict[str, str] | None, list[PartResult]]:
         """Run the router under the request deadline; (status, error, results).
@@ -234,8 +241,9 @@ class Service:
         status_code = 200
         try:
             async with asyncio.timeout(deadline_s):
-                results = await self.router.run(query, dry_run=dry_run, session_id=session_id,
-                                                read_only=read_only)
+                results = await self.router.run(
+                    query, dry_run=dry_run, session_id=session_id, read_only=read_only
+                )
         except TooManyParts as exc:  # the surfaces check first; this is for any other caller
             status_code = 422
             error = {"type": "too_many_parts", "message": str(exc), "field": "query"}
@@ -256,8 +264,10 @@ class Service:
                 status_code = 502
                 error = {
                     "type": "all_parts_failed",
-                    "message": "every part of the query failed; " + (
-                        "see the explanation" if explain
+                    "message": "every part of the query failed; "
+                    + (
+                        "see the explanation"
+                        if explain
                         else "ask again with explain: true to see the chain"
                     ),
                 }
@@ -283,7 +293,8 @@ class Service:
         try:
             with route_log(self.config.routing.max_events, self.recorder) as chain_log:
                 status_code, error, results = await self._route(
-                    query, dry_run, session_id, read_only, explain)
+                    query, dry_run, session_id, read_only, explain
+                )
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events
@@ -309,7 +320,9 @@ class Service:
                 "trace_id": trace_id,
                 "explanation": recorded.events() if explain else None,
             }
-        outcome = SearchOutcome(status_code, body, trace_id, recorded, results, dropped, duration_ms)
+        outcome = SearchOutcome(
+            status_code, body, trace_id, recorded, results, dropped, duration_ms
+        )
         trace = TraceRecord(
             trace_id=trace_id,
             started_at=started_wall,

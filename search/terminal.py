@@ -14,9 +14,7 @@ from typing import TextIO
 
 # C0, DEL and C1 controls, and the bidi embedding, override and isolate controls (and the
 # marks that steer them).
-_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(char: str) -> str:

@@ -49,11 +49,20 @@ from sources.registry import HttpUrl, SourceConfig
 CALL_ID = 1
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 CONDITIONS = {
-    "clear-night": "clear night", "cloudy": "cloudy", "exceptional": "exceptional weather",
-    "fog": "fog", "hail": "hail", "lightning": "thunderstorms",
-    "lightning-rainy": "thunderstorms with rain", "partlycloudy": "partly cloudy",
-    "pouring": "pouring rain", "rainy": "rainy", "snowy": "snowy",
-    "snowy-rainy": "sleet", "sunny": "sunny", "windy": "windy",
+    "clear-night": "clear night",
+    "cloudy": "cloudy",
+    "exceptional": "exceptional weather",
+    "fog": "fog",
+    "hail": "hail",
+    "lightning": "thunderstorms",
+    "lightning-rainy": "thunderstorms with rain",
+    "partlycloudy": "partly cloudy",
+    "pouring": "pouring rain",
+    "rainy": "rainy",
+    "snowy": "snowy",
+    "snowy-rainy": "sleet",
+    "sunny": "sunny",
+    "windy": "windy",
     "windy-variant": "windy and cloudy",
 }
 
@@ -66,7 +75,6 @@ class Config(SourceConfig):
     token: SecretStr = Field(description="Long-lived access token, from ${HA_TOKEN}.")
     entity_id: str = Field(pattern=r"^weather\.[a-z0-9_]+$")
     max_days: int = Field(default=7, ge=1, le=16)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +109,9 @@ def parse_days(result: Any, entity_id: str) -> tuple[list[Day], date]:
         raise SourceBadResponse("get_forecasts returned no service response")
     if entity_id not in response:
         raise SourceError(f"Home Assistant returned no forecast for {entity_id}")
-    forecast = response[entity_id].get("forecast") if isinstance(
-        response[entity_id], dict) else None
+    forecast = (
+        response[entity_id].get("forecast") if isinstance(response[entity_id], dict) else None
+    )
     if not isinstance(forecast, list):
         raise SourceBadResponse(f"the forecast for {entity_id} is not a list")
     days: list[Day] = []
@@ -116,14 +125,16 @@ def parse_days(result: Any, entity_id: str) -> tuple[list[Day], date]:
             raise SourceBadResponse("a forecast entry has a malformed datetime") from None
         tz = tz or moment.tzinfo
         condition = entry.get("condition")
-        days.append(Day(
-            date=moment.date(),
-            condition=condition if isinstance(condition, str) else None,
-            high=_number(entry, "temperature"),
-            low=_number(entry, "templow"),
-            precipitation=_number(entry, "precipitation"),
-            probability=_number(entry, "precipitation_probability"),
-        ))
+        days.append(
+            Day(
+                date=moment.date(),
+                condition=condition if isinstance(condition, str) else None,
+                high=_number(entry, "temperature"),
+                low=_number(entry, "templow"),
+                precipitation=_number(entry, "precipitation"),
+                probability=_number(entry, "precipitation_probability"),
+            )
+        )
     today = datetime.now(tz).date() if tz else date.today()
     return days, today
 
@@ -138,7 +149,7 @@ def _temp(value: float, unit: str) -> str:
 
 
 def summarise(day: Day, today: date, units: dict[str, str]) -> str:
-    """ "Tuesday: sunny, high 22 °C, low 14 °C, precipitation 0 mm (10% chance)". """
+    """ "Tuesday: sunny, high 22 °C, low 14 °C, precipitation 0 mm (10% chance)"."""
     if day.date == today:
         label = f"Today ({day.date.strftime('%A')})"
     elif day.date == today + timedelta(days=1):
@@ -185,7 +196,8 @@ class HAWeatherSource(Source):
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = http.make_client(
-                self.url, self.timeout_s,
+                self.url,
+                self.timeout_s,
                 {"Authorization": f"Bearer {self._token.get_secret_value()}"},
             )
         return self._client
@@ -225,29 +237,38 @@ class HAWeatherSource(Source):
 
     async def _exchange(self) -> Any:
         async with connect(
-            self._ws_url, proxy=None, open_timeout=None, close_timeout=1,
-            ping_interval=None, max_size=MAX_MESSAGE_BYTES, compression=None,
+            self._ws_url,
+            proxy=None,
+            open_timeout=None,
+            close_timeout=1,
+            ping_interval=None,
+            max_size=MAX_MESSAGE_BYTES,
+            compression=None,
         ) as ws:
             hello = await self._receive(ws)
             if hello.get("type") != "auth_required":
                 raise SourceBadResponse(f"{self._what} did not ask for auth on its websocket")
-            await ws.send(json.dumps(
-                {"type": "auth", "access_token": self._token.get_secret_value()}
-            ))
+            await ws.send(
+                json.dumps({"type": "auth", "access_token": self._token.get_secret_value()})
+            )
             verdict = await self._receive(ws)
             if verdict.get("type") == "auth_invalid":
                 raise SourceUnauthorized(f"{self._what} websocket refused our token (auth_invalid)")
             if verdict.get("type") != "auth_ok":
                 raise SourceBadResponse(f"{self._what} answered auth with {verdict.get('type')!r}")
-            await ws.send(json.dumps({
-                "id": CALL_ID,
-                "type": "call_service",
-                "domain": "weather",
-                "service": "get_forecasts",
-                "service_data": {"type": "daily"},
-                "target": {"entity_id": self.entity_id},
-                "return_response": True,
-            }))
+            await ws.send(
+                json.dumps(
+                    {
+                        "id": CALL_ID,
+                        "type": "call_service",
+                        "domain": "weather",
+                        "service": "get_forecasts",
+                        "service_data": {"type": "daily"},
+                        "target": {"entity_id": self.entity_id},
+                        "return_response": True,
+                    }
+                )
+            )
             while True:
                 message = await self._receive(ws)
                 if message.get("id") == CALL_ID and message.get("type") == "result":
@@ -298,7 +319,8 @@ class HAWeatherSource(Source):
             if not isinstance(attrs, dict):
                 raise SourceBadResponse(f"{self._what}: the entity state has no attributes")
             units = {
-                key: attrs[f"{key}_unit"] for key in ("temperature", "precipitation")
+                key: attrs[f"{key}_unit"]
+                for key in ("temperature", "precipitation")
                 if isinstance(attrs.get(f"{key}_unit"), str)
             }
             name = attrs.get("friendly_name")
@@ -314,8 +336,11 @@ class HAWeatherSource(Source):
         chosen = [d for d in ahead if d.date in wanted]
         url = f"{self.url}/history?entity_id={quote(self.entity_id)}"
         return [
-            Item(title=f"{name}: {d.date.strftime('%A')} {d.date.isoformat()}",
-                 text=summarise(d, today, units), url=url)
+            Item(
+                title=f"{name}: {d.date.strftime('%A')} {d.date.isoformat()}",
+                text=summarise(d, today, units),
+                url=url,
+            )
             for d in chosen
         ]
 

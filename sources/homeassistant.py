@@ -68,10 +68,10 @@ class Config(SourceConfig):
     )
     max_results: int = Field(default=10, ge=1, le=200)
     cache_ttl_s: float | None = Field(
-        default=0.0, ge=0,
+        default=0.0,
+        ge=0,
         description="Result cache lifetime (default 0: the home's state is always read fresh).",
     )
-
 
 
 # ---------------------------------------------------------------------------------------
@@ -80,20 +80,37 @@ class Config(SourceConfig):
 
 # Words that name a kind of device; removed from the name words.
 DOMAIN_WORDS: dict[str, frozenset[str]] = {
-    **dict.fromkeys(["light", "lights", "lamp", "lamps", "bulb", "bulbs", "lighting"],
-                    frozenset({"light"})),
-    **dict.fromkeys(["switch", "switches", "plug", "plugs", "outlet", "outlets", "socket",
-                     "sockets"], frozenset({"switch"})),
-    **dict.fromkeys(["cover", "covers", "blind", "blinds", "shade", "shades", "shutter",
-                     "shutters", "curtain", "curtains"], frozenset({"cover"})),
+    **dict.fromkeys(
+        ["light", "lights", "lamp", "lamps", "bulb", "bulbs", "lighting"], frozenset({"light"})
+    ),
+    **dict.fromkeys(
+        ["switch", "switches", "plug", "plugs", "outlet", "outlets", "socket", "sockets"],
+        frozenset({"switch"}),
+    ),
+    **dict.fromkeys(
+        [
+            "cover",
+            "covers",
+            "blind",
+            "blinds",
+            "shade",
+            "shades",
+            "shutter",
+            "shutters",
+            "curtain",
+            "curtains",
+        ],
+        frozenset({"cover"}),
+    ),
     **dict.fromkeys(["lock", "locks"], frozenset({"lock"})),
-    **dict.fromkeys(["thermostat", "thermostats", "heating", "heater", "hvac",
-                     "climate", "ac", "aircon"], frozenset({"climate"})),
+    **dict.fromkeys(
+        ["thermostat", "thermostats", "heating", "heater", "hvac", "climate", "ac", "aircon"],
+        frozenset({"climate"}),
+    ),
     **dict.fromkeys(["fan", "fans"], frozenset({"fan"})),
     **dict.fromkeys(["sensor", "sensors"], frozenset({"sensor", "binary_sensor"})),
     **dict.fromkeys(["vacuum", "vacuums", "robot", "hoover"], frozenset({"vacuum"})),
-    **dict.fromkeys(["tv", "speaker", "speakers", "player", "media"],
-                    frozenset({"media_player"})),
+    **dict.fromkeys(["tv", "speaker", "speakers", "player", "media"], frozenset({"media_player"})),
     **dict.fromkeys(["camera", "cameras"], frozenset({"camera"})),
     **dict.fromkeys(["alarm"], frozenset({"alarm_control_panel"})),
     **dict.fromkeys(["humidifier", "dehumidifier"], frozenset({"humidifier"})),
@@ -106,8 +123,10 @@ NOUN_WORDS: dict[str, frozenset[str]] = {
 }
 # Words that name a measured quantity: (domains, device_class).
 MEASURE_WORDS: dict[str, tuple[frozenset[str], str]] = {
-    **dict.fromkeys(["temperature", "temp", "temperatures", "warm", "hot", "cold"],
-                    (frozenset({"sensor", "climate"}), "temperature")),
+    **dict.fromkeys(
+        ["temperature", "temp", "temperatures", "warm", "hot", "cold"],
+        (frozenset({"sensor", "climate"}), "temperature"),
+    ),
     **dict.fromkeys(["humidity", "humid"], (frozenset({"sensor"}), "humidity")),
     **dict.fromkeys(["power", "consumption", "watts"], (frozenset({"sensor"}), "power")),
     **dict.fromkeys(["energy"], (frozenset({"sensor"}), "energy")),
@@ -116,19 +135,99 @@ MEASURE_WORDS: dict[str, tuple[frozenset[str], str]] = {
     **dict.fromkeys(["co2"], (frozenset({"sensor"}), "carbon_dioxide")),
 }
 STATE_WORDS: dict[str, str] = {
-    "on": "on", "off": "off", "open": "open", "opened": "open", "closed": "closed",
-    "shut": "closed", "locked": "locked", "unlocked": "unlocked", "playing": "playing",
+    "on": "on",
+    "off": "off",
+    "open": "open",
+    "opened": "open",
+    "closed": "closed",
+    "shut": "closed",
+    "locked": "locked",
+    "unlocked": "unlocked",
+    "playing": "playing",
 }
 LISTING_WORDS = frozenset({"which", "what", "any", "list", "show", "all", "every"})
-STOPWORDS = frozenset({
-    "a", "an", "the", "is", "are", "was", "were", "be", "been", "do", "does", "did", "of",
-    "in", "at", "on", "to", "for", "from", "by", "with", "and", "or", "my", "our", "your",
-    "me", "us", "i", "we", "you", "it", "its", "this", "that", "these", "those", "there",
-    "here", "status", "state", "states", "what", "whats", "which", "who", "how", "much",
-    "many", "current", "currently", "right", "now", "please", "tell", "show", "list", "give",
-    "check", "any", "all", "every", "still", "left", "level", "reading", "value", "anything",
-    "something", "can", "could", "would", "will", "hey", "ok", "okay", "home", "house",
-})
+STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "do",
+        "does",
+        "did",
+        "of",
+        "in",
+        "at",
+        "on",
+        "to",
+        "for",
+        "from",
+        "by",
+        "with",
+        "and",
+        "or",
+        "my",
+        "our",
+        "your",
+        "me",
+        "us",
+        "i",
+        "we",
+        "you",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "status",
+        "state",
+        "states",
+        "what",
+        "whats",
+        "which",
+        "who",
+        "how",
+        "much",
+        "many",
+        "current",
+        "currently",
+        "right",
+        "now",
+        "please",
+        "tell",
+        "show",
+        "list",
+        "give",
+        "check",
+        "any",
+        "all",
+        "every",
+        "still",
+        "left",
+        "level",
+        "reading",
+        "value",
+        "anything",
+        "something",
+        "can",
+        "could",
+        "would",
+        "will",
+        "hey",
+        "ok",
+        "okay",
+        "home",
+        "house",
+    }
+)
 ALL_WORDS = frozenset({"all", "every", "everything"})
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -139,8 +238,18 @@ _ON_OFF_LAST = re.compile(_POLITE + r"(?:turn|switch|put)\s+(.+?)\s+(on|off)[.!]
 _VERB = re.compile(_POLITE + r"(open|close|shut|lock|unlock|toggle)\s+(.+)$")
 
 # (action, domain) → service; an action on a domain not listed is not supported.
-_ON_OFF_DOMAINS = ("light", "switch", "fan", "input_boolean", "media_player", "climate",
-                   "humidifier", "siren", "automation", "script")
+_ON_OFF_DOMAINS = (
+    "light",
+    "switch",
+    "fan",
+    "input_boolean",
+    "media_player",
+    "climate",
+    "humidifier",
+    "siren",
+    "automation",
+    "script",
+)
 SERVICES: dict[tuple[str, str], str] = {
     **{("on", d): "turn_on" for d in _ON_OFF_DOMAINS},
     **{("off", d): "turn_off" for d in _ON_OFF_DOMAINS},
@@ -408,7 +517,10 @@ class HomeAssistantSource(ActingSource):
             return self._areas
         try:
             response = await http.request(
-                self._http(), "POST", "/api/template", what=self._what,
+                self._http(),
+                "POST",
+                "/api/template",
+                what=self._what,
                 json={"template": AREA_TEMPLATE},
             )
             pairs = json.loads(response.text)
@@ -454,16 +566,25 @@ class HomeAssistantSource(ActingSource):
         states = await self._states()
         areas = await self._area_map()
         if request.action:  # reading a command's words: the state of what it names
-            request = Request(domains=request.domains, device_class=None, state=None,
-                              names=request.names, entity_id=request.entity_id, all=request.all)
+            request = Request(
+                domains=request.domains,
+                device_class=None,
+                state=None,
+                names=request.names,
+                entity_id=request.entity_id,
+                all=request.all,
+            )
         matches = match_entities(states, areas, request)
         if not matches:
             return []
         needs_unit = any(m.domain == "climate" for m in matches[: self.max_results])
         unit = await self._temperature_unit() if needs_unit else "°"
         return [
-            Item(title=m.name, text=describe(m.state, m.area, unit),
-                 url=self._history_url(m.entity_id))
+            Item(
+                title=m.name,
+                text=describe(m.state, m.area, unit),
+                url=self._history_url(m.entity_id),
+            )
             for m in matches[: self.max_results]
         ]
 
@@ -478,7 +599,10 @@ class HomeAssistantSource(ActingSource):
         return await self._control(command.query, request, states, areas)
 
     async def _control(
-        self, query: str, request: Request, states: list[dict[str, Any]],
+        self,
+        query: str,
+        request: Request,
+        states: list[dict[str, Any]],
         areas: dict[str, str],
     ) -> list[Item]:
         action = request.action or ""
@@ -486,8 +610,13 @@ class HomeAssistantSource(ActingSource):
         domains = (request.domains & able) if request.domains else able
         if not domains:
             return []
-        targeted = Request(domains=domains, device_class=None, state=None,
-                           names=request.names, entity_id=request.entity_id)
+        targeted = Request(
+            domains=domains,
+            device_class=None,
+            state=None,
+            names=request.names,
+            entity_id=request.entity_id,
+        )
         matches = match_entities(states, areas, targeted)
         if not matches:
             return []
@@ -505,15 +634,21 @@ class HomeAssistantSource(ActingSource):
         listed = ", ".join(f"{m.name} ({m.entity_id})" for m in matches[: self.max_results])
         return Item(
             title="Which device?",
-            text=(f"'{query}' could mean several devices: {listed}. Name one, or say 'all'. "
-                  "Nothing was changed."),
+            text=(
+                f"'{query}' could mean several devices: {listed}. Name one, or say 'all'. "
+                "Nothing was changed."
+            ),
         )
 
     async def _call(self, action: str, match: Match) -> Item:
         service = SERVICES[(action, match.domain)]
         response = await http.request(
-            self._http(), "POST", f"/api/services/{match.domain}/{service}",
-            what=self._what, retries=0, json={"entity_id": match.entity_id},
+            self._http(),
+            "POST",
+            f"/api/services/{match.domain}/{service}",
+            what=self._what,
+            retries=0,
+            json={"entity_id": match.entity_id},
         )
         changed = http.parse_json(response, self._what)
         new_state = None

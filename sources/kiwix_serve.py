@@ -68,7 +68,6 @@ class Config(SourceConfig):
         default=True, description="Answer from title suggestions when full text finds nothing."
     )
 
-
     @field_validator("books")
     @classmethod
     def _book_names(cls, value: list[str]) -> list[str]:

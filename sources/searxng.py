@@ -29,7 +29,6 @@ WHAT = "SearXNG"
 _SPACE = re.compile(r"\s+")
 
 
-
 class Config(SourceConfig):
     """`sources.<name>` keys for `type: searxng`."""
 
@@ -40,7 +39,6 @@ class Config(SourceConfig):
         default=None, description="SearXNG categories to search (general, news, science...)."
     )
     language: str | None = Field(default=None, description="Search language, e.g. en or de-DE.")
-
 
     @field_validator("categories", mode="before")
     @classmethod

@@ -40,8 +40,11 @@ print("imported", sys.argv[1])
 )
 def test_a_layer_imports_nothing_above_it(package: str, above: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, package, above], cwd=ROOT, capture_output=True,
-        text=True, timeout=120,
+        [sys.executable, "-c", PROBE, package, above],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"imported {package}" in done.stdout
@@ -50,7 +53,10 @@ def test_a_layer_imports_nothing_above_it(package: str, above: str) -> None:
 def test_the_probe_does_catch_an_upward_import() -> None:
     """The same probe, with the layer below blocked, must fail: it is not vacuous."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, "routing", "sources"], cwd=ROOT, capture_output=True,
-        text=True, timeout=120,
+        [sys.executable, "-c", PROBE, "routing", "sources"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode != 0 and "is a layer above routing" in done.stderr

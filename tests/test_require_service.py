@@ -54,7 +54,11 @@ def run_suite(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str
         env["CI"] = ci
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rsf", str(test)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

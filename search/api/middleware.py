@@ -41,16 +41,22 @@ class BearerTokenMiddleware:
             await send({"type": "websocket.close", "code": 1008})
             return
         body = json.dumps(
-            {"error": {"type": "unauthorized", "message": "authorization: a valid bearer token "
-                       "is required"}}
+            {
+                "error": {
+                    "type": "unauthorized",
+                    "message": "authorization: a valid bearer token is required",
+                }
+            }
         ).encode()
-        await send({
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="search"'),
-            ],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b'Bearer realm="search"'),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

@@ -23,20 +23,24 @@ def _surface_paths() -> dict[str, Any]:
             "get": {
                 "summary": "Prometheus metrics, counted from the recorded events",
                 "operationId": "metrics",
-                "responses": {"200": {
-                    "description": "Prometheus text format 0.0.4 (OpenMetrics on request).",
-                    "content": {"text/plain": {"schema": {"type": "string"}}},
-                }},
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format 0.0.4 (OpenMetrics on request).",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
             }
         },
         "/ui": {
             "get": {
                 "summary": "The trace viewer (HTML; assets under /ui/)",
                 "operationId": "ui",
-                "responses": {"200": {
-                    "description": "The page.",
-                    "content": {"text/html": {"schema": {"type": "string"}}},
-                }},
+                "responses": {
+                    "200": {
+                        "description": "The page.",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
             }
         },
         "/mcp": {
@@ -45,20 +49,34 @@ def _surface_paths() -> dict[str, Any]:
                 "description": "Tools `search(query, explain=false)` and `get_trace(trace_id)`. "
                 "Speak it with an MCP client; see the README. Absent when mcp.enabled is false.",
                 "operationId": "mcp",
-                "requestBody": {"required": True, "content": {"application/json": {
-                    "schema": {"type": "object", "description": "A JSON-RPC 2.0 message."}}}},
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"type": "object", "description": "A JSON-RPC 2.0 message."}
+                        }
+                    },
+                },
                 "responses": {
-                    "200": {"description": "The JSON-RPC response.",
-                            "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "200": {
+                        "description": "The JSON-RPC response.",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
                     "202": {"description": "A notification was accepted."},
-                    "400": {"description": "Not a JSON-RPC message (a JSON-RPC error object), "
-                            "or not a JSON body (plain text).",
-                            "content": {"application/json": {"schema": {"type": "object"}},
-                                        "text/plain": {"schema": {"type": "string"}}}},
+                    "400": {
+                        "description": "Not a JSON-RPC message (a JSON-RPC error object), "
+                        "or not a JSON body (plain text).",
+                        "content": {
+                            "application/json": {"schema": {"type": "object"}},
+                            "text/plain": {"schema": {"type": "string"}},
+                        },
+                    },
                     "403": _json("ErrorResponse", "A Host or Origin not this server's own."),
                     "415": _json("ErrorResponse", "Content-Type is not application/json."),
-                    "406": {"description": "`Accept` lacks application/json.",
-                            "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "406": {
+                        "description": "`Accept` lacks application/json.",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
                 },
             }
         },
@@ -90,8 +108,10 @@ def openapi_document(version: str) -> dict[str, Any]:
                     "responses": {
                         "200": _json("SearchResponse", "Every part answered or planned."),
                         "400": bad,
-                        "403": _json("ErrorResponse", "A Host or Origin not this server's "
-                                     "own (the message names which)."),
+                        "403": _json(
+                            "ErrorResponse",
+                            "A Host or Origin not this server's own (the message names which).",
+                        ),
                         "413": bad,
                         "415": _json("ErrorResponse", "Content-Type is not application/json."),
                         "422": bad,
@@ -118,6 +138,7 @@ def openapi_document(version: str) -> dict[str, Any]:
             **label_paths(),
             **_surface_paths(),
         },
-        "components": {"schemas": {**openapi_components(), **trace_components(),
-                                   **label_components()}},
+        "components": {
+            "schemas": {**openapi_components(), **trace_components(), **label_components()}
+        },
     }

@@ -107,10 +107,14 @@ class RequestGuard:
         if theirs is None or ours is None:
             return False
         request_scheme = {"ws": "http", "wss": "https"}.get(
-            str(scope.get("scheme", "http")), str(scope.get("scheme", "http")))
+            str(scope.get("scheme", "http")), str(scope.get("scheme", "http"))
+        )
         default = _DEFAULT_PORT[scheme]
         return (scheme, theirs[0], theirs[1] or default) == (
-            request_scheme, ours[0], ours[1] or _DEFAULT_PORT.get(request_scheme, 80))
+            request_scheme,
+            ours[0],
+            ours[1] or _DEFAULT_PORT.get(request_scheme, 80),
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -133,9 +137,13 @@ class RequestGuard:
         if refusal is None and scope["type"] == "http" and scope.get("method") in BODY_METHODS:
             media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if media != "application/json":
-                refusal = (415, "unsupported_media_type", "Content-Type",
-                           "Content-Type: must be application/json"
-                           + (f", not {_shown(media)}" if media else " (none was sent)"))
+                refusal = (
+                    415,
+                    "unsupported_media_type",
+                    "Content-Type",
+                    "Content-Type: must be application/json"
+                    + (f", not {_shown(media)}" if media else " (none was sent)"),
+                )
         if refusal is None:
             await self.app(scope, receive, send)
             return
@@ -144,24 +152,32 @@ class RequestGuard:
             return
         status, kind, field, message = refusal
         body = json.dumps({"error": {"type": kind, "message": message, "field": field}}).encode()
-        await send({
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode())],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     def _refusal(
         self, host: str | None, origin: str | None, scope: Scope
     ) -> tuple[int, str, str, str] | None:
         if host is not None and not self.host_allowed(host, scope):
-            message = (f"Host: {_shown(host)} is not a name of this server "
-                       "(list it in server.allowed_hosts)")
+            message = (
+                f"Host: {_shown(host)} is not a name of this server "
+                "(list it in server.allowed_hosts)"
+            )
             return (403, "forbidden_host", "Host", message)
         if origin is not None and not self.origin_allowed(origin, host, scope):
-            message = (f"Origin: {_shown(origin)} is not this server's own "
-                       "(list it in server.allowed_origins)")
+            message = (
+                f"Origin: {_shown(origin)} is not this server's own "
+                "(list it in server.allowed_origins)"
+            )
             return (403, "forbidden_origin", "Origin", message)
         return None
 

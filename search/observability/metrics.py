@@ -37,12 +37,29 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The intent steps of the contract; a stage added later is counted under its own step name
 # as long as it starts with "intent_".
 INTENT_STEPS = (
-    Step.INTENT_KEYWORD, Step.INTENT_CACHED, Step.INTENT_SESSION, Step.INTENT_SEMANTIC, Step.INTENT_LLM,
+    Step.INTENT_KEYWORD,
+    Step.INTENT_CACHED,
+    Step.INTENT_SESSION,
+    Step.INTENT_SEMANTIC,
+    Step.INTENT_LLM,
     Step.INTENT_DEFAULT,
 )
 # Source calls take milliseconds (ZIM lookups) to seconds (LLM-backed or remote sources).
 LATENCY_BUCKETS_S = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
 )
 REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -55,47 +72,65 @@ class MetricsObserver:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter(
-            "search_requests", "Finished /search requests (any surface), by HTTP status.",
-            ["status"], registry=r,
+            "search_requests",
+            "Finished /search requests (any surface), by HTTP status.",
+            ["status"],
+            registry=r,
         )
         self.request_seconds = Histogram(
-            "search_request_duration_seconds", "Duration of a request, from its route log.",
-            buckets=REQUEST_BUCKETS_S, registry=r,
+            "search_request_duration_seconds",
+            "Duration of a request, from its route log.",
+            buckets=REQUEST_BUCKETS_S,
+            registry=r,
         )
         self.source_calls = Counter(
-            "search_source_calls", "Real source calls (source_invoked), by source and outcome.",
-            ["source", "outcome"], registry=r,
+            "search_source_calls",
+            "Real source calls (source_invoked), by source and outcome.",
+            ["source", "outcome"],
+            registry=r,
         )
         self.source_seconds = Histogram(
             "search_source_call_duration_seconds",
             "Elapsed time of source calls, timed around the call (source_invoked.elapsed_ms).",
-            ["source", "outcome"], buckets=LATENCY_BUCKETS_S, registry=r,
+            ["source", "outcome"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
         )
         self.source_skips = Counter(
-            "search_source_skips", "Sources skipped without a call (source_skipped), by reason.",
-            ["source", "reason"], registry=r,
+            "search_source_skips",
+            "Sources skipped without a call (source_skipped), by reason.",
+            ["source", "reason"],
+            registry=r,
         )
         self.shared_state_degraded = Counter(
             "search_shared_state_degraded",
             "Requests that fell back to local state because Redis was unreachable, by component.",
-            ["component", "reason"], registry=r,
+            ["component", "reason"],
+            registry=r,
         )
         self.fallbacks = Counter(
-            "search_fallbacks", "Fallback chain moves, by from and to source.",
-            ["from_source", "to_source"], registry=r,
+            "search_fallbacks",
+            "Fallback chain moves, by from and to source.",
+            ["from_source", "to_source"],
+            registry=r,
         )
         self.cache_hits = Counter(
             "search_cache_hits",
             "Cache hits by kind: 'result' (result_cache_hit), 'decision' (intent_cached).",
-            ["kind"], registry=r,
+            ["kind"],
+            registry=r,
         )
         self.intent_decisions = Counter(
-            "search_intent_decisions", "Routing decisions by the intent stage that made them.",
-            ["stage"], registry=r,
+            "search_intent_decisions",
+            "Routing decisions by the intent stage that made them.",
+            ["stage"],
+            registry=r,
         )
         self.errors = Counter(
-            "search_errors", "error events (a part or the request failed), by error type.",
-            ["error_type"], registry=r,
+            "search_errors",
+            "error events (a part or the request failed), by error type.",
+            ["error_type"],
+            registry=r,
         )
         self.dropped_events = Counter(
             "search_dropped_events",

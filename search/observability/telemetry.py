@@ -227,9 +227,7 @@ def build_tracer_provider(
                 f"telemetry.otlp_endpoint: {endpoint!r} is not an http(s) URL "
                 "(the OTLP/HTTP collector, e.g. http://127.0.0.1:4318)"
             )
-        exporter = OTLPSpanExporter(
-            endpoint=traces_endpoint(endpoint), timeout=telemetry.timeout_s
-        )
+        exporter = OTLPSpanExporter(endpoint=traces_endpoint(endpoint), timeout=telemetry.timeout_s)
     ids = _PlannedIds()
     provider = TracerProvider(
         resource=Resource.create({"service.name": telemetry.service_name}),
@@ -404,8 +402,9 @@ class OtelObserver:
         self.provider.shutdown()
 
 
-def build_otel_observer(config: Config, exporter: SpanExporter | None = None,
-                        *, batch: bool = True) -> OtelObserver:
+def build_otel_observer(
+    config: Config, exporter: SpanExporter | None = None, *, batch: bool = True
+) -> OtelObserver:
     provider, ids = build_tracer_provider(config, exporter, batch=batch)
     install_log_correlation()
     return OtelObserver(provider, ids, redact=config.trace.redact)

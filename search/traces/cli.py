@@ -71,7 +71,8 @@ def add_commands(commands: Any) -> dict[str, Handler]:
     show.add_argument("id", help="trace id (or a unique prefix of 6+ characters)")
     show.add_argument("--json", action="store_true", help="print the stored trace as JSON")
     show.add_argument(
-        "--decision-only", action="store_true",
+        "--decision-only",
+        action="store_true",
         help="structure and reasons only, no query text (safe for a bug report)",
     )
     _store_options(show)
@@ -150,10 +151,16 @@ def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
     params = {
         name: str(value)
         for name, value in (
-            ("step", args.step), ("source", args.source), ("outcome", args.outcome),
-            ("q", args.text), ("session", args.session), ("since", args.since),
+            ("step", args.step),
+            ("source", args.source),
+            ("outcome", args.outcome),
+            ("q", args.text),
+            ("session", args.session),
+            ("since", args.since),
             ("until", args.until),
-            ("limit", args.limit), ("offset", args.offset), ("cursor", args.cursor),
+            ("limit", args.limit),
+            ("offset", args.offset),
+            ("cursor", args.cursor),
         )
         if value is not None
     }
@@ -195,8 +202,12 @@ def _show(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
         say()
         say(chain_table(safe["chain"]))
         say()
-        for line in narrative(safe["chain"], with_text=False,
-                              dropped_events=safe["dropped_events"], labels=safe["labels"]):
+        for line in narrative(
+            safe["chain"],
+            with_text=False,
+            dropped_events=safe["dropped_events"],
+            labels=safe["labels"],
+        ):
             say(escape_controls(line))
         return EXIT_OK
     if args.json:
@@ -210,8 +221,9 @@ def _show(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
     say()
     say(chain_table(trace["chain"]))
     say()
-    for line in narrative(trace["chain"], dropped_events=trace["dropped_events"],
-                          labels=trace.get("labels", [])):
+    for line in narrative(
+        trace["chain"], dropped_events=trace["dropped_events"], labels=trace.get("labels", [])
+    ):
         say(escape_controls(line))  # one line per part, whatever the query held
     if trace.get("labels"):
         say()
@@ -225,14 +237,25 @@ def label_table(labels: list[dict[str, Any]]) -> str:
 
     rows = [("label", "time", "part", "decision", "labelled")]
     for label in labels:
-        rows.append((str(label["label_id"]), str(label["time"])[:23], str(label["part"]),
-                     str(label.get("decision") or "none"), str(label["route"])))
+        rows.append(
+            (
+                str(label["label_id"]),
+                str(label["time"])[:23],
+                str(label["part"]),
+                str(label.get("decision") or "none"),
+                str(label["route"]),
+            )
+        )
     return aligned(rows)
 
 
 def _header(trace: dict[str, Any]) -> str:
-    words = [f"trace {trace['trace_id']}", str(trace["time"]), f"status {trace['status_code']}",
-             f"{trace['duration_ms']:.1f} ms"]
+    words = [
+        f"trace {trace['trace_id']}",
+        str(trace["time"]),
+        f"status {trace['status_code']}",
+        f"{trace['duration_ms']:.1f} ms",
+    ]
     if trace.get("dry_run"):
         words.append("dry run")
     if trace.get("replay_of"):
@@ -293,7 +316,9 @@ def _replay_json(result: Any) -> dict[str, Any]:
             {
                 "part": p.part,
                 "query": p.query,
-                "divergence": None if p.divergence is None else {
+                "divergence": None
+                if p.divergence is None
+                else {
                     "kind": p.divergence.kind,
                     "description": p.divergence.description,
                     "routing": p.divergence.routing,
@@ -382,15 +407,26 @@ async def _replay_all(
                 (changed if d.routing else other).append((trace_id, f"{where}: {d.description}"))
     changed_traces = sorted({t for t, _ in changed})
     if args.json:
-        say(json.dumps({
-            "replayed": replayed, "answered_from_captures_only": from_captures,
-            "skipped_redacted": skipped, "routing_changed": changed_traces,
-            "changes": [{"trace_id": t, "change": c} for t, c in changed],
-            "other_differences": [{"trace_id": t, "change": c} for t, c in other],
-        }, indent=2, ensure_ascii=False), json_text=True)
+        say(
+            json.dumps(
+                {
+                    "replayed": replayed,
+                    "answered_from_captures_only": from_captures,
+                    "skipped_redacted": skipped,
+                    "routing_changed": changed_traces,
+                    "changes": [{"trace_id": t, "change": c} for t, c in changed],
+                    "other_differences": [{"trace_id": t, "change": c} for t, c in other],
+                },
+                indent=2,
+                ensure_ascii=False,
+            ),
+            json_text=True,
+        )
     else:
-        say(f"replayed {replayed} traces ({from_captures} entirely from captures, "
-            f"{replayed - from_captures} with live calls); skipped {len(skipped)} (redacted)")
+        say(
+            f"replayed {replayed} traces ({from_captures} entirely from captures, "
+            f"{replayed - from_captures} with live calls); skipped {len(skipped)} (redacted)"
+        )
         if changed:
             say(f"routing changed in {len(changed_traces)} trace(s):")
             for trace_id, change in changed:
@@ -412,8 +448,13 @@ def _original_ids(
     cursor: int | None = None
     while True:
         page_filter = TraceFilter(
-            since=base.since, until=base.until, failed=failed_only, originals_only=True,
-            limit=500, cursor=cursor, oldest_first=True,
+            since=base.since,
+            until=base.until,
+            failed=failed_only,
+            originals_only=True,
+            limit=500,
+            cursor=cursor,
+            oldest_first=True,
         )
         page = store.list_traces(page_filter)
         ids.extend(t["trace_id"] for t in page["traces"])

@@ -41,8 +41,9 @@ def add_commands(commands: Any) -> dict[str, Any]:
     label.add_argument("trace_id", nargs="?", help="trace id (or a unique prefix of 6+)")
     label.add_argument("route", nargs="?", help="the route it should have had, or none")
     label.add_argument("--part", default="0", help='the part path, as in the chain (default "0")')
-    label.add_argument("--export", metavar="FILE",
-                       help="write the stored labels as a `search check` file instead")
+    label.add_argument(
+        "--export", metavar="FILE", help="write the stored labels as a `search check` file instead"
+    )
     label.add_argument("--config", help="config file (default: $SEARCH_CONFIG or config.yaml)")
     label.add_argument("--store", help="trace database (default: the config's trace.path)")
 
@@ -101,8 +102,10 @@ def cmd_label(args: argparse.Namespace) -> int:
             return EXIT_NOT_FOUND
     finally:
         store.close_sync()
-    say(f"labelled part {label.part} of trace {label.trace_id} ({label.query!r}): "
-        f"{label.decision or NONE_TEXT} -> {label.route}")
+    say(
+        f"labelled part {label.part} of trace {label.trace_id} ({label.query!r}): "
+        f"{label.decision or NONE_TEXT} -> {label.route}"
+    )
     return EXIT_OK
 
 
@@ -130,8 +133,9 @@ def _export(config: Config, args: argparse.Namespace) -> int:
     text = yaml.safe_dump(entries, allow_unicode=True, sort_keys=False, width=1000)
     target = Path(args.export)
     try:  # whole or not at all: a check file half-written is a wrong test
-        fd, temp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".",
-                                    prefix=f".{target.name}.")
+        fd, temp = tempfile.mkstemp(
+            dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}."
+        )
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(temp, target)
@@ -139,8 +143,10 @@ def _export(config: Config, args: argparse.Namespace) -> int:
         raise LabelUsageError(f"--export: cannot write {target}: {exc.strerror}") from None
     say(f"wrote {len(entries)} label(s) to {target}")
     if redacted:
-        say(f"left out {redacted} label(s) stored redacted (the store keeps only a pseudonym "
-            "of their query)")
+        say(
+            f"left out {redacted} label(s) stored redacted (the store keeps only a pseudonym "
+            "of their query)"
+        )
     return EXIT_OK
 
 
@@ -170,15 +176,15 @@ def check_table(rows: list[CheckRow]) -> str:
     table = [("", "query", "expected", "got", "stage", "confidence")]
     for row in rows:
         confidence = "-" if row.confidence is None else f"{row.confidence:.2f}"
-        table.append(("ok" if row.ok else "MISS", row.query, row.expected, row.got, row.stage,
-                      confidence))
+        table.append(
+            ("ok" if row.ok else "MISS", row.query, row.expected, row.got, row.stage, confidence)
+        )
     return aligned(table)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    expectations = read_expectations(args.file, known_routes(config),
-                                     config.server.max_query_chars)
+    expectations = read_expectations(args.file, known_routes(config), config.server.max_query_chars)
     rows = asyncio.run(route_expectations(config, expectations))
     say(check_table(rows))
     misses = [row for row in rows if not row.ok]

@@ -73,8 +73,9 @@ async def add_label(request: Request) -> Response:
     store: Any = getattr(service, "traces", None)
     trace_id = request.path_params["trace_id"]
     if not all(hasattr(store, name) for name in ("add_label", "get_trace", "flush")):
-        return _error(404, "not_found",
-                      "no persistent trace store: it is switched off (trace.enabled: false)")
+        return _error(
+            404, "not_found", "no persistent trace store: it is switched off (trace.enabled: false)"
+        )
     try:
         raw = await read_body(request, MAX_LABEL_BODY)
     except BodyTooLarge:
@@ -123,10 +124,22 @@ def label_paths() -> dict[str, Any]:
             "post": {
                 "summary": "Label a part of a stored trace with the route it should have had",
                 "operationId": "addLabel",
-                "parameters": [{"name": "trace_id", "in": "path", "required": True,
-                                "schema": {"type": "string"}}],
-                "requestBody": {"required": True, "content": {"application/json": {
-                    "schema": {"$ref": "#/components/schemas/LabelRequest"}}}},
+                "parameters": [
+                    {
+                        "name": "trace_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/LabelRequest"}
+                        }
+                    },
+                },
                 "responses": {
                     "201": _json("StoredLabel", "Stored beside the trace."),
                     "400": _json("ErrorResponse", "Not JSON."),
@@ -134,8 +147,10 @@ def label_paths() -> dict[str, Any]:
                     "404": _json("ErrorResponse", "No such trace, or no trace store."),
                     "413": _json("ErrorResponse", "Body too large."),
                     "415": _json("ErrorResponse", "Content-Type is not application/json."),
-                    "422": _json("ErrorResponse", "Unknown part or route; the message says "
-                                 "which, and lists the known ones."),
+                    "422": _json(
+                        "ErrorResponse",
+                        "Unknown part or route; the message says which, and lists the known ones.",
+                    ),
                 },
             }
         }

@@ -28,8 +28,14 @@ from routing.text import normalise
 from search.pseudonym import LEGACY_PREFIX, PREFIX
 
 NONE = "none"  # "no configured source serves this"
-INTENT_STEPS = ("intent_keyword", "intent_cached", "intent_semantic", "intent_llm",
-                "intent_session", "intent_default")
+INTENT_STEPS = (
+    "intent_keyword",
+    "intent_cached",
+    "intent_semantic",
+    "intent_llm",
+    "intent_session",
+    "intent_default",
+)
 LABELS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS labels (
     id INTEGER PRIMARY KEY,
@@ -43,8 +49,7 @@ CREATE TABLE IF NOT EXISTS labels (
 );
 CREATE INDEX IF NOT EXISTS labels_trace ON labels(trace_id);
 """
-LABEL_COLUMNS = ("id", "trace_id", "part", "route", "query", "decision", "created_at",
-                 "redacted")
+LABEL_COLUMNS = ("id", "trace_id", "part", "route", "query", "decision", "created_at", "redacted")
 MAX_PART_CHARS = 64
 
 
@@ -71,11 +76,14 @@ class Label:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "label_id": self.id, "trace_id": self.trace_id, "part": self.part,
-            "route": self.route, "query": self.query, "decision": self.decision,
+            "label_id": self.id,
+            "trace_id": self.trace_id,
+            "part": self.part,
+            "route": self.route,
+            "query": self.query,
+            "decision": self.decision,
             "created_at": self.created_at,
-            "time": datetime.fromtimestamp(self.created_at, UTC).isoformat(
-                timespec="milliseconds"),
+            "time": datetime.fromtimestamp(self.created_at, UTC).isoformat(timespec="milliseconds"),
             "redacted": self.redacted,
         }
 
@@ -111,8 +119,11 @@ def part_decisions(chain: Sequence[Mapping[str, Any]]) -> dict[str, PartDecision
         if not isinstance(query, str):
             continue
         parts[str(event.get("part", ""))] = PartDecision(
-            str(event.get("part", "")), query,
-            decision if isinstance(decision, str) else None, str(event["step"]))
+            str(event.get("part", "")),
+            query,
+            decision if isinstance(decision, str) else None,
+            str(event["step"]),
+        )
     return parts
 
 
@@ -122,7 +133,7 @@ def check_label(
     """The part a label `{part, route}` names on `trace`; LabelError names a bad field."""
     known = sorted({*routes, NONE})
     if not isinstance(part, str) or not part.strip() or len(part) > MAX_PART_CHARS:
-        raise LabelError("part", "must be a part path such as \"0\" or \"1.0\"")
+        raise LabelError("part", 'must be a part path such as "0" or "1.0"')
     if not isinstance(route, str) or not route.strip():
         raise LabelError("route", f"must be a route name (one of {', '.join(known)})")
     parts = part_decisions(trace.get("chain") or [])
@@ -138,7 +149,11 @@ def check_label(
 
 
 def insert_label(
-    conn: sqlite3.Connection, trace_id: str, target: PartDecision, route: str, redacted: bool,
+    conn: sqlite3.Connection,
+    trace_id: str,
+    target: PartDecision,
+    route: str,
+    redacted: bool,
     now: float | None = None,
 ) -> Label:
     """Store the label only if its trace is still there (retention may have just removed
@@ -147,13 +162,29 @@ def insert_label(
     cursor = conn.execute(
         "INSERT INTO labels (trace_id, part, route, query, decision, created_at, redacted) "
         "SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM traces WHERE trace_id = ?)",
-        (trace_id, target.part, route, target.query, target.decision, created, int(redacted),
-         trace_id),
+        (
+            trace_id,
+            target.part,
+            route,
+            target.query,
+            target.decision,
+            created,
+            int(redacted),
+            trace_id,
+        ),
     )
     if cursor.rowcount != 1:
         raise KeyError(trace_id)
-    return Label(int(cursor.lastrowid or 0), trace_id, target.part, route, target.query,
-                 target.decision, created, redacted)
+    return Label(
+        int(cursor.lastrowid or 0),
+        trace_id,
+        target.part,
+        route,
+        target.query,
+        target.decision,
+        created,
+        redacted,
+    )
 
 
 def _label(row: Sequence[Any]) -> Label:

@@ -36,10 +36,32 @@ _STAGES = {
 # Fields kept by `decision_only`: structure, sources, timings and reasons.
 _STRUCTURAL = frozenset(
     {
-        "step", "seq", "t_ms", "part", "decision", "source", "sources", "from_source",
-        "to_source", "outcome", "result_count", "elapsed_ms", "reason", "error_type",
-        "similarity", "discourse_escalated", "route", "stage", "method", "status",
-        "status_code", "item_count", "type", "reasons", "operation", "rule",
+        "step",
+        "seq",
+        "t_ms",
+        "part",
+        "decision",
+        "source",
+        "sources",
+        "from_source",
+        "to_source",
+        "outcome",
+        "result_count",
+        "elapsed_ms",
+        "reason",
+        "error_type",
+        "similarity",
+        "discourse_escalated",
+        "route",
+        "stage",
+        "method",
+        "status",
+        "status_code",
+        "item_count",
+        "type",
+        "reasons",
+        "operation",
+        "rule",
     }
 )
 # A stage's calibrated confidence and why it declined are numbers, never query text.
@@ -73,14 +95,18 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
             text += ": " + ", ".join(_quote(p) for p in parts)
         for claim in event.get("claimed") or []:
             routes = claim.get("routes") or ["?", "?"]
-            text += (f" (part {claim.get('part')} split off because the keyword rules claim it"
-                     f" for {routes[-1]}, the part before for {routes[0]})")
+            text += (
+                f" (part {claim.get('part')} split off because the keyword rules claim it"
+                f" for {routes[-1]}, the part before for {routes[0]})"
+            )
         return text
     if step == Step.CONDITIONAL_DETECTED:
         word = "unless" if event.get("negated") else "if"
         if with_text:
-            return (f"a condition was found: {word} {_quote(event.get('condition'))} "
-                    f"then {_quote(event.get('consequence'))}")
+            return (
+                f"a condition was found: {word} {_quote(event.get('condition'))} "
+                f"then {_quote(event.get('consequence'))}"
+            )
         return f"a condition was found ({word})"
     if step == Step.CONTROL_WITHHELD:
         return _withheld(event, with_text)
@@ -106,8 +132,11 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         if isinstance(similarity, (int, float)):
             how += f" {similarity:.2f}"
         if event.get("origin") == "user_label":
-            like = (f"the user's label {_quote(event.get('matched_query'))}" if with_text
-                    else "a query the user labelled")
+            like = (
+                f"the user's label {_quote(event.get('matched_query'))}"
+                if with_text
+                else "a query the user labelled"
+            )
         else:
             like = _quote(event.get("matched_query")) if with_text else "an earlier query"
         return f"went to {decision} by {how} to {like}"
@@ -165,8 +194,10 @@ def _rewritten(event: dict[str, Any], with_text: bool) -> str:
         how = f"{replaced} in place of {_quote(carried)}"
     else:
         how = f"{replaced} added"
-    return (f"asked as {_quote(event.get('to'))}, a follow-up of "
-            f"{_quote(event.get('previous_query'))} ({how})")
+    return (
+        f"asked as {_quote(event.get('to'))}, a follow-up of "
+        f"{_quote(event.get('previous_query'))} ({how})"
+    )
 
 
 def _command(event: dict[str, Any]) -> str:
@@ -186,9 +217,11 @@ def _withheld(event: dict[str, Any], with_text: bool) -> str:
 
 def _no_decision(event: dict[str, Any], with_text: bool) -> str:
     """A stage that looked but did not decide (unserved, below threshold, no source)."""
-    stages: dict[str, str] = {Step.INTENT_KEYWORD: "the keyword rules",
-                              Step.INTENT_SEMANTIC: "the semantic stage",
-                              Step.INTENT_LLM: "the LLM"}
+    stages: dict[str, str] = {
+        Step.INTENT_KEYWORD: "the keyword rules",
+        Step.INTENT_SEMANTIC: "the semantic stage",
+        Step.INTENT_LLM: "the LLM",
+    }
     stage = stages.get(str(event.get("step")), str(event.get("step")))
     outcome = event.get("outcome")
     if event.get("step") == Step.INTENT_DEFAULT and outcome == "unserved":
@@ -210,15 +243,21 @@ def _label_clause(labels: list[dict[str, Any]]) -> str:
     """The user's label of a part, beside its decision: the latest one counts."""
     latest = labels[-1]
     route = latest.get("route")
-    text = ("the user labelled it: no source serves this" if route == "none"
-            else f"the user labelled it {route}")
+    text = (
+        "the user labelled it: no source serves this"
+        if route == "none"
+        else f"the user labelled it {route}"
+    )
     if len(labels) > 1:
         text += f" (latest of {len(labels)} labels)"
     return text
 
 
 def narrative(
-    chain: Iterable[dict[str, Any]], *, with_text: bool = True, dropped_events: int = 0,
+    chain: Iterable[dict[str, Any]],
+    *,
+    with_text: bool = True,
+    dropped_events: int = 0,
     labels: Iterable[dict[str, Any]] = (),
 ) -> list[str]:
     """One line per part (the request first), each clause from one event in seq order;
@@ -287,6 +326,8 @@ def decision_only(trace: dict[str, Any]) -> dict[str, Any]:
         "error": {"type": error.get("type")} if isinstance(error, dict) else None,
         "chain": [_structural(e) for e in trace.get("chain", [])],
         "results": [result(r) for r in trace.get("results", [])],
-        "labels": [{k: label.get(k) for k in ("part", "route", "decision", "time")}
-                   for label in trace.get("labels", [])],
+        "labels": [
+            {k: label.get(k) for k in ("part", "route", "decision", "time")}
+            for label in trace.get("labels", [])
+        ],
     }

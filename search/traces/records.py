@@ -91,9 +91,13 @@ class TraceRecord:
     def captures_as_dicts(self) -> list[dict[str, Any]]:
         """The captures as stored; a record read back (in the writer) has dicts already."""
         return [
-            capture if isinstance(capture, dict) else
-            {"source": capture[0], "query": capture[1],
-             "items": [item.to_dict() for item in capture[2]]}
+            capture
+            if isinstance(capture, dict)
+            else {
+                "source": capture[0],
+                "query": capture[1],
+                "items": [item.to_dict() for item in capture[2]],
+            }
             for capture in self.captures
         ]
 

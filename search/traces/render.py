@@ -92,12 +92,24 @@ def trace_list_table(traces: list[dict[str, Any]], with_query: bool = True) -> s
     rows: list[tuple[str, ...]] = [header + (("query",) if with_query else ())]
     for t in traces:
         flags = "".join(
-            letter for letter, on in (("F", t["fallback"]), ("C", t["cached"]), ("E", t["failed"]),
-                                      ("D", t["dry_run"]), ("R", bool(t["replay_of"])))
+            letter
+            for letter, on in (
+                ("F", t["fallback"]),
+                ("C", t["cached"]),
+                ("E", t["failed"]),
+                ("D", t["dry_run"]),
+                ("R", bool(t["replay_of"])),
+            )
             if on
         )
-        row = (t["trace_id"], t["time"][:23], str(t["status_code"]), f"{t['duration_ms']:.1f}",
-               flags or "-", ",".join(t["sources"]) or "-")
+        row = (
+            t["trace_id"],
+            t["time"][:23],
+            str(t["status_code"]),
+            f"{t['duration_ms']:.1f}",
+            flags or "-",
+            ",".join(t["sources"]) or "-",
+        )
         query = t["query"] if len(t["query"]) <= 60 else t["query"][:57] + "..."
         rows.append(row + ((query,) if with_query else ()))
     return "\n".join(_aligned(rows))
@@ -109,8 +121,10 @@ def results_text(results: list[dict[str, Any]]) -> str:
     for index, result in enumerate(results):
         condition = result.get("condition")
         if condition:
-            lines.append(f"[{index}] if {condition['query']!r}: {condition['status']} "
-                         f"from {condition['source']}")
+            lines.append(
+                f"[{index}] if {condition['query']!r}: {condition['status']} "
+                f"from {condition['source']}"
+            )
             for item in condition["items"][:1]:
                 lines.append(f"      {_one(item['title'])}: {_one(item['text'][:160])}")
         lines.append(f"[{index}] {result['query']!r} -> {result['source']} ({result['status']})")

@@ -32,8 +32,17 @@ from sources.base import Command, Item, Source, SourceError
 
 # Divergences that mean routing changed (the sweep fails on these).
 ROUTING_KINDS = frozenset(
-    {"decision", "fallback_gone", "fallback_new", "fallback_changed", "parts", "route", "part_gone",
-     "part_new", "action"}
+    {
+        "decision",
+        "fallback_gone",
+        "fallback_new",
+        "fallback_changed",
+        "parts",
+        "route",
+        "part_gone",
+        "part_new",
+        "action",
+    }
 )
 
 
@@ -172,8 +181,13 @@ def signature(event: dict[str, Any]) -> tuple[Any, ...]:
     if step == Step.DECOMPOSED:
         return ("decomposed", tuple(event.get("parts") or ()))
     if step == Step.CONDITIONAL_DETECTED:
-        return ("conditional", event.get("condition"), event.get("consequence"),
-                event.get("remainder"), bool(event.get("negated")))
+        return (
+            "conditional",
+            event.get("condition"),
+            event.get("consequence"),
+            event.get("remainder"),
+            bool(event.get("negated")),
+        )
     if isinstance(step, str) and step.startswith("intent_"):
         return ("intent", event.get("query"), event.get("decision"))
     if step == Step.SOURCE_INVOKED and event.get("operation") == "act":
@@ -181,8 +195,12 @@ def signature(event: dict[str, Any]) -> tuple[Any, ...]:
     if step == Step.CONTROL_WITHHELD:
         # A replay withholds every command; what it would do is what the other reasons say.
         others = [r for r in event.get("reasons") or [event.get("reason")] if r != "replay"]
-        return ("action", event.get("source"), _command_words(event),
-                "withheld: " + ", ".join(str(r) for r in others) if others else "acts")
+        return (
+            "action",
+            event.get("source"),
+            _command_words(event),
+            "withheld: " + ", ".join(str(r) for r in others) if others else "acts",
+        )
     if step == Step.RESULT_CACHE_HIT:
         return ("answer", event.get("source"), "ok", "")
     if step == Step.SOURCE_INVOKED:
@@ -267,13 +285,16 @@ def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
                 return "route", f"answered by {new.get('source')} instead of {old.get('source')}"
             was = signature(old)[2:]
             now = signature(new)[2:]
-            return "outcome", (f"{old.get('source')} outcome changed: "
-                               f"{'/'.join(str(x) for x in was if x)} -> "
-                               f"{'/'.join(str(x) for x in now if x)}")
+            return "outcome", (
+                f"{old.get('source')} outcome changed: "
+                f"{'/'.join(str(x) for x in was if x)} -> "
+                f"{'/'.join(str(x) for x in now if x)}"
+            )
         if kind == "fallback":
             return "fallback_changed", (
                 f"fallback changed: {old.get('from_source')} -> {old.get('to_source')} became "
-                f"{new.get('from_source')} -> {new.get('to_source')}")
+                f"{new.get('from_source')} -> {new.get('to_source')}"
+            )
         if kind in ("decomposed", "conditional"):
             return "parts", f"{old.get('step')} changed"
         if kind == "planned":
@@ -287,8 +308,9 @@ def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
     if old is not None:
         step = old.get("step")
         if step == Step.FALLBACK:
-            return "fallback_gone", (f"fallback no longer fires ({old.get('from_source')} -> "
-                                     f"{old.get('to_source')})")
+            return "fallback_gone", (
+                f"fallback no longer fires ({old.get('from_source')} -> {old.get('to_source')})"
+            )
         if step in (Step.DECOMPOSED, Step.CONDITIONAL_DETECTED):
             return "parts", f"no longer {step}"
         if signature(old)[0] == "intent":
@@ -297,8 +319,9 @@ def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
     assert new is not None
     step = new.get("step")
     if step == Step.FALLBACK:
-        return "fallback_new", (f"fallback now fires ({new.get('from_source')} -> "
-                                f"{new.get('to_source')})")
+        return "fallback_new", (
+            f"fallback now fires ({new.get('from_source')} -> {new.get('to_source')})"
+        )
     if step in (Step.DECOMPOSED, Step.CONDITIONAL_DETECTED):
         return "parts", f"now {step}"
     if signature(new)[0] == "intent":
@@ -385,7 +408,6 @@ class SessionHistory(Protocol):
     def list_traces(self, filters: Any) -> dict[str, Any]: ...
 
 
-
 class Replayer:
     """One Service for any number of replays; caches and sessions are emptied between them.
 
@@ -400,10 +422,15 @@ class Replayer:
     ) -> None:
         self.holder = BookHolder()
         self.config = config
-        self.history = history if history is not None else (
-            traces if isinstance(traces, SessionHistory) else None)
+        self.history = (
+            history
+            if history is not None
+            else (traces if isinstance(traces, SessionHistory) else None)
+        )
         self.service = Service(
-            config, traces=traces, wrap_source=lambda src: ReplaySource(src, self.holder),
+            config,
+            traces=traces,
+            wrap_source=lambda src: ReplaySource(src, self.holder),
             acting=False,
         )
 
@@ -414,12 +441,20 @@ class Replayer:
         from search.traces.store import TraceFilter
 
         ttl = self.config.routing.session_ttl_s
-        page = self.history.list_traces(TraceFilter(
-            session=str(session), since=started - ttl, until=started, originals_only=True,
-            limit=MAX_SESSION_TURNS + 1,
-        ))
-        turns = [t for t in page["traces"]
-                 if t["trace_id"] != original.get("trace_id") and t["started_at"] < started]
+        page = self.history.list_traces(
+            TraceFilter(
+                session=str(session),
+                since=started - ttl,
+                until=started,
+                originals_only=True,
+                limit=MAX_SESSION_TURNS + 1,
+            )
+        )
+        turns = [
+            t
+            for t in page["traces"]
+            if t["trace_id"] != original.get("trace_id") and t["started_at"] < started
+        ]
         return [t["query"] for t in reversed(turns[:MAX_SESSION_TURNS])]
 
     async def _rebuild_session(self, session: str, turns: list[str]) -> None:

@@ -68,7 +68,9 @@ async def show_trace(request: Request) -> Response:
     if config is not None:  # what the /ui label control offers
         trace["label_routes"] = [*route_descriptions(config), "none"]
     trace["narrative"] = narrative(
-        trace["chain"], with_text=not trace["redacted"], dropped_events=trace["dropped_events"],
+        trace["chain"],
+        with_text=not trace["redacted"],
+        dropped_events=trace["dropped_events"],
         labels=trace.get("labels", []),
     )
     return JSONResponse(trace)
@@ -124,9 +126,11 @@ class TraceDetail(TraceSummary):
     narrative: list[str] = Field(description="A diagnosis per part, read off the events.")
     labels: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="The user's labels of its parts (POST /traces/{id}/labels), oldest first.")
+        description="The user's labels of its parts (POST /traces/{id}/labels), oldest first.",
+    )
     label_routes: list[str] = Field(
-        default_factory=list, description="The routes a label may name (and none).")
+        default_factory=list, description="The routes a label may name (and none)."
+    )
 
 
 def trace_components() -> dict[str, Any]:
@@ -146,8 +150,13 @@ def _json(ref: str, description: str) -> dict[str, Any]:
 
 
 def _param(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "description": description,
-            "schema": schema}
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
 
 
 def trace_paths() -> dict[str, Any]:
@@ -168,10 +177,16 @@ def trace_paths() -> dict[str, Any]:
                     _param("since", "Unix seconds, ISO 8601, or an age (2h, 7d).", when),
                     _param("until", "Same forms as since.", when),
                     _param("q", "The query text contains this.", text),
-                    _param("session", "The turns of this session_id.",
-                           {"type": "string", "minLength": 1, "maxLength": 200}),
-                    _param("limit", "Page size.", {"type": "integer", "minimum": 1,
-                                                   "maximum": 1000, "default": 50}),
+                    _param(
+                        "session",
+                        "The turns of this session_id.",
+                        {"type": "string", "minLength": 1, "maxLength": 200},
+                    ),
+                    _param(
+                        "limit",
+                        "Page size.",
+                        {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+                    ),
                     _param("offset", "Skip this many.", {"type": "integer", "minimum": 0}),
                     _param("cursor", "next_cursor of the previous page.", text),
                 ],
@@ -186,8 +201,14 @@ def trace_paths() -> dict[str, Any]:
             "get": {
                 "summary": "One stored trace: its chain, results and a diagnosis",
                 "operationId": "getTrace",
-                "parameters": [{"name": "trace_id", "in": "path", "required": True,
-                                "schema": {"type": "string"}}],
+                "parameters": [
+                    {
+                        "name": "trace_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
                 "responses": {
                     "200": _json("TraceDetail", "The stored trace."),
                     "404": _json("ErrorResponse", "No trace with this id."),

@@ -35,15 +35,34 @@ SCHEMA_VERSION = 4
 # (keywords, exemplars, earlier queries, prompts); redaction replaces them by digests.
 QUERY_FIELDS = frozenset(
     {
-        "query", "parts", "condition", "consequence", "remainder", "matched_query", "matched",
-        "previous_query", "nearest", "candidates", "candidate", "exemplar", "text", "prompt",
-        "prompts", "messages", "content", "completion", "response", "raw", "raw_answer",
+        "query",
+        "parts",
+        "condition",
+        "consequence",
+        "remainder",
+        "matched_query",
+        "matched",
+        "previous_query",
+        "nearest",
+        "candidates",
+        "candidate",
+        "exemplar",
+        "text",
+        "prompt",
+        "prompts",
+        "messages",
+        "content",
+        "completion",
+        "response",
+        "raw",
+        "raw_answer",
     }
 )
 # Free-text fields that may quote a query; redaction replaces any query inside them.
 MESSAGE_FIELDS = frozenset({"message", "detail"})
 OUTCOMES = ("ok", "empty", "error", "timeout", "cached", "skipped")
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS traces (
     id INTEGER PRIMARY KEY,
     trace_id TEXT NOT NULL UNIQUE,
@@ -71,14 +90,35 @@ CREATE TABLE IF NOT EXISTS traces (
 );
 CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) WHERE session_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS traces_replay_of ON traces(replay_of) WHERE replay_of IS NOT NULL;
-""" + LABELS_SCHEMA
+"""
+    + LABELS_SCHEMA
+)
 # No index on started_at: every index costs each insert, and rows arrive in time order,
 # so "older than" is "before the first young row" in id order (see `prune`), and a time
 # filter scans at most `max_traces` rows.
 COLUMNS = (
-    "trace_id", "started_at", "query", "status_code", "duration_ms", "failed", "fallback",
-    "cached", "dry_run", "redacted", "captured", "replay_of", "part_count", "steps", "sources",
-    "outcomes", "dropped_events", "error", "chain", "results", "captures", "session_id",
+    "trace_id",
+    "started_at",
+    "query",
+    "status_code",
+    "duration_ms",
+    "failed",
+    "fallback",
+    "cached",
+    "dry_run",
+    "redacted",
+    "captured",
+    "replay_of",
+    "part_count",
+    "steps",
+    "sources",
+    "outcomes",
+    "dropped_events",
+    "error",
+    "chain",
+    "results",
+    "captures",
+    "session_id",
 )
 # Schema upgrades, applied in order from the file's `user_version` (the CREATE above is
 # the newest shape, for a new file). Version 3 changes no table: its step, keying the
@@ -86,8 +126,8 @@ COLUMNS = (
 # Version 4 adds the labels beside the traces (search/traces/labels.py).
 MIGRATIONS: dict[int, str] = {
     2: "ALTER TABLE traces ADD COLUMN session_id TEXT;"
-       "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "
-       "WHERE session_id IS NOT NULL;",
+    "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "
+    "WHERE session_id IS NOT NULL;",
     3: "",
     4: LABELS_SCHEMA,
 }
@@ -124,7 +164,8 @@ def rekey_legacy_digests(conn: sqlite3.Connection, pseudonym: Pseudonymizer) -> 
         for row in rows:
             conn.execute(
                 "UPDATE traces SET query = ?, session_id = ?, chain = ?, results = ?, error = ? "
-                "WHERE id = ?", (*(rekey(v) for v in row[1:]), row[0]),
+                "WHERE id = ?",
+                (*(rekey(v) for v in row[1:]), row[0]),
             )
         conn.execute("COMMIT")
     except BaseException:
@@ -170,7 +211,8 @@ class _Redactor:
         """Second pass: query texts quoted inside messages become their digests."""
         if isinstance(value, dict):
             return {
-                k: self._scrub_text(v) if k in MESSAGE_FIELDS and isinstance(v, str)
+                k: self._scrub_text(v)
+                if k in MESSAGE_FIELDS and isinstance(v, str)
                 else self.scrub(v)
                 for k, v in value.items()
             }
@@ -252,8 +294,12 @@ def replay_captures(record: TraceRecord) -> list[dict[str, Any]]:
                     "route"
                 ) == key[0]:
                     captures.append(
-                        {"source": key[0], "query": key[1], "items": result.get("items", []),
-                         "from_cache": True}
+                        {
+                            "source": key[0],
+                            "query": key[1],
+                            "items": result.get("items", []),
+                            "from_cache": True,
+                        }
                     )
                     answered.add(key)
                     break

@@ -65,7 +65,6 @@ _SUMMARY = (
 )
 
 
-
 class TraceStoreError(ConfigError):
     """The store cannot be opened (bad `trace.path`, permissions): names the key."""
 
@@ -131,8 +130,18 @@ class TraceFilter:
 
 
 _FILTER_PARAMS = {
-    "step", "source", "outcome", "failed", "fallback", "since", "until", "q", "session",
-    "limit", "offset", "cursor",
+    "step",
+    "source",
+    "outcome",
+    "failed",
+    "fallback",
+    "since",
+    "until",
+    "q",
+    "session",
+    "limit",
+    "offset",
+    "cursor",
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -327,11 +336,16 @@ class _WriterProcess:
 
     def __init__(self, settings: dict[str, Any]) -> None:
         root = str(Path(__file__).resolve().parents[1])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
+        }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "search.traces.writer", json.dumps(settings)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.fd = self.proc.stdin.fileno()
@@ -436,8 +450,9 @@ class SQLiteTraceStore:
     # -- opening
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None,
-                               check_same_thread=False)
+        conn = sqlite3.connect(
+            self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+        )
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout = 10000")
         return conn
@@ -456,8 +471,7 @@ class SQLiteTraceStore:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version > SCHEMA_VERSION:
                     raise TraceStoreError(
-                        f"trace.path: {self.path} was written by a newer version "
-                        f"(schema {version})"
+                        f"trace.path: {self.path} was written by a newer version (schema {version})"
                     )
                 for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
                     if version:  # an older file: bring it up to date
@@ -491,10 +505,14 @@ class SQLiteTraceStore:
             self._started = True
 
     def _settings(self) -> dict[str, Any]:
-        return {"path": str(self.path), "max_traces": self.config.max_traces,
-                "max_age_days": self.config.max_age_days, "redact": self.config.redact,
-                "capture_results": self.config.capture_results,
-                "key_path": str(self.key_path)}  # the path, never the key: argv is public
+        return {
+            "path": str(self.path),
+            "max_traces": self.config.max_traces,
+            "max_age_days": self.config.max_age_days,
+            "redact": self.config.redact,
+            "capture_results": self.config.capture_results,
+            "key_path": str(self.key_path),
+        }  # the path, never the key: argv is public
 
     # -- writing: on the event loop, with no thread of our own (a thread waiting for the
     # GIL while requests run makes every request pay for waking it)
@@ -603,13 +621,17 @@ class SQLiteTraceStore:
                 old.proc.poll()  # reap it if it is gone already
             except OSError:
                 pass
-        self._done_before = (self._done_before[0] + self._reported[0],
-                             self._done_before[1] + self._reported[1])
+        self._done_before = (
+            self._done_before[0] + self._reported[0],
+            self._done_before[1] + self._reported[1],
+        )
         self._reported = (0, 0)
         self._process = None
         if self._replacements >= MAX_REPLACEMENTS:
-            log.error("trace store: the writer process keeps dying; %d traces lost",
-                      self._in_flight + len(self._pending))
+            log.error(
+                "trace store: the writer process keeps dying; %d traces lost",
+                self._in_flight + len(self._pending),
+            )
             self._lost += self._in_flight + len(self._pending)
             self._in_flight = 0
             self._pending.clear()
@@ -748,8 +770,7 @@ class SQLiteTraceStore:
         """The stored trace, with the labels stored beside it (oldest first)."""
         with self._read_lock:
             reader = self._reader()
-            rows = reader.execute("SELECT * FROM traces WHERE trace_id = ?",
-                                  (trace_id,)).fetchall()
+            rows = reader.execute("SELECT * FROM traces WHERE trace_id = ?", (trace_id,)).fetchall()
             if not rows:
                 return None
             labels = read_labels(reader, trace_id)
@@ -794,9 +815,13 @@ class SQLiteTraceStore:
         return int(self._query("SELECT COUNT(*) FROM traces")[0][0])
 
     def stats(self) -> dict[str, Any]:
-        return {"path": str(self.path), "written": self.written, "dropped": self.dropped,
-                "failed_writes": self.failed_writes,
-                "pending": len(self._pending) + self._in_flight}
+        return {
+            "path": str(self.path),
+            "written": self.written,
+            "dropped": self.dropped,
+            "failed_writes": self.failed_writes,
+            "pending": len(self._pending) + self._in_flight,
+        }
 
 
 def open_trace_sink(config: TraceConfig) -> TraceSink:
@@ -808,4 +833,3 @@ def open_trace_sink(config: TraceConfig) -> TraceSink:
     if not config.enabled:
         return NullTraceSink()
     return SQLiteTraceStore(config)
-

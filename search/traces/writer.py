@@ -71,11 +71,27 @@ def record_line(record: TraceRecord, capture_results: bool) -> bytes:
     """
     captures = record.captures_as_dicts() if capture_results else []
     recorded = record.recorded
-    chain: list[Any] = (["raw", recorded.started, recorded.entries] if recorded is not None
-                        else ["events", record.chain])
-    message = ["trace", record.trace_id, record.started_at, record.query, record.status_code,
-               record.duration_ms, chain, record.dropped_events, record.error, record.results,
-               record.dry_run, record.replay_of, captures, record.session_id]
+    chain: list[Any] = (
+        ["raw", recorded.started, recorded.entries]
+        if recorded is not None
+        else ["events", record.chain]
+    )
+    message = [
+        "trace",
+        record.trace_id,
+        record.started_at,
+        record.query,
+        record.status_code,
+        record.duration_ms,
+        chain,
+        record.dropped_events,
+        record.error,
+        record.results,
+        record.dry_run,
+        record.replay_of,
+        captures,
+        record.session_id,
+    ]
     try:
         return orjson.dumps(message, default=_plain, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError:  # an integer beyond 64 bits, a non-string key: the slow way
@@ -83,11 +99,37 @@ def record_line(record: TraceRecord, capture_results: bool) -> bytes:
 
 
 def _record(fields: list[Any]) -> TraceRecord:
-    (trace_id, started_at, query, status_code, duration_ms, chain, dropped, error, results,
-     dry_run, replay_of, captures, session_id) = fields
+    (
+        trace_id,
+        started_at,
+        query,
+        status_code,
+        duration_ms,
+        chain,
+        dropped,
+        error,
+        results,
+        dry_run,
+        replay_of,
+        captures,
+        session_id,
+    ) = fields
     events = RecordedChain(chain[2], chain[1]) if chain[0] == "raw" else chain[1]
-    return TraceRecord(trace_id, started_at, query, status_code, duration_ms, events,
-                       dropped, error, results, dry_run, replay_of, captures, session_id)
+    return TraceRecord(
+        trace_id,
+        started_at,
+        query,
+        status_code,
+        duration_ms,
+        events,
+        dropped,
+        error,
+        results,
+        dry_run,
+        replay_of,
+        captures,
+        session_id,
+    )
 
 
 class Writer:
@@ -103,8 +145,10 @@ class Writer:
         if settings.redact:
             key = read_key(Path(settings.key_path)) if settings.key_path else None
             if key is None:  # every row would fail: say why once, loudly
-                log.error("trace writer: no key at %r; redacted traces cannot be written",
-                          settings.key_path)
+                log.error(
+                    "trace writer: no key at %r; redacted traces cannot be written",
+                    settings.key_path,
+                )
             else:
                 self.pseudonym = Pseudonymizer(key)
         self.now: float | None = None
@@ -128,8 +172,9 @@ class Writer:
             except Exception:  # one odd line must not stop the writer
                 self.failed += 1
                 if self.failed <= 3 or self.failed % 1000 == 0:  # a systematic fault: no flood
-                    log.exception("trace writer: dropping an unreadable trace (%d so far)",
-                                  self.failed)
+                    log.exception(
+                        "trace writer: dropping an unreadable trace (%d so far)", self.failed
+                    )
         if rows or self.now is not None:
             self._commit(rows)
         return flushes

@@ -35,13 +35,18 @@ MAX_QUERY = 100
 
 @pytest.fixture(scope="module")
 def base(demo_zim: Path) -> Iterator[str]:
-    config = parse_config({
-        "server": {"max_body_bytes": MAX_BODY, "max_query_chars": MAX_QUERY},
-        "routing": {"default_source": "kiwix", "semantic": {"enabled": False},
-                    "max_events": 10},
-        "trace": {"enabled": False},
-        "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
-    })
+    config = parse_config(
+        {
+            "server": {"max_body_bytes": MAX_BODY, "max_query_chars": MAX_QUERY},
+            "routing": {
+                "default_source": "kiwix",
+                "semantic": {"enabled": False},
+                "max_events": 10,
+            },
+            "trace": {"enabled": False},
+            "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
+        }
+    )
     with uvicorn_server(build_app(config)) as url:
         yield url
 
@@ -62,8 +67,9 @@ def assert_error(response: httpx.Response, status: int, field: str | None = None
 
 def test_a_declared_body_over_the_limit_is_413(base: str) -> None:
     body = json.dumps({"query": "x" * (MAX_BODY + 10)}).encode()
-    response = httpx.post(f"{base}/search", content=body,
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        f"{base}/search", content=body, headers={"content-type": "application/json"}
+    )
     assert response.request.headers["content-length"] == str(len(body))
     assert_error(response, 413, "body")
 
@@ -75,8 +81,9 @@ def test_a_chunked_body_over_the_limit_is_413(base: str) -> None:
             yield b"y" * 256
         yield b'"}'
 
-    response = httpx.post(f"{base}/search", content=chunks(),
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        f"{base}/search", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert "content-length" not in response.request.headers
     assert response.request.headers["transfer-encoding"] == "chunked"
     assert_error(response, 413, "body")
@@ -87,8 +94,9 @@ def test_a_chunked_body_under_the_limit_is_read(base: str) -> None:
         yield b'{"query": "tell me about '
         yield b'mount everest"}'
 
-    response = httpx.post(f"{base}/search", content=chunks(),
-                          headers={"Content-Type": "application/json"})
+    response = httpx.post(
+        f"{base}/search", content=chunks(), headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 200, response.text
     assert response.json()["results"][0]["items"][0]["title"] == "Mount Everest"
 
@@ -96,8 +104,10 @@ def test_a_chunked_body_under_the_limit_is_read(base: str) -> None:
 def test_an_endless_chunked_body_is_cut_off_at_the_limit(base: str) -> None:
     """The server answers 413 once the limit is passed, while the client is still sending."""
     host, port = base.removeprefix("http://").split(":")
-    head = (f"POST /search HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    head = (
+        f"POST /search HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
     chunk = b"z" * 512
     sent = 0
     reply = b""
@@ -132,8 +142,12 @@ BAD_BODIES: list[tuple[str, bytes, int, str | None]] = [
     ("truncated json", b'{"query": "who', 400, "body"),
     ("invalid utf-8", b'{"query": "\xff\xfe"}', 400, "body"),
     ("nested too deep", b"[" * 3000 + b"]" * 3000, 400, "body"),
-    ("object nested too deep", b'{"query": "x", "explain": ' + b"[" * 3000 + b"]" * 3000 + b"}",
-     400, "body"),
+    (
+        "object nested too deep",
+        b'{"query": "x", "explain": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+        400,
+        "body",
+    ),
     ("integer too long", b'{"query": ' + b"7" * 5000 + b"}", 400, "body"),
     ("a json array", b'["who was marie curie"]', 422, "body"),
     ("a json string", b'"who was marie curie"', 422, "body"),
@@ -150,18 +164,24 @@ BAD_BODIES: list[tuple[str, bytes, int, str | None]] = [
     ("whitespace query", b'{"query": " \\t\\n "}', 422, "query"),
     ("lone surrogate", b'{"query": "who was \\ud800 curie"}', 422, "query"),
     ("lone surrogate in session", b'{"query": "x", "session_id": "\\udfff"}', 422, "session_id"),
-    ("session_id too long", b'{"query": "x", "session_id": "' + b"s" * 200 + b'"}', 422,
-     "session_id"),
+    (
+        "session_id too long",
+        b'{"query": "x", "session_id": "' + b"s" * 200 + b'"}',
+        422,
+        "session_id",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("body", "status", "field"),
-                         [pytest.param(b, s, f, id=name) for name, b, s, f in BAD_BODIES])
+@pytest.mark.parametrize(
+    ("body", "status", "field"), [pytest.param(b, s, f, id=name) for name, b, s, f in BAD_BODIES]
+)
 def test_bad_input_is_a_4xx_naming_the_field(
     base: str, body: bytes, status: int, field: str | None
 ) -> None:
-    response = httpx.post(f"{base}/search", content=body,
-                          headers={"content-type": "application/json"}, timeout=30)
+    response = httpx.post(
+        f"{base}/search", content=body, headers={"content-type": "application/json"}, timeout=30
+    )
     assert_error(response, status, field)
 
 
@@ -197,21 +217,42 @@ def test_the_event_log_is_bounded_with_dropped_events(base: str) -> None:
 
 async def test_caches_and_sessions_never_exceed_their_bounds(demo_zim: Path) -> None:
     with ChatServer('{"source": "kiwix"}', api_key="k-bounds") as llm:
-        config = parse_config({
-            "routing": {"default_source": "kiwix", "semantic": {"enabled": False},
-                        "shipped_routes": False, "keywords": {"kiwix": ["tell me about"]},
-                        "decision_cache_max_entries": 4, "session_max_entries": 3,
-                        "llm": {"base_url": f"{llm.url}/v1", "model": "m",
-                                "api_key": "k-bounds", "bias_check": False}},
-            "cache": {"result_max_entries": 5},
-            "trace": {"enabled": False},
-            "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
-        })
+        config = parse_config(
+            {
+                "routing": {
+                    "default_source": "kiwix",
+                    "semantic": {"enabled": False},
+                    "shipped_routes": False,
+                    "keywords": {"kiwix": ["tell me about"]},
+                    "decision_cache_max_entries": 4,
+                    "session_max_entries": 3,
+                    "llm": {
+                        "base_url": f"{llm.url}/v1",
+                        "model": "m",
+                        "api_key": "k-bounds",
+                        "bias_check": False,
+                    },
+                },
+                "cache": {"result_max_entries": 5},
+                "trace": {"enabled": False},
+                "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
+            }
+        )
         service = Service(config)
         await service.start()
         try:
-            topics = ("paris", "rome", "tokyo", "london", "mount everest", "alan turing",
-                      "marie curie", "isaac newton", "the eiffel tower", "machu picchu")
+            topics = (
+                "paris",
+                "rome",
+                "tokyo",
+                "london",
+                "mount everest",
+                "alan turing",
+                "marie curie",
+                "isaac newton",
+                "the eiffel tower",
+                "machu picchu",
+            )
             for i, topic in enumerate(topics):
                 keyword = await service.search(f"tell me about {topic}", session_id=f"s{i}")
                 assert keyword.status_code == 200

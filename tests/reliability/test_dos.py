@@ -43,8 +43,12 @@ from tests.support.app import uvicorn_server
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 8
 KIWIX_TIMEOUT_S = 2.0  # a ZIM search here takes milliseconds; the queue took seconds
-UNRELATED = ["who wrote romeo and juliet", "who painted the mona lisa",
-             "who wrote romeo and juliet", "who discovered penicillin"]
+UNRELATED = [
+    "who wrote romeo and juliet",
+    "who painted the mona lisa",
+    "who wrote romeo and juliet",
+    "who discovered penicillin",
+]
 WAIT_S = 60.0
 
 
@@ -59,8 +63,11 @@ def config(demo_zim: Path, **routing: Any) -> Any:
     """The shipped routing (rules, exemplars, the model), kiwix on the demo ZIM."""
     data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
     data["routing"].update(routing)
-    data["sources"]["kiwix"] = {"type": "zim", "paths": [str(demo_zim)],
-                                "timeout_s": KIWIX_TIMEOUT_S}
+    data["sources"]["kiwix"] = {
+        "type": "zim",
+        "paths": [str(demo_zim)],
+        "timeout_s": KIWIX_TIMEOUT_S,
+    }
     data["cache"] = {"result_ttl_s": 0}  # every question is a real kiwix call
     data["trace"] = {"enabled": False}
     data["mcp"] = {"enabled": False}

@@ -24,22 +24,31 @@ from tests.support.app import uvicorn_server
 API_KEY = "sk-live-Kq7pZr02mWx"
 TOKEN = "bearer-Zt93-Hh1Lr"
 DB_PASSWORD = "hunter2-Q8v"
-MESSAGE = (f"upstream postgres://admin:{DB_PASSWORD}@db.home.lan:5432/app refused; "
-           f"retried with key {API_KEY} and {TOKEN}")
+MESSAGE = (
+    f"upstream postgres://admin:{DB_PASSWORD}@db.home.lan:5432/app refused; "
+    f"retried with key {API_KEY} and {TOKEN}"
+)
 SECRETS = (API_KEY, TOKEN, DB_PASSWORD)
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def config(tmp: Path) -> Any:
-    return parse_config({
-        "server": {"api_token": TOKEN},
-        "routing": {"default_source": "kiwix", "keywords": {"broken": ["gizmo"]},
-                    "semantic": {"enabled": False},
-                    "llm": {"api_key": API_KEY}},  # configured, never used: still a secret
-        "trace": {"path": str(tmp / "traces.db")},
-        "sources": {"kiwix": {"type": "scripted"},
-                    "broken": {"type": "scripted", "fail": "crash", "crash_message": MESSAGE}},
-    })
+    return parse_config(
+        {
+            "server": {"api_token": TOKEN},
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": {"broken": ["gizmo"]},
+                "semantic": {"enabled": False},
+                "llm": {"api_key": API_KEY},
+            },  # configured, never used: still a secret
+            "trace": {"path": str(tmp / "traces.db")},
+            "sources": {
+                "kiwix": {"type": "scripted"},
+                "broken": {"type": "scripted", "fail": "crash", "crash_message": MESSAGE},
+            },
+        }
+    )
 
 
 def assert_clean(text: str) -> None:
@@ -48,8 +57,11 @@ def assert_clean(text: str) -> None:
 
 
 def unexpected_logs(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if "RuntimeError" in r.getMessage()
-            and "Traceback" in r.getMessage()]
+    return [
+        r
+        for r in caplog.records
+        if "RuntimeError" in r.getMessage() and "Traceback" in r.getMessage()
+    ]
 
 
 def test_a_crashing_part_is_logged_once_and_scrubbed_everywhere(
@@ -57,10 +69,10 @@ def test_a_crashing_part_is_logged_once_and_scrubbed_everywhere(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     app = create_app(config(tmp_path))
-    with uvicorn_server(app) as base, httpx.Client(base_url=base, headers=AUTH,
-                                                   timeout=30) as http:
-        response = http.post("/search", json={"query": "gizmo status; tell me about tides",
-                                              "explain": True})
+    with uvicorn_server(app) as base, httpx.Client(base_url=base, headers=AUTH, timeout=30) as http:
+        response = http.post(
+            "/search", json={"query": "gizmo status; tell me about tides", "explain": True}
+        )
         assert response.status_code == 200, response.text  # the other part still answers
         body = response.json()
         trace = http.get(f"/traces/{body['trace_id']}")

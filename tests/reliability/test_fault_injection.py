@@ -37,8 +37,16 @@ from tests.support.wire_servers import Fault, closed_port_url
 
 SEED = 20240907
 TIMEOUT_S = 5.0  # the HTTP sources' timeout_s; the timeout fault delays 6 s
-TOPICS = ("the statue of liberty", "mount everest", "marie curie", "the eiffel tower",
-          "alan turing", "the great wall of china", "isaac newton", "machu picchu")
+TOPICS = (
+    "the statue of liberty",
+    "mount everest",
+    "marie curie",
+    "the eiffel tower",
+    "alan turing",
+    "the great wall of china",
+    "isaac newton",
+    "machu picchu",
+)
 SUCCESS_KEYS = {"query", "trace_id", "results", "cached", "fallback_occurred", "explanation"}
 
 
@@ -57,10 +65,21 @@ def service_config(web: str, forecast: str, zim: Path, **routing: Any) -> dict[s
         "sources": {
             "kiwix": {"type": "zim", "paths": [str(zim)]},
             "web": {"type": "searxng", "url": web, "fallback": ["kiwix"], **http},
-            "forecast": {"type": "open_meteo", "url": forecast, "latitude": 52.52,
-                         "longitude": 13.41, "fallback": ["kiwix"], **http},
-            "archive": {"type": "searxng", "url": closed_port_url(), "fallback": ["web"],
-                        "timeout_s": TIMEOUT_S, "circuit_failures": 0},
+            "forecast": {
+                "type": "open_meteo",
+                "url": forecast,
+                "latitude": 52.52,
+                "longitude": 13.41,
+                "fallback": ["kiwix"],
+                **http,
+            },
+            "archive": {
+                "type": "searxng",
+                "url": closed_port_url(),
+                "fallback": ["web"],
+                "timeout_s": TIMEOUT_S,
+                "circuit_failures": 0,
+            },
         },
     }
 
@@ -112,15 +131,17 @@ async def test_random_faults_under_concurrency(demo_zim: Path, tmp_path: Path) -
             gate = asyncio.Semaphore(in_flight)
             # Idle connections expire on our side before uvicorn's 5 s keep-alive timeout
             # closes them on its side (a request sent into a closing connection fails).
-            limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight,
-                                  keepalive_expiry=2.0)
+            limits = httpx.Limits(
+                max_connections=in_flight, max_keepalive_connections=in_flight, keepalive_expiry=2.0
+            )
             async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as client:
 
                 async def ask(i: int) -> tuple[str, int, dict[str, Any]]:
                     query = query_for(i)
                     async with gate:
                         response = await client.post(
-                            "/search", json={"query": query, "explain": True})
+                            "/search", json={"query": query, "explain": True}
+                        )
                     return query, response.status_code, response.json()
 
                 started = time.monotonic()
@@ -131,8 +152,7 @@ async def test_random_faults_under_concurrency(demo_zim: Path, tmp_path: Path) -
             keyed={"web": web},
             unkeyed={"forecast": forecast},
             refused=frozenset({"archive"}),
-            timeouts={"web": TIMEOUT_S, "forecast": TIMEOUT_S, "archive": TIMEOUT_S,
-                      "kiwix": 5.0},
+            timeouts={"web": TIMEOUT_S, "forecast": TIMEOUT_S, "archive": TIMEOUT_S, "kiwix": 5.0},
             cooldowns={"web": 0.5, "forecast": 0.5},
         )
         for query, status, body in answers:
@@ -144,34 +164,61 @@ async def test_random_faults_under_concurrency(demo_zim: Path, tmp_path: Path) -
         web_faults = web.fault_counts()
     assert audit.load_timeouts + forecast_load <= load_budget, audit
     # The dice really rolled every fault, and the chains really saw them.
-    assert set(web_faults) >= {"ok", "timeout", "401", "403", "429", "500", "502", "503",
-                               "not_json", "wrong_shape", "empty"}, web_faults
+    assert set(web_faults) >= {
+        "ok",
+        "timeout",
+        "401",
+        "403",
+        "429",
+        "500",
+        "502",
+        "503",
+        "not_json",
+        "wrong_shape",
+        "empty",
+    }, web_faults
     assert audit.calls["archive"] >= total // 5 and audit.calls["kiwix"] > 0
     statuses = {status for _, status, _ in answers}
     assert statuses <= {200, 502, 504}
-    print(f"\n{total} requests in {wall_s:.1f}s; calls {dict(audit.calls)}; "
-          f"circuit skips {audit.skipped}; load timeouts {audit.load_timeouts + forecast_load}")
+    print(
+        f"\n{total} requests in {wall_s:.1f}s; calls {dict(audit.calls)}; "
+        f"circuit skips {audit.skipped}; load timeouts {audit.load_timeouts + forecast_load}"
+    )
 
 
 # --- circuit breaker -----------------------------------------------------------------------
 
 
 def breaker_config(web: str, zim: Path, failures: int, cooldown_s: float) -> Any:
-    return parse_config({
-        "routing": {"default_source": "kiwix", "semantic": {"enabled": False},
-                    "keywords": {"web": ["news"]}},
-        "trace": {"enabled": False},
-        "sources": {
-            "kiwix": {"type": "zim", "paths": [str(zim)]},
-            "web": {"type": "searxng", "url": web, "timeout_s": 3.0, "fallback": ["kiwix"],
-                    "circuit_failures": failures, "circuit_cooldown_s": cooldown_s},
-        },
-    })
+    return parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "semantic": {"enabled": False},
+                "keywords": {"web": ["news"]},
+            },
+            "trace": {"enabled": False},
+            "sources": {
+                "kiwix": {"type": "zim", "paths": [str(zim)]},
+                "web": {
+                    "type": "searxng",
+                    "url": web,
+                    "timeout_s": 3.0,
+                    "fallback": ["kiwix"],
+                    "circuit_failures": failures,
+                    "circuit_cooldown_s": cooldown_s,
+                },
+            },
+        }
+    )
 
 
 def web_events(body: dict[str, Any]) -> list[dict[str, Any]]:
-    return [e for e in body["explanation"]
-            if e.get("source") == "web" and e["step"] in ("source_invoked", "source_skipped")]
+    return [
+        e
+        for e in body["explanation"]
+        if e.get("source") == "web" and e["step"] in ("source_invoked", "source_skipped")
+    ]
 
 
 async def post(client: httpx.AsyncClient, query: str) -> dict[str, Any]:
@@ -198,7 +245,10 @@ async def test_circuit_opens_skips_and_half_open_probe_brings_it_back(
                     body = await post(client, q())
                     (call,) = web_events(body)
                     assert (call["step"], call["outcome"], call["reason"]) == (
-                        "source_invoked", "error", "server_error")
+                        "source_invoked",
+                        "error",
+                        "server_error",
+                    )
                 query = q()
                 body = await post(client, query)
                 (skip,) = web_events(body)
@@ -243,7 +293,8 @@ async def test_half_open_admits_exactly_one_probe(demo_zim: Path) -> None:
                 await asyncio.sleep(0.6)
                 web.reset_counts()
                 bodies = await asyncio.gather(
-                    *(post(client, f"find news about rome z{10 + i}q") for i in range(6)))
+                    *(post(client, f"find news about rome z{10 + i}q") for i in range(6))
+                )
     calls = [e for b in bodies for e in web_events(b)]
     invoked = [e for e in calls if e["step"] == "source_invoked"]
     skipped = [e for e in calls if e["step"] == "source_skipped"]
@@ -259,29 +310,54 @@ async def test_half_open_admits_exactly_one_probe(demo_zim: Path) -> None:
 async def test_per_source_concurrency_bound_holds_at_the_server(demo_zim: Path) -> None:
     """max_concurrency 2 for web and 3 for forecast: the servers never see more at once."""
     with FaultySearxng() as web, FaultyOpenMeteo() as forecast:
-        config = parse_config({
-            "routing": {"default_source": "kiwix", "semantic": {"enabled": False},
-                        "keywords": {"web": ["news"], "forecast": ["weather"]}},
-            "trace": {"enabled": False},
-            "sources": {
-                "kiwix": {"type": "zim", "paths": [str(demo_zim)]},
-                "web": {"type": "searxng", "url": web.url, "timeout_s": 5, "max_concurrency": 2},
-                "forecast": {"type": "open_meteo", "url": forecast.url, "latitude": 48.85,
-                             "longitude": 2.35, "timeout_s": 5, "max_concurrency": 3},
-            },
-        })
+        config = parse_config(
+            {
+                "routing": {
+                    "default_source": "kiwix",
+                    "semantic": {"enabled": False},
+                    "keywords": {"web": ["news"], "forecast": ["weather"]},
+                },
+                "trace": {"enabled": False},
+                "sources": {
+                    "kiwix": {"type": "zim", "paths": [str(demo_zim)]},
+                    "web": {
+                        "type": "searxng",
+                        "url": web.url,
+                        "timeout_s": 5,
+                        "max_concurrency": 2,
+                    },
+                    "forecast": {
+                        "type": "open_meteo",
+                        "url": forecast.url,
+                        "latitude": 48.85,
+                        "longitude": 2.35,
+                        "timeout_s": 5,
+                        "max_concurrency": 3,
+                    },
+                },
+            }
+        )
         web.set_fault(Fault.delay(0.15))
         forecast.set_fault(Fault.delay(0.15))
         with uvicorn_server(build_app(config)) as base:
             async with httpx.AsyncClient(base_url=base, timeout=60) as client:
                 started = time.monotonic()
-                bodies = await asyncio.gather(*(
-                    post(client, f"find news about tokyo z{i}q and what is the weather "
-                                 f"tomorrow z{i}q")
-                    for i in range(12)))
+                bodies = await asyncio.gather(
+                    *(
+                        post(
+                            client,
+                            f"find news about tokyo z{i}q and what is the weather tomorrow z{i}q",
+                        )
+                        for i in range(12)
+                    )
+                )
                 wall_s = time.monotonic() - started
-    outcomes = {(e["source"], e["outcome"]) for b in bodies for e in b["explanation"]
-                if e["step"] == "source_invoked"}
+    outcomes = {
+        (e["source"], e["outcome"])
+        for b in bodies
+        for e in b["explanation"]
+        if e["step"] == "source_invoked"
+    }
     assert outcomes == {("web", "ok"), ("forecast", "ok")}
     assert web.max_in_flight == 2, web.max_in_flight
     assert forecast.max_in_flight == 3, forecast.max_in_flight
@@ -292,14 +368,16 @@ async def test_per_source_concurrency_bound_holds_at_the_server(demo_zim: Path) 
 async def test_request_deadline_answers_504_with_the_partial_chain(demo_zim: Path) -> None:
     with FaultySearxng() as web:
         config = breaker_config(web.url, demo_zim, failures=5, cooldown_s=1.0)
-        config = config.model_copy(update={
-            "routing": config.routing.model_copy(update={"request_deadline_s": 0.5})})
+        config = config.model_copy(
+            update={"routing": config.routing.model_copy(update={"request_deadline_s": 0.5})}
+        )
         web.set_fault(Fault.delay(2.0))
         with uvicorn_server(build_app(config)) as base:
             async with httpx.AsyncClient(base_url=base, timeout=30) as client:
                 started = time.monotonic()
                 response = await client.post(
-                    "/search", json={"query": "find news about rome z1q", "explain": True})
+                    "/search", json={"query": "find news about rome z1q", "explain": True}
+                )
                 elapsed = time.monotonic() - started
     assert response.status_code == 504
     body = response.json()

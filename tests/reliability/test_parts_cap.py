@@ -56,8 +56,7 @@ def test_the_default_cap_is_8_and_it_must_be_at_least_1(demo_zim: Path) -> None:
 
 
 def test_over_the_cap_is_422_naming_query(base: str) -> None:
-    response = httpx.post(f"{base}/search", json={"query": parts_query(MAX_PARTS + 1)},
-                          timeout=30)
+    response = httpx.post(f"{base}/search", json={"query": parts_query(MAX_PARTS + 1)}, timeout=30)
     assert response.status_code == 422, response.text
     body = response.json()
     assert set(body) == {"error"}
@@ -96,11 +95,13 @@ async def test_mcp_search_over_the_cap_is_an_error_naming_query(base: str) -> No
 async def test_the_service_refuses_before_any_source_is_called() -> None:
     """A caller that skips the surfaces' check (a replay, an embedder) still gets a 422
     outcome, and no part was resolved or sent to a source."""
-    config = parse_config({
-        "routing": {"default_source": "kiwix", "semantic": {"enabled": False}, "max_parts": 2},
-        "trace": {"enabled": False},
-        "sources": {"kiwix": {"type": "scripted"}},
-    })
+    config = parse_config(
+        {
+            "routing": {"default_source": "kiwix", "semantic": {"enabled": False}, "max_parts": 2},
+            "trace": {"enabled": False},
+            "sources": {"kiwix": {"type": "scripted"}},
+        }
+    )
     service = Service(config)
     await service.start()
     try:
@@ -124,8 +125,14 @@ def write_config(tmp_path: Path, demo_zim: Path) -> Path:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "search", *args], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "search", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("command", ["query", "route"])

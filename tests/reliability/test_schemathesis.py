@@ -46,8 +46,12 @@ OPERATIONS = [
 ]
 # Operations with inputs a request can get wrong. (A path parameter typed `string` has no
 # invalid value: everything in a path is a string.)
-NEGATABLE = {("POST", "/search"), ("GET", "/traces"), ("POST", "/mcp"),
-             ("POST", "/traces/{trace_id}/labels")}
+NEGATABLE = {
+    ("POST", "/search"),
+    ("GET", "/traces"),
+    ("POST", "/mcp"),
+    ("POST", "/traces/{trace_id}/labels"),
+}
 CASES = [
     pytest.param(method, path, mode, id=f"{method} {path} {mode.value}")
     for method, path in OPERATIONS
@@ -58,13 +62,18 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def base_url(demo_zim: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    config = parse_config({
-        "server": {"max_query_chars": 200, "max_body_bytes": 4096},
-        "routing": {"default_source": "kiwix", "semantic": {"enabled": False},
-                    "request_deadline_s": 10},
-        "trace": {"enabled": True, "path": str(tmp_path_factory.mktemp("st") / "traces.db")},
-        "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
-    })
+    config = parse_config(
+        {
+            "server": {"max_query_chars": 200, "max_body_bytes": 4096},
+            "routing": {
+                "default_source": "kiwix",
+                "semantic": {"enabled": False},
+                "request_deadline_s": 10,
+            },
+            "trace": {"enabled": True, "path": str(tmp_path_factory.mktemp("st") / "traces.db")},
+            "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
+        }
+    )
     with uvicorn_server(build_app(config)) as base:
         yield base
 
@@ -76,8 +85,7 @@ def api_schema(base_url: str) -> schemathesis.BaseSchema:
 
 def test_the_served_schema_lists_every_operation(api_schema: schemathesis.BaseSchema) -> None:
     served = sorted(
-        (result.ok().method.upper(), result.ok().path)
-        for result in api_schema.get_all_operations()
+        (result.ok().method.upper(), result.ok().path) for result in api_schema.get_all_operations()
     )
     # schemathesis leaves out the schema's own URL; it is fuzzed below all the same.
     assert served == sorted(op for op in OPERATIONS if op != ("GET", "/openapi.json"))
@@ -86,7 +94,10 @@ def test_the_served_schema_lists_every_operation(api_schema: schemathesis.BaseSc
 
 @pytest.mark.parametrize(("method", "path", "mode"), CASES)
 def test_every_operation_conforms_to_its_schema(
-    api_schema: schemathesis.BaseSchema, base_url: str, method: str, path: str,
+    api_schema: schemathesis.BaseSchema,
+    base_url: str,
+    method: str,
+    path: str,
     mode: GenerationMode,
 ) -> None:
     operation = api_schema[path][method]
@@ -98,8 +109,11 @@ def test_every_operation_conforms_to_its_schema(
         deadline=None,
         derandomize=True,
         database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                               HealthCheck.function_scoped_fixture],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.function_scoped_fixture,
+        ],
     )
     def run(case: schemathesis.Case) -> None:
         case.call_and_validate(base_url=base_url, checks=checks)

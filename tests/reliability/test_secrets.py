@@ -77,19 +77,43 @@ def raw_config(up: Upstreams, zim: Path, trace_path: Path) -> dict[str, Any]:
             "semantic": {"enabled": False},
             "shipped_routes": False,
             "keywords": {"ha": ["lights"], "ha_stale": ["garage"], "forecast": ["weather"]},
-            "llm": {"base_url": f"{up.llm.url}/v1", "model": "tiny-router",
-                    "api_key": "${LLM_API_KEY}", "timeout_s": 5},
+            "llm": {
+                "base_url": f"{up.llm.url}/v1",
+                "model": "tiny-router",
+                "api_key": "${LLM_API_KEY}",
+                "timeout_s": 5,
+            },
         },
-        "trace": {"enabled": True, "path": str(trace_path), "capture_results": True,
-                  "capture_prompts": True},
+        "trace": {
+            "enabled": True,
+            "path": str(trace_path),
+            "capture_results": True,
+            "capture_prompts": True,
+        },
         "sources": {
             "kiwix": {"type": "zim", "paths": [str(zim)], "description": "an encyclopedia"},
-            "ha": {"type": "homeassistant", "url": up.ha.url, "token": "${HA_TOKEN}",
-                   "fallback": ["kiwix"], "description": "the house's devices"},
-            "ha_stale": {"type": "homeassistant", "url": up.ha.url, "token": "${HA_STALE_TOKEN}",
-                         "fallback": ["kiwix"], "circuit_failures": 0},
-            "forecast": {"type": "open_meteo", "url": up.forecast.url, "latitude": 52.52,
-                         "longitude": 13.41, "api_key": "${OM_API_KEY}", "fallback": ["kiwix"]},
+            "ha": {
+                "type": "homeassistant",
+                "url": up.ha.url,
+                "token": "${HA_TOKEN}",
+                "fallback": ["kiwix"],
+                "description": "the house's devices",
+            },
+            "ha_stale": {
+                "type": "homeassistant",
+                "url": up.ha.url,
+                "token": "${HA_STALE_TOKEN}",
+                "fallback": ["kiwix"],
+                "circuit_failures": 0,
+            },
+            "forecast": {
+                "type": "open_meteo",
+                "url": up.forecast.url,
+                "latitude": 52.52,
+                "longitude": 13.41,
+                "api_key": "${OM_API_KEY}",
+                "fallback": ["kiwix"],
+            },
         },
     }
 
@@ -121,12 +145,24 @@ def exercise(base: str, up: Upstreams) -> tuple[list[str], list[dict[str, Any]]]
         decided = search("who was marie curie", explain=True)
         assert any(e["step"] == "intent_llm" for e in decided["explanation"])
         # The LLM server now rejects the key and quotes it back, as OpenAI's error does.
-        up.llm.set_fault(Fault.custom(401, {"error": {
-            "message": f"Incorrect API key provided: {SECRETS['LLM_API_KEY']}.",
-            "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}))
-        echoed = httpx.post(f"{up.llm.url}/v1/chat/completions", json={
-            "model": "m", "messages": [{"role": "user", "content": "x"}]},
-            headers={"Authorization": f"Bearer {SECRETS['LLM_API_KEY']}"})
+        up.llm.set_fault(
+            Fault.custom(
+                401,
+                {
+                    "error": {
+                        "message": f"Incorrect API key provided: {SECRETS['LLM_API_KEY']}.",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
+        )
+        echoed = httpx.post(
+            f"{up.llm.url}/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+            headers={"Authorization": f"Bearer {SECRETS['LLM_API_KEY']}"},
+        )
         assert leaks(echoed.text) == ["LLM_API_KEY"]  # the grep would see it
         failed = search("who was alan turing", explain=True)
         assert any(e["step"] == "llm_error" for e in failed["explanation"]), failed
@@ -146,16 +182,28 @@ def exercise(base: str, up: Upstreams) -> tuple[list[str], list[dict[str, Any]]]
         assert metrics.status_code == 200 and "search_source_calls" in metrics.text
         keep(client.get("/healthz"))
         keep(client.get("/openapi.json"))
-        mcp = keep(client.post("/mcp", headers={"Accept": "application/json, text/event-stream"},
-                               json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-                                   "name": "search",
-                                   "arguments": {"query": "is the garage door open",
-                                                 "explain": True},
-                               }}))
+        mcp = keep(
+            client.post(
+                "/mcp",
+                headers={"Accept": "application/json, text/event-stream"},
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "search",
+                        "arguments": {"query": "is the garage door open", "explain": True},
+                    },
+                },
+            )
+        )
         assert mcp.status_code == 200 and "unauthorized" in mcp.text, mcp.text
         # The service's own token: wrong, missing, or sent where it does not belong.
-        for headers in ({"Authorization": "Bearer wrong-token"}, {"Authorization": ""},
-                        {"Authorization": SECRETS["SEARCH_API_TOKEN"]}):
+        for headers in (
+            {"Authorization": "Bearer wrong-token"},
+            {"Authorization": ""},
+            {"Authorization": SECRETS["SEARCH_API_TOKEN"]},
+        ):
             response = keep(client.post("/search", json={"query": "x"}, headers=headers))
             assert response.status_code == 401
         keep(httpx.post(f"{base}/search", json={"query": "x"}, timeout=10))
@@ -174,7 +222,9 @@ def stored_traces(trace_path: Path) -> int:
 
 
 def test_no_secret_in_responses_traces_logs_or_metrics_in_process(
-    demo_zim: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_zim: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     for name, value in SECRETS.items():
@@ -193,7 +243,8 @@ def test_no_secret_in_responses_traces_logs_or_metrics_in_process(
     assert b"kitchen lights" in stored_bytes(trace_path)  # the store holds real content
     logged = "\n".join(
         f"{r.name} {r.levelname} {r.getMessage()} {r.exc_text or ''} {r.args!r}"
-        for r in caplog.records)
+        for r in caplog.records
+    )
     assert "HTTP Request" in logged  # httpx's own DEBUG/INFO lines were captured
     report = {
         "responses": leaks("\n".join(texts)),

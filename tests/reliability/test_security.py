@@ -45,7 +45,11 @@ def listening_sockets(path: str, port: int) -> list[str]:
 def other_local_ipv4() -> list[str]:
     """This machine's non-loopback IPv4 addresses, from the kernel's routing trie."""
     lines = Path("/proc/net/fib_trie").read_text().splitlines()
-    found = {prev.split()[-1] for prev, line in zip(lines, lines[1:], strict=False) if "/32 host LOCAL" in line}
+    found = {
+        prev.split()[-1]
+        for prev, line in zip(lines, lines[1:], strict=False)
+        if "/32 host LOCAL" in line
+    }
     return sorted(a for a in found if not a.startswith("127."))
 
 
@@ -57,17 +61,26 @@ def refuses(address: str, port: int) -> bool:
 
 def test_the_default_host_is_loopback() -> None:
     assert ServerConfig().host == "127.0.0.1"
-    assert parse_config({"server": {"port": 9000}, "routing": {"default_source": "kiwix"},
-                         "sources": {"kiwix": {"type": "zim", "paths": ["x.zim"]}}},
-                        ).server.host == "127.0.0.1"
+    assert (
+        parse_config(
+            {
+                "server": {"port": 9000},
+                "routing": {"default_source": "kiwix"},
+                "sources": {"kiwix": {"type": "zim", "paths": ["x.zim"]}},
+            },
+        ).server.host
+        == "127.0.0.1"
+    )
     shipped = yaml.safe_load((REPO_ROOT / "config.yaml").read_text())
     assert shipped.get("server", {}).get("host", "127.0.0.1") == "127.0.0.1"
 
 
 def test_serve_without_host_listens_on_loopback_only(demo_zim: Path, tmp_path: Path) -> None:
-    config = {"routing": {"default_source": "kiwix", "semantic": {"enabled": False}},
-              "trace": {"enabled": False},
-              "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}}}
+    config = {
+        "routing": {"default_source": "kiwix", "semantic": {"enabled": False}},
+        "trace": {"enabled": False},
+        "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
+    }
     with ServerProcess(config, tmp_path) as server:
         assert "--host" not in server.args
         assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
@@ -86,12 +99,14 @@ def test_serve_without_host_listens_on_loopback_only(demo_zim: Path, tmp_path: P
 
 @pytest.fixture(scope="module")
 def guarded(demo_zim: Path) -> Any:
-    config = parse_config({
-        "server": {"api_token": TOKEN},
-        "routing": {"default_source": "kiwix", "semantic": {"enabled": False}},
-        "trace": {"enabled": False},
-        "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
-    })
+    config = parse_config(
+        {
+            "server": {"api_token": TOKEN},
+            "routing": {"default_source": "kiwix", "semantic": {"enabled": False}},
+            "trace": {"enabled": False},
+            "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}},
+        }
+    )
     app = build_app(config)
     with uvicorn_server(app) as base:
         yield app, base
@@ -115,9 +130,15 @@ def test_every_route_but_healthz_needs_the_token(guarded: Any) -> None:
     routes = every_route(app)
     paths = {p for _, p in routes}
     assert {"/search", "/healthz", "/openapi.json", "/metrics", "/traces", "/mcp"} <= paths
-    wrong = [{}, {"Authorization": "Bearer"}, {"Authorization": f"Bearer {TOKEN}x"},
-             {"Authorization": f"Bearer {TOKEN[:-1]}"}, {"Authorization": TOKEN},
-             {"Authorization": f"Basic {TOKEN}"}, {"X-Api-Token": TOKEN}]
+    wrong = [
+        {},
+        {"Authorization": "Bearer"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+        {"Authorization": f"Bearer {TOKEN[:-1]}"},
+        {"Authorization": TOKEN},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"X-Api-Token": TOKEN},
+    ]
     with httpx.Client(base_url=base, timeout=30) as client:
         for method, path in routes:
             for headers in wrong:
@@ -134,9 +155,15 @@ def test_every_route_but_healthz_needs_the_token(guarded: Any) -> None:
                 assert response.json()["error"]["type"] == "unauthorized"
                 assert response.headers["www-authenticate"].startswith("Bearer")
                 assert TOKEN not in response.text
-            allowed = client.request(method, path, json={"query": "who was marie curie"},
-                                     headers={"Authorization": f"Bearer {TOKEN}",
-                                              "Accept": "application/json, text/event-stream"})
+            allowed = client.request(
+                method,
+                path,
+                json={"query": "who was marie curie"},
+                headers={
+                    "Authorization": f"Bearer {TOKEN}",
+                    "Accept": "application/json, text/event-stream",
+                },
+            )
             assert allowed.status_code != 401, (method, path)
         # Not a way around it: the token in the URL, or a path that merely looks open.
         assert client.post(f"/search?access_token={TOKEN}", json={"query": "x"}).status_code == 401
@@ -149,8 +176,9 @@ def wrong_tokens() -> list[str]:
     single-character change, other case, and padding the server must not strip."""
     near = [TOKEN[:n] for n in range(len(TOKEN))]
     near += [TOKEN + "x", TOKEN + TOKEN, " " + TOKEN, TOKEN + " x", TOKEN.upper()]
-    near += [TOKEN[:i] + ("A" if TOKEN[i] != "A" else "B") + TOKEN[i + 1:]
-             for i in range(len(TOKEN))]
+    near += [
+        TOKEN[:i] + ("A" if TOKEN[i] != "A" else "B") + TOKEN[i + 1 :] for i in range(len(TOKEN))
+    ]
     return near
 
 
@@ -158,13 +186,13 @@ def test_only_the_exact_token_is_accepted(guarded: Any) -> None:
     _, base = guarded
     with httpx.Client(base_url=base, timeout=10) as client:
         for wrong in wrong_tokens():
-            for header in (f"Bearer {wrong}", wrong or "x", f"bearer {TOKEN}",
-                           f"Basic {TOKEN}"):
+            for header in (f"Bearer {wrong}", wrong or "x", f"bearer {TOKEN}", f"Basic {TOKEN}"):
                 if header != header.strip():
                     continue  # an HTTP client cannot send that (no header value ends so)
                 response = client.get("/metrics", headers={"Authorization": header})
                 assert response.status_code == 401, header
                 assert TOKEN not in response.text
         assert client.get("/metrics").status_code == 401  # no header at all
-        assert client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
-                          ).status_code == 200
+        assert (
+            client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        )

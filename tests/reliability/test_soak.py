@@ -49,8 +49,18 @@ RATE = float(os.environ.get("SOAK_RATE", "30"))
 SEED = 7_2024
 TIMEOUT_S = 3.0
 TOKEN = re.compile(r"z\d{6}q")
-TOPICS = ("paris", "mount everest", "marie curie", "the eiffel tower", "alan turing",
-          "the great wall of china", "isaac newton", "machu picchu", "tokyo", "rome")
+TOPICS = (
+    "paris",
+    "mount everest",
+    "marie curie",
+    "the eiffel tower",
+    "alan turing",
+    "the great wall of china",
+    "isaac newton",
+    "machu picchu",
+    "tokyo",
+    "rome",
+)
 
 
 def soak_config(web: str, forecast: str, llm: str, zim: Path, traces: Path) -> dict[str, Any]:
@@ -60,8 +70,12 @@ def soak_config(web: str, forecast: str, llm: str, zim: Path, traces: Path) -> d
             "default_source": "kiwix",
             "semantic": {"enabled": False},
             "keywords": {"web": ["news"], "forecast": ["weather"], "archive": ["archive"]},
-            "llm": {"base_url": f"{llm}/v1", "model": "tiny", "api_key": "soak-key",
-                    "timeout_s": TIMEOUT_S},
+            "llm": {
+                "base_url": f"{llm}/v1",
+                "model": "tiny",
+                "api_key": "soak-key",
+                "timeout_s": TIMEOUT_S,
+            },
             "request_deadline_s": 20,
             "max_events": 200,
             "decision_cache_max_entries": 64,
@@ -72,10 +86,21 @@ def soak_config(web: str, forecast: str, llm: str, zim: Path, traces: Path) -> d
         "sources": {
             "kiwix": {"type": "zim", "paths": [str(zim)], "description": "an encyclopedia"},
             "web": {"type": "searxng", "url": web, "fallback": ["kiwix"], **http},
-            "forecast": {"type": "open_meteo", "url": forecast, "latitude": 47.37,
-                         "longitude": 8.54, "fallback": ["kiwix"], **http},
-            "archive": {"type": "searxng", "url": closed_port_url(), "fallback": ["web"],
-                        "timeout_s": TIMEOUT_S, "circuit_failures": 0},
+            "forecast": {
+                "type": "open_meteo",
+                "url": forecast,
+                "latitude": 47.37,
+                "longitude": 8.54,
+                "fallback": ["kiwix"],
+                **http,
+            },
+            "archive": {
+                "type": "searxng",
+                "url": closed_port_url(),
+                "fallback": ["web"],
+                "timeout_s": TIMEOUT_S,
+                "circuit_failures": 0,
+            },
         },
     }
 
@@ -98,8 +123,12 @@ def request_for(i: int) -> dict[str, Any]:
     return body
 
 
-async def load(client: httpx.AsyncClient, start: int, seconds: float,
-               results: list[tuple[dict[str, Any], int, dict[str, Any], float]]) -> int:
+async def load(
+    client: httpx.AsyncClient,
+    start: int,
+    seconds: float,
+    results: list[tuple[dict[str, Any], int, dict[str, Any], float]],
+) -> int:
     """Send RATE requests/s for `seconds`, on schedule; wait for all; return the count."""
     count = int(seconds * RATE)
     began = time.monotonic()
@@ -109,8 +138,7 @@ async def load(client: httpx.AsyncClient, start: int, seconds: float,
         request = request_for(i)
         sent = time.monotonic()
         response = await client.post("/search", json=request)
-        results.append((request, response.status_code, response.json(),
-                        time.monotonic() - sent))
+        results.append((request, response.status_code, response.json(), time.monotonic() - sent))
 
     for n in range(count):
         delay = began + n / RATE - time.monotonic()
@@ -129,9 +157,11 @@ async def monitor(server: ServerProcess, results: list[Any], progress: list[str]
         await asyncio.sleep(5)
         fields = stat.read_text().split() if stat else ["0"] * 15
         cpu = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
-        progress.append(f"t={time.monotonic() - began:5.1f}s answered={len(results)} "
-                        f"server_cpu={cpu:.1f}s rss={server.rss_kib()}KiB "
-                        f"load={os.getloadavg()[0]:.1f}")
+        progress.append(
+            f"t={time.monotonic() - began:5.1f}s answered={len(results)} "
+            f"server_cpu={cpu:.1f}s rss={server.rss_kib()}KiB "
+            f"load={os.getloadavg()[0]:.1f}"
+        )
 
 
 def tokens_in(value: Any) -> set[str]:
@@ -153,8 +183,11 @@ def stored(trace_path: Path) -> dict[str, sqlite3.Row]:
 async def test_soak(demo_zim: Path, tmp_path: Path) -> None:
     trace_path = tmp_path / "traces.db"
     results: list[tuple[dict[str, Any], int, dict[str, Any], float]] = []
-    with FaultySearxng() as web, FaultyOpenMeteo() as forecast, \
-            ChatServer('{"source": "kiwix"}', api_key="soak-key") as llm:
+    with (
+        FaultySearxng() as web,
+        FaultyOpenMeteo() as forecast,
+        ChatServer('{"source": "kiwix"}', api_key="soak-key") as llm,
+    ):
         web.arm_random(SEED)
         forecast.arm_random(SEED + 1)
         config = soak_config(web.url, forecast.url, llm.url, demo_zim, trace_path)
@@ -163,13 +196,15 @@ async def test_soak(demo_zim: Path, tmp_path: Path) -> None:
         try:
             # Idle connections expire before uvicorn's 5 s keep-alive timeout closes them
             # from its side (a request sent into a closing connection would fail).
-            limits = httpx.Limits(max_connections=500, max_keepalive_connections=100,
-                                  keepalive_expiry=2.0)
+            limits = httpx.Limits(
+                max_connections=500, max_keepalive_connections=100, keepalive_expiry=2.0
+            )
             timeout = httpx.Timeout(90.0, pool=None)
             progress: list[str] = []
             watch = asyncio.create_task(monitor(server, results, progress))
-            async with httpx.AsyncClient(base_url=server.url, timeout=timeout,
-                                         limits=limits) as client:
+            async with httpx.AsyncClient(
+                base_url=server.url, timeout=timeout, limits=limits
+            ) as client:
                 warm = await load(client, 0, WARMUP_SECONDS, results)
                 rss_warm = server.rss_kib()
                 began = time.monotonic()
@@ -182,9 +217,10 @@ async def test_soak(demo_zim: Path, tmp_path: Path) -> None:
         await asyncio.sleep(0.2)
         rows = stored(trace_path)
         audit = ChainAudit(
-            keyed={"web": web}, unkeyed={"forecast": forecast}, refused=frozenset({"archive"}),
-            timeouts={"web": TIMEOUT_S, "forecast": TIMEOUT_S, "archive": TIMEOUT_S,
-                      "kiwix": 5.0},
+            keyed={"web": web},
+            unkeyed={"forecast": forecast},
+            refused=frozenset({"archive"}),
+            timeouts={"web": TIMEOUT_S, "forecast": TIMEOUT_S, "archive": TIMEOUT_S, "kiwix": 5.0},
             cooldowns={"web": 1.0, "forecast": 1.0},
         )
         statuses: dict[int, int] = {}
@@ -209,8 +245,9 @@ async def test_soak(demo_zim: Path, tmp_path: Path) -> None:
             else:
                 assert body["explanation"] is None
             if status == 200:
-                assert [(r["query"], r["source"], r["status"]) for r in json.loads(row["results"])
-                        ] == [(r["query"], r["source"], r["status"]) for r in body["results"]]
+                assert [
+                    (r["query"], r["source"], r["status"]) for r in json.loads(row["results"])
+                ] == [(r["query"], r["source"], r["status"]) for r in body["results"]]
             else:
                 assert json.loads(row["error"]) == body["error"]
             # Zero cross-attribution, in the response and in the store.
@@ -227,12 +264,15 @@ async def test_soak(demo_zim: Path, tmp_path: Path) -> None:
         assert audit.load_timeouts + forecast_load <= budget
     latencies = sorted(r[3] for r in results[warm:])
     growth = (rss_end - rss_warm) / rss_warm
-    print(f"\nsoak: {soaked} requests in {soak_wall:.1f}s ({soaked / soak_wall:.1f}/s) after "
-          f"{warm} warm-up; statuses {statuses}; p50 {latencies[len(latencies) // 2]:.3f}s "
-          f"p99 {latencies[int(len(latencies) * 0.99)]:.3f}s; source calls {dict(audit.calls)}; "
-          f"circuit skips {audit.skipped}; load timeouts {audit.load_timeouts + forecast_load}; "
-          f"RSS warm {rss_warm} KiB, end {rss_end} KiB ({growth:+.1%})")
+    print(
+        f"\nsoak: {soaked} requests in {soak_wall:.1f}s ({soaked / soak_wall:.1f}/s) after "
+        f"{warm} warm-up; statuses {statuses}; p50 {latencies[len(latencies) // 2]:.3f}s "
+        f"p99 {latencies[int(len(latencies) * 0.99)]:.3f}s; source calls {dict(audit.calls)}; "
+        f"circuit skips {audit.skipped}; load timeouts {audit.load_timeouts + forecast_load}; "
+        f"RSS warm {rss_warm} KiB, end {rss_end} KiB ({growth:+.1%})"
+    )
     timeline = "\n".join(progress)
     assert soak_wall < SOAK_SECONDS * 1.5 + 10, f"the server fell behind:\n{timeline}"
     assert abs(growth) <= 0.10, (
-        f"RSS {rss_warm} KiB after warm-up, {rss_end} KiB at the end:\n{timeline}")
+        f"RSS {rss_warm} KiB after warm-up, {rss_end} KiB at the end:\n{timeline}"
+    )

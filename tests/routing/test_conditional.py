@@ -10,23 +10,43 @@ from routing.conditional import extract_conditional
 @pytest.mark.parametrize(
     ("query", "condition", "consequence", "remainder"),
     [
-        ("if it rains tomorrow, are the windows open?", "it rains tomorrow",
-         "are the windows open", ""),
+        (
+            "if it rains tomorrow, are the windows open?",
+            "it rains tomorrow",
+            "are the windows open",
+            "",
+        ),
         ("if it is cold then turn on the heating", "it is cold", "turn on the heating", ""),
-        ("if it snows close the garage door and also what's the news", "it snows",
-         "close the garage door", "what's the news"),
-        ("when it gets dark, turn on the porch light", "it gets dark",
-         "turn on the porch light", ""),
-        ("turn on the heating if it drops below zero", "it drops below zero",
-         "turn on the heating", ""),
+        (
+            "if it snows close the garage door and also what's the news",
+            "it snows",
+            "close the garage door",
+            "what's the news",
+        ),
+        (
+            "when it gets dark, turn on the porch light",
+            "it gets dark",
+            "turn on the porch light",
+            "",
+        ),
+        (
+            "turn on the heating if it drops below zero",
+            "it drops below zero",
+            "turn on the heating",
+            "",
+        ),
     ],
 )
-def test_conditions_are_extracted(query: str, condition: str, consequence: str,
-                                  remainder: str) -> None:
+def test_conditions_are_extracted(
+    query: str, condition: str, consequence: str, remainder: str
+) -> None:
     found = extract_conditional(query)
     assert found is not None
     assert (found.condition, found.consequence, found.remainder) == (
-        condition, consequence, remainder)
+        condition,
+        consequence,
+        remainder,
+    )
 
 
 @pytest.mark.parametrize(

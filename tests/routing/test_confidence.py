@@ -65,7 +65,8 @@ async def test_gibberish_is_declined_with_its_candidates(service: Service, text:
     default = events[-1]
     assert default["step"] == "intent_default" and default["reason"] == "low_confidence"
     assert [(c["route"], c["confidence"]) for c in default["candidates"]] == [
-        (c["route"], c["confidence"]) for c in declined[-1]["candidates"]]
+        (c["route"], c["confidence"]) for c in declined[-1]["candidates"]
+    ]
 
 
 async def test_a_confident_decision_and_an_unserved_one(service: Service) -> None:
@@ -74,8 +75,9 @@ async def test_a_confident_decision_and_an_unserved_one(service: Service) -> Non
     [event] = intents(lights)
     assert event["confidence"] >= 0.9 and event["candidates"][0]["route"] == "ha"
     alarm = await route(service, "set an alarm for 7 am")
-    assert [r.status for r in alarm.results] == ["planned"] or [
-        r.route for r in alarm.results] == [None]
+    assert [r.status for r in alarm.results] == ["planned"] or [r.route for r in alarm.results] == [
+        None
+    ]
     default = intents(alarm)[-1]
     assert default["reason"] == "unserved" and default["candidates"][0]["route"] == "none"
     assert default["confidence"] == default["candidates"][0]["confidence"] >= 0.55
@@ -83,8 +85,13 @@ async def test_a_confident_decision_and_an_unserved_one(service: Service) -> Non
 
 async def test_below_min_confidence_the_llm_decides() -> None:
     with ChatServer(reply='{"source": "ha"}') as server:
-        svc = Service(shipped(llm=shipped().routing.llm.model_copy(
-            update={"base_url": server.base_url, "model": "m", "timeout_s": 2})))
+        svc = Service(
+            shipped(
+                llm=shipped().routing.llm.model_copy(
+                    update={"base_url": server.base_url, "model": "m", "timeout_s": 2}
+                )
+            )
+        )
         await svc.start(sources=False)
         try:
             outcome = await route(svc, "ROUTE_TO_HA zqxv blorf")
@@ -113,8 +120,9 @@ async def test_a_keyword_tie_is_recorded_and_declined() -> None:
 
 
 async def test_min_confidence_from_config_and_the_default_says_low_confidence() -> None:
-    config = scripted_config({"ha": {}, "web": {}}, {"ha": ["lights"], "web": ["news"]},
-                             min_confidence=0.99)
+    config = scripted_config(
+        {"ha": {}, "web": {}}, {"ha": ["lights"], "web": ["news"]}, min_confidence=0.99
+    )
     svc = Service(config)
     await svc.start(sources=False)
     try:
@@ -132,8 +140,12 @@ def test_the_artefact_is_a_probability_over_any_routes() -> None:
     assert len(model.keyword_weights) == len(KEYWORD_FEATURES)
     assert len(model.full_weights) == len(FULL_FEATURES)
     # A route the fit never saw ("recipes") is ranked by the same weights.
-    ranked = model.full(["recipes", "kiwix", "none"], {"recipes": 2.0},
-                        {"recipes": 0.8, "kiwix": 0.3, "none": 0.2}, {})
+    ranked = model.full(
+        ["recipes", "kiwix", "none"],
+        {"recipes": 2.0},
+        {"recipes": 0.8, "kiwix": 0.3, "none": 0.2},
+        {},
+    )
     assert ranked.winner == "recipes"
     assert abs(sum(p for _, p in ranked.routes) - 1.0) < 1e-9
     again = ConfidenceModel.from_json(model.to_json())
@@ -145,10 +157,14 @@ async def test_the_control_gate_follows_the_same_scale() -> None:
     is not confident: the command it would run is withheld, reason low_confidence."""
     with ChatServer(reply='{"source": "ha"}') as server:
         for threshold, reason in ((0.8, "low_confidence"), (0.6, None)):
-            service = Service(scripted_config(
-                {"ha": {"control_prefix": "unlockx", "allow_control": True}, "web": {}},
-                keywords={}, min_confidence=threshold,
-                llm={"base_url": server.base_url, "model": "m", "timeout_s": 2}))
+            service = Service(
+                scripted_config(
+                    {"ha": {"control_prefix": "unlockx", "allow_control": True}, "web": {}},
+                    keywords={},
+                    min_confidence=threshold,
+                    llm={"base_url": server.base_url, "model": "m", "timeout_s": 2},
+                )
+            )
             await service.start(sources=False)
             try:
                 outcome = await service.search("unlockx the shed", explain=True)

@@ -19,16 +19,14 @@ from tests.support.app import assert_contract_event, scripted_config
 
 scripted.register()
 
-KEYWORDS = {"ha": ["unlock", "door", "lights"], "kiwix": ["sun", "explodes"],
-            "web": ["rains"]}
+KEYWORDS = {"ha": ["unlock", "door", "lights"], "kiwix": ["sun", "explodes"], "web": ["rains"]}
 
 
 def home(allow: bool = True, **ha: Any) -> Service:
     config = scripted_config(
         {
             "kiwix": {},
-            "ha": {"control_prefix": "unlock", "allow_control": allow, "fallback": ["web"],
-                   **ha},
+            "ha": {"control_prefix": "unlock", "allow_control": allow, "fallback": ["web"], **ha},
             "web": {},
         },
         keywords=KEYWORDS,
@@ -59,7 +57,8 @@ async def test_a_plain_command_with_control_allowed_acts_once_through_the_gate()
     assert (result["source"], result["status"]) == ("ha", "ok")
     invoked = [e for e in body["explanation"] if e["step"] == "source_invoked"]
     assert [(e["operation"], e["command"]) for e in invoked] == [
-        ("act", {"action": "unlock", "target": "the front door"})]
+        ("act", {"action": "unlock", "target": "the front door"})
+    ]
     assert withheld(body) == []
 
 
@@ -76,7 +75,9 @@ async def test_a_plain_command_with_control_allowed_acts_once_through_the_gate()
         ("unlock the front door when i get home", "deferred"),
     ],
 )
-async def test_a_command_under_a_condition_or_for_later_is_withheld(query: str, reason: str) -> None:
+async def test_a_command_under_a_condition_or_for_later_is_withheld(
+    query: str, reason: str
+) -> None:
     service = home()
     body = await ask(service, query)
     assert acted(service) == []
@@ -113,8 +114,9 @@ async def test_not_allowed_dry_run_read_only_and_default_decisions_never_act() -
     assert acted(service) == []
 
     # Nothing in the rules names it: the default (ha here) answers, unsure, and must not act.
-    unsure = Service(scripted_config(
-        {"ha": {"control_prefix": "unlockx", "allow_control": True}}, keywords={}))
+    unsure = Service(
+        scripted_config({"ha": {"control_prefix": "unlockx", "allow_control": True}}, keywords={})
+    )
     body = await ask(unsure, "unlockx the shed")
     assert [e["step"] for e in body["explanation"]][0] == "intent_default"
     assert withheld(body)[0]["reason"] == "low_confidence"
@@ -122,8 +124,9 @@ async def test_not_allowed_dry_run_read_only_and_default_decisions_never_act() -
 
 
 async def test_every_reason_that_holds_is_recorded_the_first_names_the_event() -> None:
-    body = await ask(home(allow=False), "if the sun explodes, unlock the door in an hour",
-                     dry_run=True)
+    body = await ask(
+        home(allow=False), "if the sun explodes, unlock the door in an hour", dry_run=True
+    )
     [event] = withheld(body)
     assert event["reasons"] == ["not_allowed", "dry_run", "conditional", "deferred"]
     assert event["reason"] == "not_allowed" and event["when"] == "in an hour"
@@ -196,8 +199,10 @@ def test_a_leading_time_qualifier_is_cut_from_the_command_words() -> None:
 
 
 def test_nothing_in_doubt_means_no_reason() -> None:
-    assert withheld_reasons(allowed=True, acting=True, deferred=False,
-                            circumstances=Circumstances()) == []
+    assert (
+        withheld_reasons(allowed=True, acting=True, deferred=False, circumstances=Circumstances())
+        == []
+    )
 
 
 async def test_a_command_whose_words_came_from_an_earlier_turn_is_withheld() -> None:

@@ -12,64 +12,103 @@ from routing.decompose import decompose, decompose_claimed, is_complete_request
     ("query", "parts"),
     [
         # hard separators always split
-        ("turn on the lights and then what's the weather",
-         ["turn on the lights", "what's the weather"]),
-        ("what is the weather today and also lights status",
-         ["what is the weather today", "lights status"]),
+        (
+            "turn on the lights and then what's the weather",
+            ["turn on the lights", "what's the weather"],
+        ),
+        (
+            "what is the weather today and also lights status",
+            ["what is the weather today", "lights status"],
+        ),
         ("dim the lights; any news from kenya", ["dim the lights", "any news from kenya"]),
         ("Who wrote Hamlet? Is it raining?", ["Who wrote Hamlet", "Is it raining"]),
         # soft separators split between two requests
-        ("turn off the lights and what's the weather",
-         ["turn off the lights", "what's the weather"]),
-        ("add milk to the list and rate this book five stars",
-         ["add milk to the list", "rate this book five stars"]),
+        (
+            "turn off the lights and what's the weather",
+            ["turn off the lights", "what's the weather"],
+        ),
+        (
+            "add milk to the list and rate this book five stars",
+            ["add milk to the list", "rate this book five stars"],
+        ),
         # a wake word opens a new request
-        ("desk lamp one off and alexa where is the nearest shop",
-         ["desk lamp one off", "alexa where is the nearest shop"]),
+        (
+            "desk lamp one off and alexa where is the nearest shop",
+            ["desk lamp one off", "alexa where is the nearest shop"],
+        ),
         # a request's topic can open a clause
-        ("book a table for four at the pub, weather in two hours in oslo",
-         ["book a table for four at the pub", "weather in two hours in oslo"]),
+        (
+            "book a table for four at the pub, weather in two hours in oslo",
+            ["book a table for four at the pub", "weather in two hours in oslo"],
+        ),
         # after a comma, a clause of three words or more that doesn't continue
-        ("start up the coffee machine, ask a restaurant in my area",
-         ["start up the coffee machine", "ask a restaurant in my area"]),
-        ("switch to night light and it is hot today",
-         ["switch to night light", "it is hot today"]),
+        (
+            "start up the coffee machine, ask a restaurant in my area",
+            ["start up the coffee machine", "ask a restaurant in my area"],
+        ),
+        ("switch to night light and it is hot today", ["switch to night light", "it is hot today"]),
         # "when will ..." on the left is a question, not a condition
-        ("when will it be hot here and play some jazz",
-         ["when will it be hot here", "play some jazz"]),
+        (
+            "when will it be hot here and play some jazz",
+            ["when will it be hot here", "play some jazz"],
+        ),
         # a noun phrase headed by a request's topic opens a clause after "and"
-        ("turn off the lights and the weather in homestead",
-         ["turn off the lights", "the weather in homestead"]),
+        (
+            "turn off the lights and the weather in homestead",
+            ["turn off the lights", "the weather in homestead"],
+        ),
         ("google the word and recent tech headlines", ["google the word", "recent tech headlines"]),
-        ("set an alarm and today's forecast for rome", ["set an alarm", "today's forecast for rome"]),
+        (
+            "set an alarm and today's forecast for rome",
+            ["set an alarm", "today's forecast for rome"],
+        ),
         # ... also after a verb we don't know (a typo of "find")
-        ("play a song and fine the movie schedules for the cinema",
-         ["play a song", "fine the movie schedules for the cinema"]),
+        (
+            "play a song and fine the movie schedules for the cinema",
+            ["play a song", "fine the movie schedules for the cinema"],
+        ),
         # more imperatives open a request
-        ("what is the capital of peru and shut the blinds",
-         ["what is the capital of peru", "shut the blinds"]),
-        ("is it windy today and prepare my morning coffee",
-         ["is it windy today", "prepare my morning coffee"]),
+        (
+            "what is the capital of peru and shut the blinds",
+            ["what is the capital of peru", "shut the blinds"],
+        ),
+        (
+            "is it windy today and prepare my morning coffee",
+            ["is it windy today", "prepare my morning coffee"],
+        ),
         # two words: a modifier and a topic ("current traffic", "local events")
         ("dim the lights and current traffic", ["dim the lights", "current traffic"]),
         # a premise with its question is a complete sentence
-        ("if i have five dollars how much is that in euros and will it rain tomorrow",
-         ["if i have five dollars how much is that in euros", "will it rain tomorrow"]),
+        (
+            "if i have five dollars how much is that in euros and will it rain tomorrow",
+            ["if i have five dollars how much is that in euros", "will it rain tomorrow"],
+        ),
         # a superlative heads a telegraphic request
-        ("how old is the queen and best pizza in town", ["how old is the queen", "best pizza in town"]),
-        ("is it windy outside, highest mountain in spain",
-         ["is it windy outside", "highest mountain in spain"]),
+        (
+            "how old is the queen and best pizza in town",
+            ["how old is the queen", "best pizza in town"],
+        ),
+        (
+            "is it windy outside, highest mountain in spain",
+            ["is it windy outside", "highest mountain in spain"],
+        ),
         # a count and a period before a topic
         ("dim the lights and the five day forecast", ["dim the lights", "the five day forecast"]),
         ("open the garage and 3 hour forecast", ["open the garage", "3 hour forecast"]),
         # a condition with its consequence, after "and", is a request of its own
-        ("turn on the fan and if it rains close the windows",
-         ["turn on the fan", "if it rains close the windows"]),
-        ("dim the lights and if i have ten dollars how much is that in yen",
-         ["dim the lights", "if i have ten dollars how much is that in yen"]),
+        (
+            "turn on the fan and if it rains close the windows",
+            ["turn on the fan", "if it rains close the windows"],
+        ),
+        (
+            "dim the lights and if i have ten dollars how much is that in yen",
+            ["dim the lights", "if i have ten dollars how much is that in yen"],
+        ),
         # a device heads a request ("and lights down to seven")
-        ("recommend a pub on mg road and lights down to seven",
-         ["recommend a pub on mg road", "lights down to seven"]),
+        (
+            "recommend a pub on mg road and lights down to seven",
+            ["recommend a pub on mg road", "lights down to seven"],
+        ),
     ],
 )
 def test_compound_queries_split(query: str, parts: list[str]) -> None:
@@ -152,35 +191,52 @@ def test_clauses_claimed_by_different_routes_split() -> None:
     query = "what will the weather be in lago vista and the last hawk gets 3 out of 6 stars"
     assert decompose(query) == [query]  # the grammar alone sees one request
     assert decompose(query, claims) == [  # type: ignore[arg-type]
-        "what will the weather be in lago vista", "the last hawk gets 3 out of 6 stars"]
+        "what will the weather be in lago vista",
+        "the last hawk gets 3 out of 6 stars",
+    ]
     assert decompose("tell me the news and the weather", claims) == [  # type: ignore[arg-type]
-        "tell me the news", "the weather"]
+        "tell me the news",
+        "the weather",
+    ]
     assert decompose_claimed(query, claims) == [  # type: ignore[arg-type]
         ("what will the weather be in lago vista", None),
-        ("the last hawk gets 3 out of 6 stars", ("forecast", "none"))]
+        ("the last hawk gets 3 out of 6 stars", ("forecast", "none")),
+    ]
 
 
 def test_clauses_claimed_alike_or_by_a_hint_stay_whole() -> None:
     claims = _keyword_claims()
-    for query in ("dim the lights and the lamp",  # one route
-                  "if the weather is bad, the lights",  # a condition and its consequence
-                  "how is the weather at the lake and nearby right now",  # "nearby" is a hint
-                  "salt and pepper"):  # nobody's
+    for query in (
+        "dim the lights and the lamp",  # one route
+        "if the weather is bad, the lights",  # a condition and its consequence
+        "how is the weather at the lake and nearby right now",  # "nearby" is a hint
+        "salt and pepper",
+    ):  # nobody's
         assert decompose(query, claims) == [query]  # type: ignore[arg-type]
 
 
 # Sentences written for these tests: statements about the asker or the situation, and
 # requests that stand on their own.
 CONTEXT = [
-    "I'm planning a trip", "I'm free this weekend", "We have guests coming over tonight",
-    "My car is almost out of gas", "It's my sister's birthday on Sunday", "I like jazz",
-    "I want to go to the beach", "I need to get up early", "Our flight lands at six",
+    "I'm planning a trip",
+    "I'm free this weekend",
+    "We have guests coming over tonight",
+    "My car is almost out of gas",
+    "It's my sister's birthday on Sunday",
+    "I like jazz",
+    "I want to go to the beach",
+    "I need to get up early",
+    "Our flight lands at six",
     "It's freezing in the living room",
 ]
 REQUESTS = [
-    "What's the weather in Boston on Friday?", "Find me a concert nearby.",
-    "Who wrote Hamlet?", "Turn off the kitchen lights.", "Is it raining in Oslo?",
-    "Where is the nearest gas station?", "Play something relaxing.",
+    "What's the weather in Boston on Friday?",
+    "Find me a concert nearby.",
+    "Who wrote Hamlet?",
+    "Turn off the kitchen lights.",
+    "Is it raining in Oslo?",
+    "Where is the nearest gas station?",
+    "Play something relaxing.",
 ]
 
 
@@ -197,31 +253,44 @@ def test_a_sentence_of_context_stays_with_its_request(context: str, request_: st
     ("query", "parts"),
     [
         ("Who wrote Hamlet? Is it raining?", ["Who wrote Hamlet", "Is it raining"]),
-        ("Turn off the lights. Why is the sky blue?", ["Turn off the lights", "Why is the sky blue"]),
+        (
+            "Turn off the lights. Why is the sky blue?",
+            ["Turn off the lights", "Why is the sky blue"],
+        ),
         ("Turn off the lights. What time is it?", ["Turn off the lights", "What time is it"]),
         # a request phrased as a statement is a request
-        ("I want to book a table for two. What's the weather tomorrow?",
-         ["I want to book a table for two", "What's the weather tomorrow"]),
+        (
+            "I want to book a table for two. What's the weather tomorrow?",
+            ["I want to book a table for two", "What's the weather tomorrow"],
+        ),
         ("We're looking for a pub. Is it raining?", ["We're looking for a pub", "Is it raining"]),
         ("I'd like the news. Dim the lights.", ["I'd like the news", "Dim the lights"]),
         # context after a request stays with it; the next request splits off
-        ("Find me a concert. I'm free this weekend. What's the weather in Oslo?",
-         ["Find me a concert. I'm free this weekend", "What's the weather in Oslo"]),
+        (
+            "Find me a concert. I'm free this weekend. What's the weather in Oslo?",
+            ["Find me a concert. I'm free this weekend", "What's the weather in Oslo"],
+        ),
         # a greeting is not a request of its own
         ("Hi. What is the weather?", ["Hi. What is the weather"]),
         ("Good morning! Turn on the lights.", ["Good morning! Turn on the lights"]),
         # the asker after a time is context too
-        ("This weekend I'm free. Find me a concert nearby.",
-         ["This weekend I'm free. Find me a concert nearby"]),
+        (
+            "This weekend I'm free. Find me a concert nearby.",
+            ["This weekend I'm free. Find me a concert nearby"],
+        ),
         # a telegraphic sentence is a request
         ("Nighttime mode. What's the weather?", ["Nighttime mode", "What's the weather"]),
         # a long sentence's pronoun has its noun inside it
-        ("Dim the lights. How old was Albert Einstein when he published relativity?",
-         ["Dim the lights", "How old was Albert Einstein when he published relativity"]),
+        (
+            "Dim the lights. How old was Albert Einstein when he published relativity?",
+            ["Dim the lights", "How old was Albert Einstein when he published relativity"],
+        ),
         # a full stop after a number or two letters ends a sentence; after an abbreviation not
         ("Book a table at 8 pm. Will it rain?", ["Book a table at 8 pm", "Will it rain"]),
-        ("Give this book a score of 5. Find films nearby.",
-         ["Give this book a score of 5", "Find films nearby"]),
+        (
+            "Give this book a score of 5. Find films nearby.",
+            ["Give this book a score of 5", "Find films nearby"],
+        ),
         ("Ask Mr. Smith about the weather.", ["Ask Mr. Smith about the weather"]),
     ],
 )

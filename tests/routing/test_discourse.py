@@ -68,16 +68,18 @@ def test_fragments_are_follow_ups_for_sessions() -> None:
 
 
 def config(base_url: str) -> Config:
-    return parse_config({
-        "routing": {
-            "default_source": "kiwix",
-            "keywords": {"forecast": ["weather", "tomorrow"], "ha": ["kitchen", "lights"]},
-            "semantic": {"enabled": False},
-            "llm": {"base_url": base_url, "model": "m", "timeout_s": 2, "bias_check": False},
-        },
-        "sources": {name: {"type": "scripted"} for name in ("kiwix", "forecast", "ha", "web")},
-        "trace": {"enabled": False},
-    })
+    return parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": {"forecast": ["weather", "tomorrow"], "ha": ["kitchen", "lights"]},
+                "semantic": {"enabled": False},
+                "llm": {"base_url": base_url, "model": "m", "timeout_s": 2, "bias_check": False},
+            },
+            "sources": {name: {"type": "scripted"} for name in ("kiwix", "forecast", "ha", "web")},
+            "trace": {"enabled": False},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -109,14 +111,17 @@ async def test_a_discourse_dependent_keyword_match_is_escalated(
     service: Service, server: ChatServer
 ) -> None:
     await service.search("turn on the kitchen lights", dry_run=True, session_id="s")
-    outcome = await service.search("what about tomorrow?", dry_run=True, explain=True,
-                                   session_id="s")
+    outcome = await service.search(
+        "what about tomorrow?", dry_run=True, explain=True, session_id="s"
+    )
     assert [(r.route, r.stage) for r in outcome.results] == [("ha", "intent_llm")]
     keyword, llm = intent_events(outcome)
     assert (keyword["step"], keyword["decision"], keyword["discourse_escalated"]) == (
-        "intent_keyword", "forecast", True)
-    assert (llm["step"], llm["decision"], llm["discourse_escalated"]) == (
-        "intent_llm", "ha", True)
+        "intent_keyword",
+        "forecast",
+        True,
+    )
+    assert (llm["step"], llm["decision"], llm["discourse_escalated"]) == ("intent_llm", "ha", True)
     # The LLM saw the previous turn, so "what about tomorrow?" can mean the lights.
     user = server.bodies[-1]["messages"][-1]["content"]
     assert "turn on the kitchen lights" in user and "what about tomorrow" in user
@@ -144,7 +149,10 @@ async def test_if_the_llm_fails_the_keyword_decision_stands(
     keyword, error = intent_events(outcome)
     assert keyword["discourse_escalated"] is True
     assert (error["step"], error["reason"], error["discourse_escalated"]) == (
-        "llm_error", "llm_failed", True)
+        "llm_error",
+        "llm_failed",
+        True,
+    )
 
 
 async def test_without_an_llm_nothing_is_escalated() -> None:

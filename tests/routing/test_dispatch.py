@@ -74,8 +74,11 @@ async def test_chains_follow_fallbacks_transitively() -> None:
     )
     service = Service(config)
     result = await ask(service, "anything")
-    moves = [(e["from_source"], e["to_source"], e["reason"]) for e in result.chain
-             if e["step"] == "fallback"]
+    moves = [
+        (e["from_source"], e["to_source"], e["reason"])
+        for e in result.chain
+        if e["step"] == "fallback"
+    ]
     assert moves == [("a", "b", "error"), ("b", "c", "empty")]
 
 
@@ -155,7 +158,9 @@ async def test_fusion_fans_out_and_merges_by_reciprocal_rank() -> None:
     assert part["source"] == "both" and part["status"] == "ok"
     titles = [item["title"] for item in part["items"]]
     # Rank 1 of each list first, then rank 2s, then web's rank 3.
-    assert titles[0].startswith(("kiwix #0", "web #0")) and titles[1].startswith(("kiwix #0", "web #0"))
+    assert titles[0].startswith(("kiwix #0", "web #0")) and titles[1].startswith(
+        ("kiwix #0", "web #0")
+    )
     assert titles[-1].startswith("web #2") and len(titles) == 5
 
 
@@ -190,8 +195,12 @@ async def test_the_circuit_opens_after_n_failures_then_a_probe_closes_it() -> No
     config = scripted_config(
         {
             "kiwix": {},
-            "ha": {"fail": "unavailable", "fallback": ["kiwix"], "circuit_failures": 2,
-                   "circuit_cooldown_s": 0.2},
+            "ha": {
+                "fail": "unavailable",
+                "fallback": ["kiwix"],
+                "circuit_failures": 2,
+                "circuit_cooldown_s": 0.2,
+            },
         },
         keywords={"ha": ["lights"]},
     )
@@ -232,8 +241,9 @@ def test_a_failed_probe_reopens_the_circuit() -> None:
 
 
 async def test_state_changing_calls_are_never_served_from_the_cache() -> None:
-    config = scripted_config({"ha": {"control_prefix": "turn", "allow_control": True}},
-                             keywords={"ha": ["turn off"]})
+    config = scripted_config(
+        {"ha": {"control_prefix": "turn", "allow_control": True}}, keywords={"ha": ["turn off"]}
+    )
     service = Service(config)
     for _ in range(2):
         result = await ask(service, "turn off the kitchen light")

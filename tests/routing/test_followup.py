@@ -31,30 +31,58 @@ def test_the_subject_is_the_noun_phrase_the_request_is_about(text: str, found: s
     ("query", "previous", "asked", "rule"),
     [
         # a pronoun for the previous subject, or "there" for its place
-        ("how tall is it?", "tell me about the eiffel tower", "how tall is the eiffel tower?",
-         "pronoun"),
-        ("what is its population?", "tell me about france", "what is france's population?",
-         "pronoun"),
+        (
+            "how tall is it?",
+            "tell me about the eiffel tower",
+            "how tall is the eiffel tower?",
+            "pronoun",
+        ),
+        (
+            "what is its population?",
+            "tell me about france",
+            "what is france's population?",
+            "pronoun",
+        ),
         ("when was he born", "who is barack obama", "when was barack obama born", "pronoun"),
         ("turn them off", "turn on the kitchen lights", "turn the kitchen lights off", "pronoun"),
         ("is it cold there?", "what's the weather in oslo", "is it cold in oslo?", "pronoun"),
         # another time: replaced where the question had one, else added
-        ("what about tomorrow?", "what's the weather in oslo", "what's the weather in oslo tomorrow",
-         "time"),
+        (
+            "what about tomorrow?",
+            "what's the weather in oslo",
+            "what's the weather in oslo tomorrow",
+            "time",
+        ),
         ("and on friday?", "will it rain in oslo today", "will it rain in oslo on friday", "time"),
         ("tomorrow?", "weather in paris", "weather in paris tomorrow", "time"),
-        ("what about tomorrow?", "weather for the week in oslo", "weather tomorrow in oslo",
-         "time"),
+        (
+            "what about tomorrow?",
+            "weather for the week in oslo",
+            "weather tomorrow in oslo",
+            "time",
+        ),
         # another place
         ("and in bergen?", "what's the weather in oslo", "what's the weather in bergen", "place"),
-        ("what about bergen?", "what's the weather in oslo", "what's the weather in bergen",
-         "place"),
+        (
+            "what about bergen?",
+            "what's the weather in oslo",
+            "what's the weather in bergen",
+            "place",
+        ),
         ("and in the hallway?", "are the lights on", "are the lights on in the hallway", "place"),
         # another subject
-        ("what about the louvre?", "tell me about the eiffel tower", "tell me about the louvre",
-         "subject"),
-        ("what about the news?", "what's the weather in oslo", "what's the news in oslo",
-         "subject"),
+        (
+            "what about the louvre?",
+            "tell me about the eiffel tower",
+            "tell me about the louvre",
+            "subject",
+        ),
+        (
+            "what about the news?",
+            "what's the weather in oslo",
+            "what's the news in oslo",
+            "subject",
+        ),
     ],
 )
 def test_a_follow_up_is_rewritten_by_one_rule(
@@ -81,7 +109,6 @@ def test_no_rule_no_rewrite(query: str, previous: str) -> None:
 
 
 def test_the_rewrite_says_what_it_carried_over() -> None:
-    found = rewrite("what about tomorrow?", "what's the weather in oslo today",
-                    "the weather")
+    found = rewrite("what about tomorrow?", "what's the weather in oslo today", "the weather")
     assert found is not None
     assert (found.carried, found.replaced) == ("today", "tomorrow")

@@ -82,8 +82,11 @@ def test_an_exact_word_matches_only_itself() -> None:
 
 def test_parse_rule_reads_weights() -> None:
     assert parse_rule("tell me about ^0.5") == (("tell", "me", "about"), 0.5, "tell me about")
-    assert parse_rule("what does * mean") == (("what", "does", "*", "mean"), None,
-                                              "what does * mean")
+    assert parse_rule("what does * mean") == (
+        ("what", "does", "*", "mean"),
+        None,
+        "what does * mean",
+    )
 
 
 async def test_stage_records_its_decision() -> None:
@@ -118,8 +121,11 @@ def _shipped_rules() -> KeywordRules:
 
     config = load_config(Path(__file__).resolve().parents[2] / "config.yaml")
     routes = resolved_routes(config)
-    return KeywordRules({name: list(r.keywords) for name, r in routes.items() if name != NONE},
-                        config.routing.keyword_threshold, list(routes[NONE].keywords))
+    return KeywordRules(
+        {name: list(r.keywords) for name, r in routes.items() if name != NONE},
+        config.routing.keyword_threshold,
+        list(routes[NONE].keywords),
+    )
 
 
 def test_shipped_definition_frames_outweigh_the_word_defined() -> None:

@@ -30,24 +30,34 @@ DESCRIPTIONS = {
 }
 
 
-def config(base_url: str, *, capture: bool = False, timeout_s: float = 2.0,
-           bias_check: bool = False) -> Config:
+def config(
+    base_url: str, *, capture: bool = False, timeout_s: float = 2.0, bias_check: bool = False
+) -> Config:
     """The bias probe is off unless a test is about it: one request per decision keeps
     the other tests' view of the wire simple."""
-    return parse_config({
-        "routing": {
-            "default_source": "kiwix",
-            "shipped_routes": False,
-            "keywords": {"forecast": ["weather"]},
-            "semantic": {"enabled": False},
-            "fusion": {"everything": ["kiwix", "web"]},
-            "llm": {"base_url": base_url, "model": "router-test", "api_key": KEY,
-                    "timeout_s": timeout_s, "bias_check": bias_check},
-        },
-        "sources": {name: {"type": "scripted", "description": text}
-                    for name, text in DESCRIPTIONS.items()},
-        "trace": {"enabled": False, "capture_prompts": capture},
-    })
+    return parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "shipped_routes": False,
+                "keywords": {"forecast": ["weather"]},
+                "semantic": {"enabled": False},
+                "fusion": {"everything": ["kiwix", "web"]},
+                "llm": {
+                    "base_url": base_url,
+                    "model": "router-test",
+                    "api_key": KEY,
+                    "timeout_s": timeout_s,
+                    "bias_check": bias_check,
+                },
+            },
+            "sources": {
+                name: {"type": "scripted", "description": text}
+                for name, text in DESCRIPTIONS.items()
+            },
+            "trace": {"enabled": False, "capture_prompts": capture},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +157,10 @@ async def test_a_refused_json_schema_steps_down_to_json_object_once(
     assert steps(first) == ["llm_format_refused", "intent_llm"]
     refused = event(first, "llm_format_refused")
     assert (refused["response_format"], refused["status"], refused["next"]) == (
-        "json_schema", status, "json_object")
+        "json_schema",
+        status,
+        "json_object",
+    )
     assert event(first, "intent_llm")["response_format"] == "json_object"
     assert [p.route for p in first.results] == ["web"]
     # Remembered for this server: the next decision asks in the accepted form at once.
@@ -164,8 +177,11 @@ async def test_a_server_with_no_json_mode_gets_the_prompt_alone(
     server.accepts = {"text"}
     outcome = await route(service, "octopus hearts")
     assert steps(outcome) == ["llm_format_refused", "llm_format_refused", "intent_llm"]
-    assert [(e["response_format"], e["status"]) for e in outcome.chain
-            if e["step"] == "llm_format_refused"] == [("json_schema", 400), ("json_object", 400)]
+    assert [
+        (e["response_format"], e["status"])
+        for e in outcome.chain
+        if e["step"] == "llm_format_refused"
+    ] == [("json_schema", 400), ("json_object", 400)]
     assert event(outcome, "intent_llm")["response_format"] == "prompt"
     [body] = server.bodies
     assert "response_format" not in body
@@ -194,14 +210,25 @@ async def test_the_bias_probe_is_asked_once_per_server(server: ChatServer) -> No
     finally:
         await svc.aclose()
     assert steps(first) == ["llm_bias_probe"] * 3 + ["intent_llm"]
-    probes = [(e["probe"], e["answer"], e["response_format"]) for e in first.chain
-              if e["step"] == "llm_bias_probe"]
-    assert probes == [("N/A", "none", "json_schema"), ("", "none", "json_schema"),
-                      ("[MASK]", "none", "json_schema")]
+    probes = [
+        (e["probe"], e["answer"], e["response_format"])
+        for e in first.chain
+        if e["step"] == "llm_bias_probe"
+    ]
+    assert probes == [
+        ("N/A", "none", "json_schema"),
+        ("", "none", "json_schema"),
+        ("[MASK]", "none", "json_schema"),
+    ]
     assert steps(second) == ["intent_llm"]
     assert [p.route for p in first.results + second.results] == ["web", "web"]
     assert [b["messages"][-1]["content"].rsplit("\n", 1)[-1] for b in server.bodies] == [
-        "Query: N/A", "Query: ", "Query: [MASK]", "Query: octopus hearts", "Query: squid eyes"]
+        "Query: N/A",
+        "Query: ",
+        "Query: [MASK]",
+        "Query: octopus hearts",
+        "Query: squid eyes",
+    ]
 
 
 async def test_a_route_the_model_names_for_no_content_is_not_taken(
@@ -242,7 +269,8 @@ async def test_a_probe_answered_in_prose_shows_no_habit(server: ChatServer) -> N
         await svc.aclose()
     probes = [e for e in outcome.chain if e["step"] == "llm_bias_probe"]
     assert [(e["answer"], e["detail"]) for e in probes] == [
-        (None, "the answer holds no JSON object")] * 3
+        (None, "the answer holds no JSON object")
+    ] * 3
     assert [(p.route, p.stage) for p in outcome.results] == [("web", "intent_llm")]
 
 
@@ -314,8 +342,13 @@ async def test_answers_in_prose_or_odd_case_are_understood(
     ],
 )
 async def test_failures_end_at_the_default_with_their_reason(
-    service: Service, server: ChatServer, caplog: pytest.LogCaptureFixture,
-    reply: str | None, fault: Fault | None, reason: str, detail: str,
+    service: Service,
+    server: ChatServer,
+    caplog: pytest.LogCaptureFixture,
+    reply: str | None,
+    fault: Fault | None,
+    reason: str,
+    detail: str,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     if reply is not None:

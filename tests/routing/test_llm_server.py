@@ -46,23 +46,36 @@ QUERIES = [
 PATIENT_S = 120.0  # the model takes ~1 s an answer on 2 idle cores; the cores are shared
 
 
-def config(server: LlamaServer, *, timeout_s: float = PATIENT_S,
-           descriptions: dict[str, str] = DESCRIPTIONS, bias_check: bool = False) -> Config:
+def config(
+    server: LlamaServer,
+    *,
+    timeout_s: float = PATIENT_S,
+    descriptions: dict[str, str] = DESCRIPTIONS,
+    bias_check: bool = False,
+) -> Config:
     """The bias probe (on by default) is off unless a test is about it, so a decision is
     the model's one real answer."""
-    return parse_config({
-        "routing": {
-            "default_source": next(iter(descriptions)),
-            "request_deadline_s": PATIENT_S + 10,
-            "semantic": {"enabled": False},
-            "shipped_routes": False,  # nothing but the LLM decides
-            "llm": {"base_url": server.base_url, "model": server.model,
-                    "timeout_s": timeout_s, "bias_check": bias_check},
-        },
-        "sources": {name: {"type": "scripted", "description": text}
-                    for name, text in descriptions.items()},
-        "trace": {"enabled": False, "capture_prompts": True},
-    })
+    return parse_config(
+        {
+            "routing": {
+                "default_source": next(iter(descriptions)),
+                "request_deadline_s": PATIENT_S + 10,
+                "semantic": {"enabled": False},
+                "shipped_routes": False,  # nothing but the LLM decides
+                "llm": {
+                    "base_url": server.base_url,
+                    "model": server.model,
+                    "timeout_s": timeout_s,
+                    "bias_check": bias_check,
+                },
+            },
+            "sources": {
+                name: {"type": "scripted", "description": text}
+                for name, text in descriptions.items()
+            },
+            "trace": {"enabled": False, "capture_prompts": True},
+        }
+    )
 
 
 @pytest.fixture
@@ -130,8 +143,11 @@ async def test_every_answer_names_a_configured_route(service: Service) -> None:
 
 async def test_the_routes_are_whatever_is_configured(llama_server: LlamaServer) -> None:
     """Names the model has never seen: the enum, not the model's habits, bounds the answer."""
-    odd = {"atlas_9": "Maps and places.", "quill": "Poems and quotations.",
-           "tempo": "Train and bus timetables."}
+    odd = {
+        "atlas_9": "Maps and places.",
+        "quill": "Poems and quotations.",
+        "tempo": "Train and bus timetables.",
+    }
     svc = Service(config(llama_server, descriptions=odd))
     await svc.start(sources=False)
     try:
@@ -159,8 +175,9 @@ async def test_the_bias_probe_declines_the_models_habit(llama_server: LlamaServe
     assert all("llm_bias_probe" not in steps(o) for o in outcomes[1:])  # once per server
     for outcome in outcomes:
         [part] = outcome.results
-        answer = json.loads(next(e["raw_answer"] for e in outcome.chain
-                                 if e["step"] in {"intent_llm", "llm_error"}))["source"]
+        answer = json.loads(
+            next(e["raw_answer"] for e in outcome.chain if e["step"] in {"intent_llm", "llm_error"})
+        )["source"]
         if answer in habits:
             error = event(outcome, "llm_error")
             assert error["reason"] == "llm_unusable" and error["answer"] == answer
@@ -169,7 +186,8 @@ async def test_the_bias_probe_declines_the_models_habit(llama_server: LlamaServe
             assert event(outcome, "intent_default")["reason"] == "llm_unusable"
         else:
             assert event(outcome, "intent_llm")["decision"] == (
-                None if answer == "none" else answer)
+                None if answer == "none" else answer
+            )
 
 
 async def test_a_timeout_well_below_the_model_time(llama_server: LlamaServer) -> None:

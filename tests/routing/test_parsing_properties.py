@@ -12,10 +12,47 @@ from routing.decompose import decompose
 from routing.followup import rewrite, subject
 
 WORDS = [
-    "what", "is", "the", "weather", "today", "and", "also", "then", "lights", "status", "if",
-    "it", "rains", "tomorrow", "are", "windows", "open", "turn", "off", "who", "wrote",
-    "romeo", "juliet", "salt", "pepper", "news", "when", "unless", "tell", "me", ",", ";",
-    "?", ".", "!", "and then", "and also", "kitchen", "héllo", "東京", "",
+    "what",
+    "is",
+    "the",
+    "weather",
+    "today",
+    "and",
+    "also",
+    "then",
+    "lights",
+    "status",
+    "if",
+    "it",
+    "rains",
+    "tomorrow",
+    "are",
+    "windows",
+    "open",
+    "turn",
+    "off",
+    "who",
+    "wrote",
+    "romeo",
+    "juliet",
+    "salt",
+    "pepper",
+    "news",
+    "when",
+    "unless",
+    "tell",
+    "me",
+    ",",
+    ";",
+    "?",
+    ".",
+    "!",
+    "and then",
+    "and also",
+    "kitchen",
+    "héllo",
+    "東京",
+    "",
 ]
 phrases = st.lists(st.sampled_from(WORDS), min_size=0, max_size=25).map(" ".join)
 any_text = st.one_of(phrases, st.text(max_size=200))
@@ -42,8 +79,13 @@ def test_splitting_is_idempotent(text: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([w for w in WORDS if w and not CONJUNCTION.search(w)]),
-                min_size=1, max_size=20).map(" ".join))
+@given(
+    st.lists(
+        st.sampled_from([w for w in WORDS if w and not CONJUNCTION.search(w)]),
+        min_size=1,
+        max_size=20,
+    ).map(" ".join)
+)
 def test_a_query_without_a_conjunction_is_never_split(text: str) -> None:
     assert len(decompose(text)) <= 1
 
@@ -60,10 +102,20 @@ def test_conditional_extraction_never_crashes_and_returns_substrings(text: str) 
 
 
 # Written for this test: statements that ask nothing, and requests that stand alone.
-CONTEXT = ["I'm planning a trip.", "We have guests tonight.", "My car is low on gas.",
-           "It's my day off.", "I like jazz."]
-REQUESTS = ["What's the weather in Boston on Friday?", "Find me a concert nearby.",
-            "Who wrote Hamlet?", "Turn off the kitchen lights.", "Play something relaxing."]
+CONTEXT = [
+    "I'm planning a trip.",
+    "We have guests tonight.",
+    "My car is low on gas.",
+    "It's my day off.",
+    "I like jazz.",
+]
+REQUESTS = [
+    "What's the weather in Boston on Friday?",
+    "Find me a concert nearby.",
+    "Who wrote Hamlet?",
+    "Turn off the kitchen lights.",
+    "Play something relaxing.",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -76,11 +128,38 @@ def test_sentences_split_into_requests_each_with_its_context(sentences: list[str
         assert all(any(r.rstrip(".?") in part for r in REQUESTS) for part in parts)
 
 
-FOLLOW_WORDS = ["what", "about", "how", "tall", "is", "it", "its", "there", "and", "in",
-                "oslo", "tomorrow", "on", "friday", "the", "eiffel", "tower", "tell", "me",
-                "them", "turn", "off", "lights", "?", "héllo", "’s", ""]
+FOLLOW_WORDS = [
+    "what",
+    "about",
+    "how",
+    "tall",
+    "is",
+    "it",
+    "its",
+    "there",
+    "and",
+    "in",
+    "oslo",
+    "tomorrow",
+    "on",
+    "friday",
+    "the",
+    "eiffel",
+    "tower",
+    "tell",
+    "me",
+    "them",
+    "turn",
+    "off",
+    "lights",
+    "?",
+    "héllo",
+    "’s",
+    "",
+]
 follow_text = st.one_of(
-    st.lists(st.sampled_from(FOLLOW_WORDS), max_size=10).map(" ".join), st.text(max_size=80))
+    st.lists(st.sampled_from(FOLLOW_WORDS), max_size=10).map(" ".join), st.text(max_size=80)
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -101,8 +180,13 @@ def test_known_examples() -> None:
     assert decompose("salt and pepper") == ["salt and pepper"]
     assert decompose("who wrote Romeo and Juliet") == ["who wrote Romeo and Juliet"]
     assert decompose("what is the weather today and also lights status") == [
-        "what is the weather today", "lights status"]
+        "what is the weather today",
+        "lights status",
+    ]
     found = extract_conditional("if it rains tomorrow, are the windows open?")
     assert found is not None
     assert (found.condition, found.consequence, found.remainder) == (
-        "it rains tomorrow", "are the windows open", "")
+        "it rains tomorrow",
+        "are the windows open",
+        "",
+    )

@@ -22,8 +22,9 @@ async def run(
         return results, log.freeze().events()
 
 
-def service(sources: dict[str, dict[str, Any]], keywords: dict[str, list[str]],
-            **routing: Any) -> Service:
+def service(
+    sources: dict[str, dict[str, Any]], keywords: dict[str, list[str]], **routing: Any
+) -> Service:
     return Service(scripted_config(sources, keywords=keywords, **routing))
 
 
@@ -107,8 +108,7 @@ async def test_a_dry_run_plans_each_part_with_its_stage() -> None:
 
 
 async def test_a_condition_rides_with_its_consequence_and_the_remainder_follows() -> None:
-    svc = service({"kiwix": {}, "forecast": {}, "ha": {}},
-                  {"forecast": ["rain"], "ha": ["window"]})
+    svc = service({"kiwix": {}, "forecast": {}, "ha": {}}, {"forecast": ["rain"], "ha": ["window"]})
     results, events = await run(
         svc.router, "if it rains tomorrow, is the window open. who wrote hamlet"
     )
@@ -118,8 +118,10 @@ async def test_a_condition_rides_with_its_consequence_and_the_remainder_follows(
     assert consequence.condition.source == "forecast"
     assert "0.0" in parts and "0.1" in parts  # the condition, then the consequence
     [detected] = [e for e in events if e["step"] == "conditional_detected"]
-    assert (detected["condition"], detected["remainder"]) == ("it rains tomorrow",
-                                                              "who wrote hamlet")
+    assert (detected["condition"], detected["remainder"]) == (
+        "it rains tomorrow",
+        "who wrote hamlet",
+    )
     assert consequence.to_dict()["condition"]["source"] == "forecast"
     assert [(r.query, r.source) for r in results[1:]] == [("who wrote hamlet", "kiwix")]
     assert "1" in parts  # the remainder: a part of its own, after the conditional

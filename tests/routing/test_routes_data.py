@@ -31,11 +31,17 @@ SHIPPED = {"forecast", "ha", "kiwix", "web", NONE}
 def config(routing: dict[str, Any] | None = None, *, extra_sources: tuple[str, ...] = ()) -> Any:
     scripted.register()
     names = ("kiwix", "forecast", "ha", "web", *extra_sources)
-    return parse_config({
-        "routing": {"default_source": "kiwix", "semantic": {"enabled": False}, **(routing or {})},
-        "sources": {name: {"type": "scripted"} for name in names},
-        "trace": {"enabled": False},
-    })
+    return parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "semantic": {"enabled": False},
+                **(routing or {}),
+            },
+            "sources": {name: {"type": "scripted"} for name in names},
+            "trace": {"enabled": False},
+        }
+    )
 
 
 async def route(cfg: Any, query: str) -> tuple[str | None, str | None]:
@@ -116,22 +122,31 @@ def test_descriptions_come_from_the_route_unless_the_source_has_one() -> None:
     cfg = config()
     assert cfg.sources["forecast"].description == shipped_routes()["forecast"].description
     scripted.register()
-    own = parse_config({
-        "routing": {"default_source": "kiwix", "routes": {"ha": {"description": "Route's."}}},
-        "sources": {"kiwix": {"type": "scripted", "description": "Mine."},
-                    "ha": {"type": "scripted"}},
-        "trace": {"enabled": False},
-    })
+    own = parse_config(
+        {
+            "routing": {"default_source": "kiwix", "routes": {"ha": {"description": "Route's."}}},
+            "sources": {
+                "kiwix": {"type": "scripted", "description": "Mine."},
+                "ha": {"type": "scripted"},
+            },
+            "trace": {"enabled": False},
+        }
+    )
     assert own.sources["kiwix"].description == "Mine."
     assert own.sources["ha"].description == "Route's."
 
 
 def test_a_configured_threshold_is_still_parsed() -> None:
     routes = ["kiwix", "forecast", "ha", "web"]
-    overridden = semantic_stage(config({
-        "routes": {"kiwix": {"threshold": 0.42}},
-        "semantic": {"enabled": False, "thresholds": {"web": 0.33}, "none_threshold": 0.44},
-    }), routes)
+    overridden = semantic_stage(
+        config(
+            {
+                "routes": {"kiwix": {"threshold": 0.42}},
+                "semantic": {"enabled": False, "thresholds": {"web": 0.33}, "none_threshold": 0.44},
+            }
+        ),
+        routes,
+    )
     assert overridden.threshold("kiwix") == 0.42
     assert overridden.threshold("web") == 0.33
     assert overridden.threshold(NONE) == 0.44
@@ -147,19 +162,27 @@ async def test_without_shipped_routes_only_the_configs_rules_count() -> None:
 @pytest.mark.parametrize(
     ("routing", "message"),
     [
-        ({"routes": {"weather": {"keywords": ["rain"]}}},
-         "routing.routes.weather: unknown source or route"),
+        (
+            {"routes": {"weather": {"keywords": ["rain"]}}},
+            "routing.routes.weather: unknown source or route",
+        ),
         ({"routes": {"ha": {"keywords": "sauna"}}}, "routing.routes.ha.keywords: "),
         ({"routes": {"ha": {"rules": ["sauna"]}}}, "routing.routes.ha.rules: unknown key"),
         ({"routes": {"ha": {"threshold": 2}}}, "routing.routes.ha.threshold: "),
         ({"routes": {"ha": ["sauna"]}}, "routing.routes.ha: "),
-        ({"routes": {"ha": {"disable_keywords": ["lights", "no such rule"]}}},
-         "routing.routes.ha.disable_keywords[1]: 'no such rule' is not a shipped keyword rule"
-         " of ha"),
-        ({"routes": {"none": {"disable_exemplars": ["hello there general"]}}},
-         "routing.routes.none.disable_exemplars[0]: 'hello there general' is not a shipped"),
-        ({"shipped_routes": False, "routes": {"ha": {"disable_keywords": ["lights"]}}},
-         "routing.routes.ha.disable_keywords[0]: 'lights' is not a shipped keyword rule"),
+        (
+            {"routes": {"ha": {"disable_keywords": ["lights", "no such rule"]}}},
+            "routing.routes.ha.disable_keywords[1]: 'no such rule' is not a shipped keyword rule"
+            " of ha",
+        ),
+        (
+            {"routes": {"none": {"disable_exemplars": ["hello there general"]}}},
+            "routing.routes.none.disable_exemplars[0]: 'hello there general' is not a shipped",
+        ),
+        (
+            {"shipped_routes": False, "routes": {"ha": {"disable_keywords": ["lights"]}}},
+            "routing.routes.ha.disable_keywords[0]: 'lights' is not a shipped keyword rule",
+        ),
         ({"keywords": {"weather": ["rain"]}}, "routing.keywords.weather: unknown source or route"),
     ],
 )
@@ -173,17 +196,25 @@ def test_bad_overrides_are_config_errors_naming_the_key(
 
 def test_the_cli_exits_2_on_a_bad_override(tmp_path: Path) -> None:
     bad = {
-        "routing": {"default_source": "kiwix", "semantic": {"enabled": False},
-                    "routes": {"ha": {"disable_keywords": ["no such rule"]}}},
-        "sources": {"kiwix": {"type": "zim", "paths": ["x.zim"]},
-                    "ha": {"type": "homeassistant", "url": "http://127.0.0.1:1", "token": "t"}},
+        "routing": {
+            "default_source": "kiwix",
+            "semantic": {"enabled": False},
+            "routes": {"ha": {"disable_keywords": ["no such rule"]}},
+        },
+        "sources": {
+            "kiwix": {"type": "zim", "paths": ["x.zim"]},
+            "ha": {"type": "homeassistant", "url": "http://127.0.0.1:1", "token": "t"},
+        },
         "trace": {"enabled": False},
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(bad))
     done = subprocess.run(
         [sys.executable, "-m", "search", "route", "lights", "--config", str(path)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert done.returncode == 2, done.stderr
     assert "routing.routes.ha.disable_keywords[0]" in done.stderr
@@ -192,9 +223,10 @@ def test_the_cli_exits_2_on_a_bad_override(tmp_path: Path) -> None:
 def test_resolving_keeps_shipped_order_then_new_routes() -> None:
     from routing.route_data import RouteOverride
 
-    resolved = resolve_routes(["web", "ha", "zeta", "alpha"],
-                              {"zeta": RouteOverride(keywords=["z"]),
-                               "alpha": RouteOverride(keywords=["a"])})
+    resolved = resolve_routes(
+        ["web", "ha", "zeta", "alpha"],
+        {"zeta": RouteOverride(keywords=["z"]), "alpha": RouteOverride(keywords=["a"])},
+    )
     assert list(resolved) == ["ha", NONE, "web", "zeta", "alpha"]
     with pytest.raises(RouteDataError):
         resolve_routes(["web"], {"ha": RouteOverride()})
@@ -230,13 +262,21 @@ def test_an_installed_wheel_carries_the_routes_and_word_lists(tmp_path: Path) ->
         shutil.copy(ROOT / name, src / name)
     wheels, target = tmp_path / "wheels", tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                    str(src)], check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     [wheel] = wheels.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"routing/routes/{n}.yaml" for n in SHIPPED} | {"routing/words.yaml"} <= names
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     probe = (
         f"import sys; sys.path.insert(0, {str(target)!r})\n"
         "import routing.route_data as r, routing.lexicon as l, routing.decompose as d\n"
@@ -245,8 +285,13 @@ def test_an_installed_wheel_carries_the_routes_and_word_lists(tmp_path: Path) ->
         "      d.decompose('turn off the lights and what is the weather'))\n"
     )
     # -I: no PYTHONPATH, no current directory; only the wheel's copy can be imported first
-    done = subprocess.run([sys.executable, "-I", "-c", probe],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(str(sorted(SHIPPED)))
     assert "['turn off the lights', 'what is the weather']" in done.stdout

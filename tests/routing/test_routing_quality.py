@@ -32,8 +32,7 @@ SLACK = 0.015
 # Leave-one-corpus-out accuracy today, per file and expected label ("*": every row).
 FLOORS: dict[str, dict[str, float]] = {
     "ha_intents_tests.jsonl": {"ha": 0.962, "*": 0.962},
-    "slurp_devel.jsonl": {"forecast": 0.967, "ha": 0.896, "kiwix": 0.742, "web": 0.867,
-                          "*": 0.884},
+    "slurp_devel.jsonl": {"forecast": 0.967, "ha": 0.896, "kiwix": 0.742, "web": 0.867, "*": 0.884},
     "slurp_devel_compound.jsonl": {"*": 0.764},
     "mixsnips_dev.jsonl": {"*": 0.940},
 }
@@ -110,13 +109,17 @@ def _target_cases() -> list[object]:
             if label == "*" and "compound" not in file and "mixsnips" not in file:
                 continue
             target = rq.COMPOUND_TARGET if label == "*" else rq.SINGLE_TARGET
-            marks = ([pytest.mark.xfail(strict=True, reason="target not reached yet")]
-                     if (file, label) in NOT_YET else [])
+            marks = (
+                [pytest.mark.xfail(strict=True, reason="target not reached yet")]
+                if (file, label) in NOT_YET
+                else []
+            )
             cases.append(pytest.param(file, label, target, marks=marks, id=f"{file}-{label}"))
     return cases
 
 
 @pytest.mark.parametrize(("file", "label", "target"), _target_cases())
-def test_issue_targets(left_out: dict[str, rq.LeftOut], file: str, label: str,
-                       target: float) -> None:
+def test_issue_targets(
+    left_out: dict[str, rq.LeftOut], file: str, label: str, target: float
+) -> None:
     assert accuracy(_file(left_out, file).score, label) >= target

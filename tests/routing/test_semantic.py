@@ -27,26 +27,33 @@ EXEMPLARS = {
 NONE = ["set an alarm for 7 am", "tell me a joke", "play some music"]
 
 
-def config(*, thresholds: dict[str, float] | None = None, llm: str = "",
-           reuse: float = 0.8, min_confidence: float | None = None) -> Config:
-    return parse_config({
-        "routing": {
-            "default_source": "kiwix",
-            "min_confidence": min_confidence,
-            "shipped_routes": False,  # only the exemplars above
-            "semantic": {
-                "exemplars": EXEMPLARS,
-                "none_exemplars": NONE,
-                "default_threshold": 0.5,
-                "none_threshold": 0.5,
-                "thresholds": thresholds or {},
-                "reuse_threshold": reuse,
+def config(
+    *,
+    thresholds: dict[str, float] | None = None,
+    llm: str = "",
+    reuse: float = 0.8,
+    min_confidence: float | None = None,
+) -> Config:
+    return parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "min_confidence": min_confidence,
+                "shipped_routes": False,  # only the exemplars above
+                "semantic": {
+                    "exemplars": EXEMPLARS,
+                    "none_exemplars": NONE,
+                    "default_threshold": 0.5,
+                    "none_threshold": 0.5,
+                    "thresholds": thresholds or {},
+                    "reuse_threshold": reuse,
+                },
+                "llm": {"base_url": llm, "model": "m", "timeout_s": 2, "bias_check": False},
             },
-            "llm": {"base_url": llm, "model": "m", "timeout_s": 2, "bias_check": False},
-        },
-        "sources": {name: {"type": "scripted"} for name in EXEMPLARS},
-        "trace": {"enabled": False},
-    })
+            "sources": {name: {"type": "scripted"} for name in EXEMPLARS},
+            "trace": {"enabled": False},
+        }
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -88,8 +95,13 @@ async def test_a_hit_names_what_it_matched(service: Service) -> None:
     assert event["threshold"] == semantic_stage(service).min_confidence
     assert event["threshold"] <= event["confidence"] <= 1.0
     top, *others = event["candidates"]
-    assert top == {"route": "forecast", "confidence": event["confidence"], "margin": 0.0,
-                   "matched": "will it rain tomorrow", "similarity": event["similarity"]}
+    assert top == {
+        "route": "forecast",
+        "confidence": event["confidence"],
+        "margin": 0.0,
+        "matched": "will it rain tomorrow",
+        "similarity": event["similarity"],
+    }
     assert len(others) == 2 and {c["route"] for c in others} <= {*EXEMPLARS, "none"}
     for earlier, later in zip(event["candidates"], others, strict=False):
         assert earlier["confidence"] >= later["confidence"]
@@ -117,7 +129,8 @@ async def test_a_miss_lists_the_candidates_and_defaults(service: Service) -> Non
     default = only(outcome, "intent_default")
     assert default["reason"] == "low_confidence"
     assert [(c["route"], c["confidence"]) for c in default["candidates"]] == [
-        (c["route"], c["confidence"]) for c in event["candidates"]]
+        (c["route"], c["confidence"]) for c in event["candidates"]
+    ]
 
 
 async def test_what_no_source_serves_is_answered_as_unserved(service: Service) -> None:
@@ -130,8 +143,10 @@ async def test_what_no_source_serves_is_answered_as_unserved(service: Service) -
 
 
 async def test_min_confidence_decides_who_decides() -> None:
-    for threshold, expected in ((0.3, ("forecast", "intent_semantic")),
-                                (1.0, ("kiwix", "intent_default"))):
+    for threshold, expected in (
+        (0.3, ("forecast", "intent_semantic")),
+        (1.0, ("kiwix", "intent_default")),
+    ):
         svc = Service(config(min_confidence=threshold))
         await svc.start(sources=False)
         try:
@@ -205,9 +220,11 @@ async def test_llm_decisions_are_reused_for_paraphrases() -> None:
 
 
 def test_importing_the_router_does_not_load_torch() -> None:
-    code = ("import sys, routing.stages, search.service; "
-            "sys.exit(1 if 'torch' in sys.modules or 'sentence_transformers' in sys.modules "
-            "else 0)")
+    code = (
+        "import sys, routing.stages, search.service; "
+        "sys.exit(1 if 'torch' in sys.modules or 'sentence_transformers' in sys.modules "
+        "else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
@@ -216,7 +233,8 @@ async def test_a_stage_that_was_not_started_passes() -> None:
     outcome = await route(svc, "will it rain tomorrow")
     assert [(r.route, r.stage) for r in outcome.results] == [("kiwix", "intent_default")]
     assert [e["step"] for e in outcome.chain if e["step"].startswith("intent_")] == [
-        "intent_default"]
+        "intent_default"
+    ]
 
 
 def test_exemplar_vectors_are_cached_on_disk(

@@ -22,18 +22,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(**routing: object) -> Config:
-    return parse_config({
-        "routing": {
-            "default_source": "kiwix",
-            "shipped_routes": False,
-            "keywords": {"forecast": ["weather"], "web": ["news"]},
-            "none_keywords": ["alarm"],
-            "semantic": {"enabled": False},
-            **routing,
-        },
-        "sources": {name: {"type": "scripted"} for name in ("kiwix", "forecast", "web")},
-        "trace": {"enabled": False},
-    })
+    return parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "shipped_routes": False,
+                "keywords": {"forecast": ["weather"], "web": ["news"]},
+                "none_keywords": ["alarm"],
+                "semantic": {"enabled": False},
+                **routing,
+            },
+            "sources": {name: {"type": "scripted"} for name in ("kiwix", "forecast", "web")},
+            "trace": {"enabled": False},
+        }
+    )
 
 
 @pytest.fixture
@@ -99,8 +101,9 @@ async def test_the_last_turn_wins_and_follow_ups_and_defaults_do_not_replace_it(
 async def test_unserved_and_self_contained_queries_are_not_follow_ups(service: Service) -> None:
     await service.search("weather in oslo", dry_run=True, session_id="s")
     alarm = await service.search("set an alarm for seven", dry_run=True, session_id="s")
-    fresh = await service.search("who painted the sistine chapel ceiling", dry_run=True,
-                                 session_id="s")
+    fresh = await service.search(
+        "who painted the sistine chapel ceiling", dry_run=True, session_id="s"
+    )
     assert parts(alarm) == [(None, "intent_default")]
     assert parts(fresh) == [("kiwix", "intent_default")]
 
@@ -128,8 +131,13 @@ async def test_the_last_turn_keeps_its_subject() -> None:
     assert (asked, alone) == ("how tall is the eiffel tower?", "how tall is it?")
     [event] = log.snapshot()
     assert {k: event[k] for k in ("step", "from", "to", "rule", "carried", "replaced")} == {
-        "step": "rewritten", "from": "how tall is it?", "to": "how tall is the eiffel tower?",
-        "rule": "pronoun", "carried": "the eiffel tower", "replaced": "it"}
+        "step": "rewritten",
+        "from": "how tall is it?",
+        "to": "how tall is the eiffel tower?",
+        "rule": "pronoun",
+        "carried": "the eiffel tower",
+        "replaced": "it",
+    }
 
 
 async def test_stage_records_its_own_event() -> None:
@@ -168,8 +176,11 @@ async def shipped(backends: tuple[Path, OpenMeteoServer]) -> AsyncIterator[Servi
 
 
 def invoked(outcome: object) -> list[tuple[str, str]]:
-    return [(e["source"], e["query"]) for e in outcome.chain  # type: ignore[attr-defined]
-            if e["step"] == "source_invoked"]
+    return [
+        (e["source"], e["query"])
+        for e in outcome.chain  # type: ignore[attr-defined]
+        if e["step"] == "source_invoked"
+    ]
 
 
 async def test_it_is_asked_of_its_source_as_what_it_stands_for(shipped: Service) -> None:
@@ -183,9 +194,11 @@ async def test_it_is_asked_of_its_source_as_what_it_stands_for(shipped: Service)
     assert result["query"] == "how tall is it" and result["rewritten"] == event["to"]
     assert "Eiffel Tower" in result["items"][0]["title"]
     line = narrative(follow.chain)[0]
-    assert line.startswith("part 0 'how tall is it' asked as 'how tall is the eiffel tower', a "
-                           "follow-up of 'tell me about the eiffel tower' ('it' stands for "
-                           "'the eiffel tower'); went to kiwix")
+    assert line.startswith(
+        "part 0 'how tall is it' asked as 'how tall is the eiffel tower', a "
+        "follow-up of 'tell me about the eiffel tower' ('it' stands for "
+        "'the eiffel tower'); went to kiwix"
+    )
     assert "eiffel" not in narrative(follow.chain, with_text=False)[0].lower()
     alone = await shipped.search("how tall is it?", explain=True)  # no session: as asked
     assert "rewritten" not in [e["step"] for e in alone.chain]
@@ -203,8 +216,10 @@ async def test_what_about_tomorrow_is_the_forecast_for_tomorrow_in_the_same_plac
     assert event["to"] == "what's the weather in oslo tomorrow" and event["rule"] == "time"
     assert invoked(follow) == [("forecast", "what's the weather in oslo tomorrow")]
     [result] = follow.body["results"]
-    titles = {f"Weather for {day:%A} {day.isoformat()}"
-              for day in (before + timedelta(days=1), after + timedelta(days=1))}
+    titles = {
+        f"Weather for {day:%A} {day.isoformat()}"
+        for day in (before + timedelta(days=1), after + timedelta(days=1))
+    }
     assert [item["title"] for item in result["items"]] in [[title] for title in titles]
 
 

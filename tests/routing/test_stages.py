@@ -15,16 +15,22 @@ from tests.support.chat_server import ChatServer
 
 
 def config(**routing: Any) -> Config:
-    section: dict[str, Any] = {"default_source": "kiwix", "shipped_routes": False,
-                               "semantic": {"enabled": False}, **routing}
-    return parse_config({
-        "routing": section,
-        "trace": {"enabled": False},
-        "sources": {
-            "kiwix": {"type": "zim", "paths": ["x.zim"], "description": "An encyclopedia."},
-            "web": {"type": "searxng", "url": "http://127.0.0.1:9"},
-        },
-    })
+    section: dict[str, Any] = {
+        "default_source": "kiwix",
+        "shipped_routes": False,
+        "semantic": {"enabled": False},
+        **routing,
+    }
+    return parse_config(
+        {
+            "routing": section,
+            "trace": {"enabled": False},
+            "sources": {
+                "kiwix": {"type": "zim", "paths": ["x.zim"], "description": "An encyclopedia."},
+                "web": {"type": "searxng", "url": "http://127.0.0.1:9"},
+            },
+        }
+    )
 
 
 async def decide(resolver: Resolver, query: str) -> tuple[Decision, list[dict[str, Any]]]:
@@ -60,8 +66,9 @@ async def test_without_an_llm_an_unmatched_query_goes_to_the_default_saying_why(
 
 async def test_an_llm_decision_is_cached_so_the_llm_is_asked_once() -> None:
     with ChatServer(reply='{"source": "web"}') as chat:
-        resolver = build_resolver(config(llm={"base_url": chat.base_url, "model": "m",
-                                              "bias_check": False}))
+        resolver = build_resolver(
+            config(llm={"base_url": chat.base_url, "model": "m", "bias_check": False})
+        )
         await resolver.start()
         try:
             first, first_events = await decide(resolver, "who painted the mona lisa")
@@ -78,9 +85,7 @@ async def test_the_semantic_stage_runs_only_when_enabled() -> None:
     exemplars = {"web": ["what are the headlines right now"]}
     decided = {}
     for enabled in (False, True):
-        resolver = build_resolver(
-            config(semantic={"enabled": enabled, "exemplars": exemplars})
-        )
+        resolver = build_resolver(config(semantic={"enabled": enabled, "exemplars": exemplars}))
         await resolver.start()
         try:
             decided[enabled] = await decide(resolver, "what are the headlines right now")

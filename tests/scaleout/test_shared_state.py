@@ -41,6 +41,7 @@ pytestmark = pytest.mark.usefixtures("redis_installed")
 def redis_installed() -> None:
     require_service("redis-server", redis_server.available(), redis_server.MISSING_REASON)
 
+
 PASSWORD = "redis-pw-7f3a9c"  # recognisable: must never show up in a chain or a log
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,15 +68,21 @@ def config(
         "semantic": {"enabled": False},
     }
     if llm_url is not None:
-        routing["llm"] = {"base_url": llm_url, "model": "router", "timeout_s": 5,
-                          "bias_check": False}  # one request per decision, counted below
+        routing["llm"] = {
+            "base_url": llm_url,
+            "model": "router",
+            "timeout_s": 5,
+            "bias_check": False,
+        }  # one request per decision, counted below
     entries = sources or {"kiwix": {}, "web": {}}
-    return parse_config({
-        "routing": routing,
-        "sources": {name: {"type": "scripted", **entry} for name, entry in entries.items()},
-        "cache": {"redis_url": redis_url, **cache},
-        "trace": {"enabled": False},
-    })
+    return parse_config(
+        {
+            "routing": routing,
+            "sources": {name: {"type": "scripted", **entry} for name, entry in entries.items()},
+            "cache": {"redis_url": redis_url, **cache},
+            "trace": {"enabled": False},
+        }
+    )
 
 
 async def ask(service: Service, query: str) -> SearchOutcome:
@@ -130,8 +137,11 @@ async def test_a_conversation_moving_between_services_keeps_its_session(
     """Under `--workers N` the turns of one conversation reach different workers: each
     asks Redis for the session's last turn first, so a worker's own older memory of the
     session does not win over the turn another worker took since."""
-    cfg = config(redis.url, sources={"kiwix": {}, "web": {}, "ha": {}},
-                 keywords={"web": ["weather"], "ha": ["lights"]})
+    cfg = config(
+        redis.url,
+        sources={"kiwix": {}, "web": {}, "ha": {}},
+        keywords={"web": ["weather"], "ha": ["lights"]},
+    )
     first, second = await started(cfg), await started(cfg)
     try:
         await first.search("weather in paris", session_id="kitchen-tablet")
@@ -148,16 +158,23 @@ async def test_a_conversation_moving_between_services_keeps_its_session(
     # each follow-up is asked as the question it stands for, from the turn in Redis
     [inherited] = events(moved, "rewritten")
     assert (inherited["previous_query"], inherited["to"]) == (
-        "weather in paris", "weather in paris tomorrow")
+        "weather in paris",
+        "weather in paris tomorrow",
+    )
     assert moved.body["results"][0]["source"] == "web"
     [latest] = events(back, "rewritten")
     assert (latest["previous_query"], latest["to"]) == (
-        "are the lights on", "are the lights on in the hallway")
+        "are the lights on",
+        "are the lights on in the hallway",
+    )
     assert back.body["results"][0]["source"] == "ha"
     # the turn's subject travels with it: "them" is the lights of the other worker's turn
     [pronoun] = events(off, "rewritten")
     assert (pronoun["previous_query"], pronoun["carried"], pronoun["to"]) == (
-        "are the lights on in the hallway", "the lights", "turn the lights off")
+        "are the lights on in the hallway",
+        "the lights",
+        "turn the lights off",
+    )
     assert redis.keys("search:session:*") == ["search:session:kitchen-tablet"]
 
 
@@ -186,8 +203,9 @@ async def test_a_result_fetched_by_one_service_is_a_cache_hit_in_another(
 
 
 async def test_a_per_source_cache_lifetime_of_zero_shares_nothing(redis: RedisServer) -> None:
-    cfg = config(redis.url, sources={"kiwix": {}, "ha": {"cache_ttl_s": 0}},
-                 keywords={"ha": ["lights"]})
+    cfg = config(
+        redis.url, sources={"kiwix": {}, "ha": {"cache_ttl_s": 0}}, keywords={"ha": ["lights"]}
+    )
     first, second = await started(cfg), await started(cfg)
     try:
         await ask(first, "lights status")
@@ -204,8 +222,10 @@ async def test_a_command_in_one_service_drops_the_cached_answers_of_every_servic
 ) -> None:
     """With control allowed, a source's cached answers live in Redis alone, so a command
     run by one worker takes them away from all (no stale "locked" after an unlock)."""
-    sources = {"kiwix": {}, "ha": {"control_prefix": "unlock", "allow_control": True,
-                                   "cache_ttl_s": 300}}
+    sources = {
+        "kiwix": {},
+        "ha": {"control_prefix": "unlock", "allow_control": True, "cache_ttl_s": 300},
+    }
     keywords = {"ha": ["door", "unlock"]}
     first = Service(config(redis.url, sources=sources, keywords=keywords))
     second = Service(config(redis.url, sources=sources, keywords=keywords))
@@ -228,8 +248,12 @@ async def test_a_command_in_one_service_drops_the_cached_answers_of_every_servic
 async def test_a_circuit_opened_by_one_service_makes_another_skip(redis: RedisServer) -> None:
     sources = {
         "kiwix": {},
-        "ha": {"fail": "unavailable", "circuit_failures": 2, "circuit_cooldown_s": 30,
-               "fallback": ["kiwix"]},
+        "ha": {
+            "fail": "unavailable",
+            "circuit_failures": 2,
+            "circuit_cooldown_s": 30,
+            "fallback": ["kiwix"],
+        },
     }
     cfg = config(redis.url, sources=sources, keywords={"ha": ["lights"]})
     first, second = await started(cfg), await started(cfg)
@@ -253,8 +277,12 @@ async def test_a_circuit_opened_by_one_service_makes_another_skip(redis: RedisSe
 async def test_a_success_anywhere_resets_the_consecutive_failures(redis: RedisServer) -> None:
     sources = {
         "kiwix": {},
-        "ha": {"fail": "unavailable", "circuit_failures": 2, "circuit_cooldown_s": 30,
-               "fallback": ["kiwix"]},
+        "ha": {
+            "fail": "unavailable",
+            "circuit_failures": 2,
+            "circuit_cooldown_s": 30,
+            "fallback": ["kiwix"],
+        },
     }
     cfg = config(redis.url, sources=sources, keywords={"ha": ["lights"]}, result_ttl_s=0)
     failing, healthy = await started(cfg), await started(cfg)
@@ -281,8 +309,13 @@ async def test_a_half_open_circuit_lets_one_probe_through_across_services(
 ) -> None:
     sources = {
         "kiwix": {},
-        "ha": {"fail": "unavailable", "delay_s": 0.2, "circuit_failures": 1,
-               "circuit_cooldown_s": 0.3, "fallback": ["kiwix"]},
+        "ha": {
+            "fail": "unavailable",
+            "delay_s": 0.2,
+            "circuit_failures": 1,
+            "circuit_cooldown_s": 0.3,
+            "fallback": ["kiwix"],
+        },
     }
     cfg = config(redis.url, sources=sources, keywords={"ha": ["lights"]})
     first, second = await started(cfg), await started(cfg)
@@ -343,8 +376,9 @@ async def test_redis_killed_mid_run_degrades_to_local_caches(
 async def test_a_stalled_redis_costs_one_timeout_then_backs_off_and_recovers(
     redis: RedisServer,
 ) -> None:
-    cfg = config(redis.url, keywords={"web": ["news"]}, redis_timeout_s=0.2,
-                 redis_retry_after_s=0.6)
+    cfg = config(
+        redis.url, keywords={"web": ["news"]}, redis_timeout_s=0.2, redis_retry_after_s=0.6
+    )
     service, other = await started(cfg), await started(cfg)
     try:
         await ask(service, "news warmup")  # the connection pool is open before the stall
@@ -377,8 +411,12 @@ async def test_a_stalled_redis_costs_one_timeout_then_backs_off_and_recovers(
     for outcome in outcomes[1:]:
         assert {e["reason"] for e in events(outcome, "shared_state_degraded")} == {"backoff"}
     # After the back-off, one trial call pays the timeout; the others do not wait for it.
-    reasons = sorted(e["reason"] for o in burst for e in events(o, "shared_state_degraded")
-                     if e["component"] == "result_cache")
+    reasons = sorted(
+        e["reason"]
+        for o in burst
+        for e in events(o, "shared_state_degraded")
+        if e["component"] == "result_cache"
+    )
     assert reasons == ["backoff"] * 4 + ["timeout"] and burst_s < 0.6
     assert all(o.status_code == 200 for o in burst)
     assert "shared_state_degraded" not in steps(recovered)
@@ -428,7 +466,8 @@ async def test_a_wrong_password_degrades_with_the_reason_and_never_shows_it(
     assert [o.status_code for o in outcomes] == [200, 200]
     degraded = events(outcomes[0], "shared_state_degraded")
     assert {(e["component"], e["reason"]) for e in degraded} == {
-        ("result_cache", "auth_error"), ("breaker", "auth_error")
+        ("result_cache", "auth_error"),
+        ("breaker", "auth_error"),
     }
     assert events(outcomes[1], "result_cache_hit")
     assert wrong not in json.dumps([o.chain for o in outcomes]) + caplog.text
@@ -460,18 +499,29 @@ def test_without_redis_the_client_library_is_not_even_imported() -> None:
 
 def worker_config(tmp_path: Path, redis_url: str, llm_url: str, zim: Path) -> Path:
     path = tmp_path / "workers.yaml"
-    path.write_text(json.dumps({  # JSON is YAML
-        "routing": {
-            "default_source": "kiwix",
-            "shipped_routes": False,  # no keyword rule: the LLM decides, and Redis shares it
-            "semantic": {"enabled": False},
-            "llm": {"base_url": llm_url, "model": "router", "timeout_s": 5, "bias_check": False},
-        },
-        "sources": {"kiwix": {"type": "zim", "paths": [str(zim)], "description": "encyclopedia"}},
-        "cache": {"redis_url": redis_url},
-        "trace": {"enabled": False},
-        "mcp": {"enabled": False},
-    }))
+    path.write_text(
+        json.dumps(
+            {  # JSON is YAML
+                "routing": {
+                    "default_source": "kiwix",
+                    "shipped_routes": False,  # no keyword rule: the LLM decides, and Redis shares it
+                    "semantic": {"enabled": False},
+                    "llm": {
+                        "base_url": llm_url,
+                        "model": "router",
+                        "timeout_s": 5,
+                        "bias_check": False,
+                    },
+                },
+                "sources": {
+                    "kiwix": {"type": "zim", "paths": [str(zim)], "description": "encyclopedia"}
+                },
+                "cache": {"redis_url": redis_url},
+                "trace": {"enabled": False},
+                "mcp": {"enabled": False},
+            }
+        )
+    )
     return path
 
 
@@ -518,9 +568,24 @@ def test_two_worker_processes_share_a_routing_decision(
         log_path = tmp_path / "serve.log"
         log_file = log_path.open("wb")
         process = subprocess.Popen(
-            [sys.executable, "-m", "search", "serve", "--workers", "2", "--config", str(path),
-             "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "search",
+                "serve",
+                "--workers",
+                "2",
+                "--config",
+                str(path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         clients: dict[int, httpx.Client] = {}

@@ -18,10 +18,20 @@ from search.service import Service
 from tests.search.traces.test_replay import cli, record, write_config
 from tests.support.app import asgi_client, scripted_config
 
-INVISIBLE_ONLY = ["\u200b", "\u0000", "\u200b\u2060\ufeff\u00ad", "\u3164\u2800", "\x1b\x07",
-                  " \u200b\t\u200e\u0301 "]
-HOSTILE = ["who \x1b]0;pwned\x07 was curie", "tides \x1b[2J\x1b[H now", "rome \x9b2J empire",
-           "nile \u202eeman\u202c river"]
+INVISIBLE_ONLY = [
+    "\u200b",
+    "\u0000",
+    "\u200b\u2060\ufeff\u00ad",
+    "\u3164\u2800",
+    "\x1b\x07",
+    " \u200b\t\u200e\u0301 ",
+]
+HOSTILE = [
+    "who \x1b]0;pwned\x07 was curie",
+    "tides \x1b[2J\x1b[H now",
+    "rome \x9b2J empire",
+    "nile \u202eeman\u202c river",
+]
 
 
 def store_config(tmp: Path):
@@ -31,23 +41,26 @@ def store_config(tmp: Path):
     return config
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ("offset=99999999999999999999", "offset"),
-    ("offset=9223372036854775808", "offset"),
-    ("cursor=999999999999999999999999", "cursor"),
-    ("offset=%D9%A1%D9%A2", "offset"),  # Arabic-Indic digits: int() takes them, SQL must not
-    ("limit=1_0", "limit"),
-    ("q=%00", "q"),
-    ("q=rome%00", "q"),
-    ("q=%E2%80%8B", "q"),
-    ("session=%1B%5B2J", "session"),
-    ("since=nan", "since"),
-    ("since=inf", "since"),
-    ("since=-Infinity", "since"),
-    ("since=1e400", "since"),
-    ("until=NaN", "until"),
-    ("since=" + "9" * 400 + "d", "since"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ("offset=99999999999999999999", "offset"),
+        ("offset=9223372036854775808", "offset"),
+        ("cursor=999999999999999999999999", "cursor"),
+        ("offset=%D9%A1%D9%A2", "offset"),  # Arabic-Indic digits: int() takes them, SQL must not
+        ("limit=1_0", "limit"),
+        ("q=%00", "q"),
+        ("q=rome%00", "q"),
+        ("q=%E2%80%8B", "q"),
+        ("session=%1B%5B2J", "session"),
+        ("since=nan", "since"),
+        ("since=inf", "since"),
+        ("since=-Infinity", "since"),
+        ("since=1e400", "since"),
+        ("until=NaN", "until"),
+        ("since=" + "9" * 400 + "d", "since"),
+    ],
+)
 async def test_bad_trace_filters_are_422_naming_the_parameter(
     tmp_path: Path, params: str, field: str
 ) -> None:
@@ -62,8 +75,13 @@ async def test_bad_trace_filters_are_422_naming_the_parameter(
 async def test_the_largest_offset_and_cursor_sqlite_holds_are_answered(tmp_path: Path) -> None:
     async with asgi_client(create_app(store_config(tmp_path))) as http:
         assert (await http.post("/search", json={"query": "rome"})).status_code == 200
-        for params in ("offset=9223372036854775807", "cursor=9223372036854775807",
-                       "q=rome", "since=1h", "since=0"):
+        for params in (
+            "offset=9223372036854775807",
+            "cursor=9223372036854775807",
+            "q=rome",
+            "since=1h",
+            "since=0",
+        ):
             response = await http.get(f"/traces?{params}")
             assert response.status_code == 200, (params, response.text)
         assert (await http.get("/traces?q=rome")).json()["total"] == 1
@@ -96,8 +114,11 @@ def test_the_cli_offset_over_sqlite_range_exits_2_naming_it(
 ) -> None:
     config = write_config(tmp_path / "c.yaml", tmp_path / "traces.db")
     record(config, ["rome"])
-    for option, value in (("--offset", "99999999999999999999"),
-                          ("--cursor", "999999999999999999999999"), ("--since", "nan")):
+    for option, value in (
+        ("--offset", "99999999999999999999"),
+        ("--cursor", "999999999999999999999999"),
+        ("--since", "nan"),
+    ):
         code, out = cli(capsys, "trace", "list", "--config", str(config), option, value)
         assert code == 2, (option, out)
         assert out.startswith(f"search: {option}:") and "Traceback" not in out
@@ -113,8 +134,11 @@ def test_trace_show_of_an_unknown_id_is_a_failed_lookup(
 
 
 def assert_no_raw_controls(out: str) -> None:
-    raw = [c for c in out if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F
-           or c in "\u202e\u202c"]
+    raw = [
+        c
+        for c in out
+        if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F or c in "\u202e\u202c"
+    ]
     assert raw == [], f"raw control characters reached the terminal: {raw!r}"
 
 
@@ -134,8 +158,9 @@ def test_stored_escape_sequences_print_escaped_everywhere(
         assert_no_raw_controls(shown)
         narrative = [line for line in shown.splitlines() if line.startswith("part 0")]
         assert narrative, shown
-        code, as_json = cli(capsys, "trace", "show", outcome.trace_id, "--config", str(config),
-                            "--json")
+        code, as_json = cli(
+            capsys, "trace", "show", outcome.trace_id, "--config", str(config), "--json"
+        )
         assert code == 0
         assert_no_raw_controls(as_json)
         assert json.loads(as_json)["query"] == query  # escaped for the eye, same JSON value

@@ -35,10 +35,19 @@ def write_config(tmp_path: Path, demo_zim: Path, **routing: object) -> Path:
         "trace": {"enabled": False},
         "sources": {
             "kiwix": {"type": "zim", "paths": [str(demo_zim)]},
-            "forecast": {"type": "open_meteo", "enabled": False, "latitude": 1, "longitude": 2,
-                         "fallback": ["kiwix"]},
-            "ha": {"type": "homeassistant", "enabled": False, "url": "http://127.0.0.1:9",
-                   "token": "${TEST_HA_TOKEN:-x}"},
+            "forecast": {
+                "type": "open_meteo",
+                "enabled": False,
+                "latitude": 1,
+                "longitude": 2,
+                "fallback": ["kiwix"],
+            },
+            "ha": {
+                "type": "homeassistant",
+                "enabled": False,
+                "url": "http://127.0.0.1:9",
+                "token": "${TEST_HA_TOKEN:-x}",
+            },
         },
     }
     path = tmp_path / "config.yaml"
@@ -49,14 +58,20 @@ def write_config(tmp_path: Path, demo_zim: Path, **routing: object) -> Path:
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "search", *args], capture_output=True, text=True, cwd=cwd,
-        env=env, timeout=120,
+        [sys.executable, "-m", "search", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
     )
 
 
 def test_query_answers_from_the_real_zim_with_its_chain(tmp_path: Path, demo_zim: Path) -> None:
     config = write_config(tmp_path, demo_zim)
-    done = run("query", "who wrote romeo and juliet", "--json", "--explain", "--config", str(config))
+    done = run(
+        "query", "who wrote romeo and juliet", "--json", "--explain", "--config", str(config)
+    )
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
     (part,) = body["results"]
@@ -82,8 +97,9 @@ def test_a_failed_search_exits_1(tmp_path: Path, demo_zim: Path) -> None:
 
 def test_route_prints_the_plan_without_calling_sources(tmp_path: Path, demo_zim: Path) -> None:
     config = write_config(tmp_path, demo_zim)
-    done = run("route", "lights status and also what is the weather", "--json",
-               "--config", str(config))
+    done = run(
+        "route", "lights status and also what is the weather", "--json", "--config", str(config)
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["parts"] == [
@@ -95,13 +111,18 @@ def test_route_prints_the_plan_without_calling_sources(tmp_path: Path, demo_zim:
 def test_route_input_reads_lines_and_jsonl(tmp_path: Path, demo_zim: Path) -> None:
     config = write_config(tmp_path, demo_zim)
     queries = tmp_path / "queries.jsonl"
-    queries.write_text('{"text": "lights status"}\n\nwho was marie curie\n'
-                       '{"text": "weather; lights", "expected": "x"}\n')
+    queries.write_text(
+        '{"text": "lights status"}\n\nwho was marie curie\n'
+        '{"text": "weather; lights", "expected": "x"}\n'
+    )
     done = run("route", "--input", str(queries), "--config", str(config))
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [line["query"] for line in lines] == ["lights status", "who was marie curie",
-                                                  "weather; lights"]
+    assert [line["query"] for line in lines] == [
+        "lights status",
+        "who was marie curie",
+        "weather; lights",
+    ]
     assert [p["source"] for p in lines[2]["parts"]] == ["forecast", "ha"]
     assert lines[1]["parts"][0]["stage"] == "intent_default"
 

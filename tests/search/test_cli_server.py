@@ -36,8 +36,13 @@ print(json.dumps({"exit": code, "heavy": heavy}), file=sys.stderr)
 def probe(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, list[str], str]:
     """(exit status, stdout, heavy modules imported, stderr) of one CLI command."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}, timeout=120, check=False,
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        timeout=120,
+        check=False,
     )
     report = json.loads(done.stderr.strip().splitlines()[-1])
     return report["exit"], done.stdout, report["heavy"], done.stderr
@@ -55,8 +60,13 @@ def server_config(tmp_path: Path, demo_zim: Path, **server: Any) -> Path:
         "trace": {"enabled": False},
         "sources": {
             "kiwix": {"type": "zim", "paths": [str(demo_zim)]},
-            "forecast": {"type": "open_meteo", "enabled": False, "latitude": 1,
-                         "longitude": 2, "fallback": ["kiwix"]},
+            "forecast": {
+                "type": "open_meteo",
+                "enabled": False,
+                "latitude": 1,
+                "longitude": 2,
+                "fallback": ["kiwix"],
+            },
         },
     }
     path = tmp_path / "config.yaml"
@@ -73,8 +83,11 @@ def served(tmp_path: Path, demo_zim: Path, request: pytest.FixtureRequest) -> It
     path = server_config(tmp_path, demo_zim, **settings)
     port = yaml.safe_load(path.read_text())["server"]["port"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "search", "serve", "--config", str(path)], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "search", "serve", "--config", str(path)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 60
@@ -100,15 +113,17 @@ def without_ids(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_query_is_answered_by_the_running_server(served: Path) -> None:
-    code, out, heavy, err = probe("query", "who wrote romeo and juliet", "--json",
-                                  "--config", str(served))
+    code, out, heavy, err = probe(
+        "query", "who wrote romeo and juliet", "--json", "--config", str(served)
+    )
     assert code == 0, err
     assert heavy == []  # no service, no pipeline, no model in the CLI process
     remote = json.loads(out)
     assert remote["results"][0]["items"][0]["title"] == "Romeo and Juliet"
 
-    code, out, heavy, err = probe("query", "who wrote romeo and juliet", "--json", "--local",
-                                  "--config", str(served))
+    code, out, heavy, err = probe(
+        "query", "who wrote romeo and juliet", "--json", "--local", "--config", str(served)
+    )
     assert code == 0, err
     assert "search.service" in heavy  # --local: in-process
     assert without_ids(json.loads(out)) == without_ids(remote)
@@ -126,8 +141,13 @@ def test_query_prints_the_same_table_from_the_server(served: Path) -> None:
 
 
 def test_route_asks_the_server_for_a_dry_run(served: Path) -> None:
-    args = ("route", "what is the weather and who wrote romeo and juliet", "--json",
-            "--config", str(served))
+    args = (
+        "route",
+        "what is the weather and who wrote romeo and juliet",
+        "--json",
+        "--config",
+        str(served),
+    )
     code, remote, heavy, err = probe(*args)
     assert code == 0 and heavy == [], err
     code, local, _, err = probe(*args, "--local")
@@ -145,21 +165,33 @@ def test_bad_input_refused_by_the_server_exits_2(served: Path) -> None:
 
 @pytest.mark.server(api_token="${SEARCH_TEST_TOKEN}", env={"SEARCH_TEST_TOKEN": "right-token"})
 def test_the_configured_token_is_sent_and_a_wrong_one_exits_2(served: Path) -> None:
-    code, out, heavy, err = probe("query", "who wrote romeo and juliet", "--json",
-                                  "--config", str(served), env={"SEARCH_TEST_TOKEN": "right-token"})
+    code, out, heavy, err = probe(
+        "query",
+        "who wrote romeo and juliet",
+        "--json",
+        "--config",
+        str(served),
+        env={"SEARCH_TEST_TOKEN": "right-token"},
+    )
     assert code == 0 and heavy == [], err
     assert json.loads(out)["results"][0]["source"] == "kiwix"
 
-    code, out, heavy, err = probe("query", "who wrote romeo and juliet", "--config",
-                                  str(served), env={"SEARCH_TEST_TOKEN": "wrong-token"})
+    code, out, heavy, err = probe(
+        "query",
+        "who wrote romeo and juliet",
+        "--config",
+        str(served),
+        env={"SEARCH_TEST_TOKEN": "wrong-token"},
+    )
     assert code == 2 and heavy == []
     assert "server.api_token" in err and "wrong-token" not in err + out
 
 
 def test_without_a_server_the_cli_runs_in_process(tmp_path: Path, demo_zim: Path) -> None:
     config = server_config(tmp_path, demo_zim)  # nothing listens on its port
-    code, out, heavy, err = probe("query", "who wrote romeo and juliet", "--json",
-                                  "--config", str(config))
+    code, out, heavy, err = probe(
+        "query", "who wrote romeo and juliet", "--json", "--config", str(config)
+    )
     assert code == 0, err
     assert "search.service" in heavy
     assert json.loads(out)["results"][0]["items"][0]["title"] == "Romeo and Juliet"

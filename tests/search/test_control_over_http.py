@@ -34,16 +34,24 @@ COMMAND = "unlock the front door"
 
 
 def states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
-    response = httpx.get(f"{hass.url}/api/states", timeout=10, trust_env=False,
-                         headers={"Authorization": f"Bearer {hass.token}"})
+    response = httpx.get(
+        f"{hass.url}/api/states",
+        timeout=10,
+        trust_env=False,
+        headers={"Authorization": f"Bearer {hass.token}"},
+    )
     response.raise_for_status()
     return {s["entity_id"]: s for s in response.json()}
 
 
 def lock_front_door(hass: HomeAssistant) -> None:
-    httpx.post(f"{hass.url}/api/services/lock/lock", json={"entity_id": LOCK}, timeout=10,
-               trust_env=False, headers={"Authorization": f"Bearer {hass.token}"},
-               ).raise_for_status()
+    httpx.post(
+        f"{hass.url}/api/services/lock/lock",
+        json={"entity_id": LOCK},
+        timeout=10,
+        trust_env=False,
+        headers={"Authorization": f"Bearer {hass.token}"},
+    ).raise_for_status()
     assert states(hass)[LOCK]["state"] == "locked"
 
 
@@ -56,8 +64,9 @@ def config_file(tmp_path: Path, hass: HomeAssistant, demo_zim: Path, **routing: 
     data = yaml.safe_load((ROOT / "config.yaml").read_text())
     data["sources"]["kiwix"].update(paths=[str(demo_zim)])
     data["sources"]["kiwix"].pop("build_from", None)
-    data["sources"]["ha"].update(enabled=True, url=hass.url, token=hass.token,
-                                 allow_control=True, timeout_s=10)
+    data["sources"]["ha"].update(
+        enabled=True, url=hass.url, token=hass.token, allow_control=True, timeout_s=10
+    )
     data["trace"] = {"path": str(tmp_path / "traces.db"), "capture_results": True}
     data["routing"].update(routing)
     path = tmp_path / "config.yaml"
@@ -78,8 +87,12 @@ def served(tmp_path: Path, home_assistant: HomeAssistant, demo_zim: Path) -> Ite
 
 
 def search(base: str, query: str, **body: Any) -> dict[str, Any]:
-    response = httpx.post(f"{base}/search", json={"query": query, "explain": True, **body},
-                          timeout=60, trust_env=False)
+    response = httpx.post(
+        f"{base}/search",
+        json={"query": query, "explain": True, **body},
+        timeout=60,
+        trust_env=False,
+    )
     assert response.status_code == 200, response.text
     answer = response.json()
     for event in answer["explanation"]:
@@ -138,8 +151,14 @@ def test_an_unsure_decision_does_not_act(
     """With ha as the default source, a command nothing recognises ends at the default:
     unsure, so withheld, even though HA would take it."""
     lock_front_door(home_assistant)
-    path = config_file(tmp_path, home_assistant, demo_zim, default_source="ha",
-                       semantic={"enabled": False}, shipped_routes=False)
+    path = config_file(
+        tmp_path,
+        home_assistant,
+        demo_zim,
+        default_source="ha",
+        semantic={"enabled": False},
+        shipped_routes=False,
+    )
     before = snapshot(home_assistant)
     with uvicorn_server(create_app(load(path))) as base:
         answer = search(base, "unlock lock.front_door")
@@ -150,7 +169,9 @@ def test_an_unsure_decision_does_not_act(
 
 
 def test_a_plain_command_acts_through_the_gate_and_a_replay_never_repeats_it(
-    tmp_path: Path, home_assistant: HomeAssistant, demo_zim: Path,
+    tmp_path: Path,
+    home_assistant: HomeAssistant,
+    demo_zim: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     lock_front_door(home_assistant)
@@ -160,8 +181,11 @@ def test_a_plain_command_acts_through_the_gate_and_a_replay_never_repeats_it(
         answer = search(base, COMMAND)
         again = search(base, "is the front door locked")
     assert states(home_assistant)[LOCK]["state"] == "unlocked"
-    acts = [e for e in answer["explanation"]
-            if e["step"] == "source_invoked" and e.get("operation") == "act"]
+    acts = [
+        e
+        for e in answer["explanation"]
+        if e["step"] == "source_invoked" and e.get("operation") == "act"
+    ]
     assert [(e["source"], e["outcome"]) for e in acts] == [("ha", "ok")]
     assert withheld(answer) == [] and answer["results"][0]["status"] == "ok"
     assert not status["cached"] and not again["cached"]  # the home is read fresh

@@ -31,8 +31,11 @@ home_assistant = ha_harness.home_assistant
 
 def config_data(demo_zim: Path, **sources: dict[str, Any]) -> dict[str, Any]:
     return {
-        "routing": {"default_source": "kiwix", "shipped_routes": False,
-                    "semantic": {"enabled": False}},
+        "routing": {
+            "default_source": "kiwix",
+            "shipped_routes": False,
+            "semantic": {"enabled": False},
+        },
         "trace": {"enabled": False},
         "sources": {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}, **sources},
     }
@@ -42,8 +45,9 @@ DOWN_WEB = {"type": "searxng", "url": closed_port_url(), "timeout_s": 2}
 OFF_HA = {"type": "homeassistant", "enabled": False, "url": "http://127.0.0.1:9", "token": "x"}
 
 
-def doctor(tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, Any],
-           *extra: str) -> tuple[int, str]:
+def doctor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, Any], *extra: str
+) -> tuple[int, str]:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(data))
     code = main(["doctor", "--config", str(path), *extra])
@@ -75,11 +79,17 @@ def test_a_down_source_fails_the_doctor_and_a_disabled_one_does_not(
 
 
 def test_a_real_home_assistant_reports_its_version_and_accepts_the_token(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], demo_zim: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    demo_zim: Path,
     home_assistant: HomeAssistant,
 ) -> None:
-    ha = {"type": "homeassistant", "url": home_assistant.url, "token": home_assistant.token,
-          "timeout_s": 10}
+    ha = {
+        "type": "homeassistant",
+        "url": home_assistant.url,
+        "token": home_assistant.token,
+        "timeout_s": 10,
+    }
     code, out = doctor(tmp_path, capsys, config_data(demo_zim, ha=ha), "--json")
     assert code == 0, out
     found = by_name(json.loads(out))["ha"]
@@ -89,7 +99,9 @@ def test_a_real_home_assistant_reports_its_version_and_accepts_the_token(
 
 
 def test_a_wrong_token_is_reported_refused_without_showing_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], demo_zim: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    demo_zim: Path,
     home_assistant: HomeAssistant,
 ) -> None:
     wrong = "not-the-token-" + "z" * 20
@@ -125,7 +137,8 @@ def test_the_llm_is_asked_one_routing_question(demo_zim: Path) -> None:
             data = config_data(demo_zim)
             data["routing"]["llm"] = llm
             findings[label] = by_name(
-                [f.to_dict() for f in asyncio.run(diagnose(parse_config(data)))])["llm"]
+                [f.to_dict() for f in asyncio.run(diagnose(parse_config(data)))]
+            )["llm"]
     assert findings["good"]["status"] == "ok"
     assert findings["good"]["sample"] == "ok, routed to kiwix"
     assert findings["good"]["auth"] == "ok" and findings["good"]["version"] == "test"
@@ -139,8 +152,12 @@ async def test_healthz_lists_each_source_with_its_reachability(demo_zim: Path) -
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "ok"
-    assert body["sources"]["kiwix"] == {"type": "zim", "enabled": True, "reachable": True,
-                                        "version": None}
+    assert body["sources"]["kiwix"] == {
+        "type": "zim",
+        "enabled": True,
+        "reachable": True,
+        "version": None,
+    }
     assert body["sources"]["web"]["reachable"] is False
     assert body["sources"]["web"]["error"] == "connection_refused"
     assert body["sources"]["ha"] == {"type": "homeassistant", "enabled": False}
@@ -177,8 +194,11 @@ async def test_health_is_cached_and_a_hanging_source_does_not_hang_the_probe() -
     cache = HealthCache({"probed": source}, {"probed": Entry()}, ttl_s=60, wait_s=1)
     first = await cache.snapshot()
     second = await cache.snapshot()
-    assert first == second == {"probed": {"type": "probed", "enabled": True,
-                                          "reachable": True, "version": "1.2"}}
+    assert (
+        first
+        == second
+        == {"probed": {"type": "probed", "enabled": True, "reachable": True, "version": "1.2"}}
+    )
     assert source.calls == 1
 
     hanging = HealthCache({"probed": Probed(hang=True)}, {"probed": Entry()}, wait_s=0.2)

@@ -18,19 +18,26 @@ from tests.support.wire_servers import Fault, SearxngServer, closed_port_url, se
 
 
 def config_for(web_url: str, demo_zim: Path, **web: object):
-    return parse_config({
-        "routing": {
-            "default_source": "kiwix",
-            "keywords": {"web": ["news"]},
-            "semantic": {"enabled": False},
-        },
-        "trace": {"enabled": False},
-        "sources": {
-            "kiwix": {"type": "zim", "paths": [str(demo_zim)]},
-            "web": {"type": "searxng", "url": web_url, "timeout_s": 0.5,
-                    "fallback": ["kiwix"], **web},
-        },
-    })
+    return parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": {"web": ["news"]},
+                "semantic": {"enabled": False},
+            },
+            "trace": {"enabled": False},
+            "sources": {
+                "kiwix": {"type": "zim", "paths": [str(demo_zim)]},
+                "web": {
+                    "type": "searxng",
+                    "url": web_url,
+                    "timeout_s": 0.5,
+                    "fallback": ["kiwix"],
+                    **web,
+                },
+            },
+        }
+    )
 
 
 def ask(base: str, query: str) -> dict:
@@ -61,7 +68,10 @@ def test_web_faults_fall_back_to_the_encyclopedia(
     assert invoked == [("web", outcome), ("kiwix", "ok")]
     (fallback,) = [e for e in chain if e["step"] == "fallback"]
     assert (fallback["from_source"], fallback["to_source"], fallback["reason"]) == (
-        "web", "kiwix", reason)
+        "web",
+        "kiwix",
+        reason,
+    )
     assert body["fallback_occurred"] is True
     (part,) = body["results"]
     assert part["source"] == "kiwix"

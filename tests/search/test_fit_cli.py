@@ -17,16 +17,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "search", "fit", *args], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "search", "fit", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_fit_reports_held_out_figures_and_writes_a_usable_artefact(tmp_path: Path) -> None:
     out = tmp_path / "confidence.json"
     done = run("--config", str(ROOT / "config.yaml"), "--output", str(out))
     assert done.returncode == 0, done.stderr
-    for heading in ("accuracy per route:", "calibration error (ECE):", "confusion (rows",
-                    "min_confidence"):
+    for heading in (
+        "accuracy per route:",
+        "calibration error (ECE):",
+        "confusion (rows",
+        "min_confidence",
+    ):
         assert heading in done.stdout, done.stdout
     model = ConfidenceModel.from_json(json.loads(out.read_text()))
     assert 0.5 <= model.min_confidence <= 0.85

@@ -32,10 +32,20 @@ def household_config(tmp_path: Path, demo_zim: Path) -> dict[str, Any]:
         "sources": {
             "kiwix": {"type": "zim", "paths": [str(demo_zim)]},
             # not reachable here: they fall back to the encyclopedia, so requests answer
-            "forecast": {"type": "open_meteo", "enabled": False, "latitude": 1, "longitude": 2,
-                         "fallback": ["kiwix"]},
-            "ha": {"type": "homeassistant", "enabled": False, "url": "http://127.0.0.1:9",
-                   "token": "x", "fallback": ["kiwix"]},
+            "forecast": {
+                "type": "open_meteo",
+                "enabled": False,
+                "latitude": 1,
+                "longitude": 2,
+                "fallback": ["kiwix"],
+            },
+            "ha": {
+                "type": "homeassistant",
+                "enabled": False,
+                "url": "http://127.0.0.1:9",
+                "token": "x",
+                "fallback": ["kiwix"],
+            },
             "web": {"type": "searxng", "enabled": False, "url": "http://127.0.0.1:9"},
         },
     }
@@ -72,8 +82,10 @@ def test_label_fit_replay_check(tmp_path: Path, demo_zim: Path) -> None:
     config = load_config(str(config_path))
 
     # 1. the query goes to ha; 2. it is labelled forecast over HTTP
-    with uvicorn_server(create_app(config)) as base, httpx.Client(base_url=base,
-                                                                    timeout=60) as http:
+    with (
+        uvicorn_server(create_app(config)) as base,
+        httpx.Client(base_url=base, timeout=60) as http,
+    ):
         first = http.post("/search", json={"query": QUERY})
         assert first.status_code == 200, first.text
         trace_id = first.json()["trace_id"]
@@ -97,9 +109,11 @@ def test_label_fit_replay_check(tmp_path: Path, demo_zim: Path) -> None:
     # 4. the same query, and a paraphrase of it, now go to forecast
     assert routed(fitted, QUERY)[0] == "forecast"
     assert routed(fitted, PARAPHRASE) == ("forecast", "intent_semantic")
-    [semantic] = [e for e in asyncio.run(explained(fitted.with_name("route-" + fitted.name),
-                                                   PARAPHRASE))
-                  if e["step"] == "intent_semantic"]
+    [semantic] = [
+        e
+        for e in asyncio.run(explained(fitted.with_name("route-" + fitted.name), PARAPHRASE))
+        if e["step"] == "intent_semantic"
+    ]
     assert (semantic["origin"], semantic["matched_query"]) == ("user_label", QUERY)
     assert routed(fitted, "who wrote romeo and juliet")[0] == "kiwix"  # unrelated: unchanged
 
@@ -107,8 +121,10 @@ def test_label_fit_replay_check(tmp_path: Path, demo_zim: Path) -> None:
     done = run("replay", "--all", "--config", str(fitted))
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[1:] == ["routing changed in 1 trace(s):",
-                         f"  {trace_id} part 0 {QUERY!r}: decision changed: ha -> forecast"]
+    assert lines[1:] == [
+        "routing changed in 1 trace(s):",
+        f"  {trace_id} part 0 {QUERY!r}: decision changed: ha -> forecast",
+    ]
 
     # 6. check passes for the exported labels, fails for a wrong expectation
     exported = tmp_path / "household.yaml"

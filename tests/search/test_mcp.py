@@ -46,8 +46,12 @@ def home_config(tmp_path: Path, **server: Any) -> Config:
             "trace": {"path": str(tmp_path / "traces.db")},
             "sources": {
                 "kiwix": {"type": "scripted", "description": "Offline encyclopedia."},
-                "ha": {"type": "scripted", "fail": "unavailable", "fallback": ["web"],
-                       "circuit_failures": 0},  # always called, never skipped
+                "ha": {
+                    "type": "scripted",
+                    "fail": "unavailable",
+                    "fallback": ["web"],
+                    "circuit_failures": 0,
+                },  # always called, never skipped
                 "web": {"type": "scripted", "items": 3, "description": "Web search."},
                 "down": {"type": "scripted", "fail": "error"},
             },
@@ -137,11 +141,20 @@ async def test_http_failed_search_is_an_error_result_with_its_chain(tmp_path: Pa
 async def test_http_mcp_refuses_a_rebinding_host_and_needs_the_token(tmp_path: Path) -> None:
     config = home_config(tmp_path, api_token="s3cret-token")
     config.mcp.allowed_hosts = ["search.home.arpa"]  # a reverse proxy on this machine
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"}}}
-    headers = {"Accept": "application/json, text/event-stream",
-               "Authorization": "Bearer s3cret-token"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": "Bearer s3cret-token",
+    }
     with uvicorn_server(create_app(config)) as base:
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
             ok = await http.post("/mcp", json=init, headers=headers)
@@ -209,10 +222,10 @@ def build(name, config):
     return Noisy(name, config.timeout_s)
 '''
 
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 from sources.registry import register_kind
 register_kind("noisy", "noisy_kind")
-'''
+"""
 
 
 def stdio_config(tmp_path: Path) -> Path:
@@ -280,7 +293,11 @@ def test_mcp_with_a_bad_config_exits_2_and_says_why(tmp_path: Path) -> None:
     bad.write_text("routing: {default_source: nowhere}\n")
     proc = subprocess.run(
         [sys.executable, "-m", "search", "mcp", "--config", str(bad)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 2
     assert proc.stdout == ""

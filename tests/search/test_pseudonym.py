@@ -121,8 +121,10 @@ async def test_an_older_store_has_its_unkeyed_digests_keyed_on_opening(tmp_path:
     conn = sqlite3.connect(db, isolation_level=None)
     query, chain = conn.execute("SELECT query, chain FROM traces").fetchone()
     old_chain = redact({"chain": json.loads(chain)}, legacy_digest)["chain"]  # type: ignore[arg-type]
-    conn.execute("UPDATE traces SET query = ?, chain = ?, session_id = ?, redacted = 1",
-                 (legacy_digest(query), json.dumps(old_chain), legacy_digest(SESSION)))
+    conn.execute(
+        "UPDATE traces SET query = ?, chain = ?, session_id = ?, redacted = 1",
+        (legacy_digest(query), json.dumps(old_chain), legacy_digest(SESSION)),
+    )
     conn.execute("PRAGMA user_version = 2")
     conn.close()
     key_path(db).unlink()

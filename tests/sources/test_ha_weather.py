@@ -53,11 +53,20 @@ async def source(home_assistant: HomeAssistant) -> AsyncIterator[HAWeatherSource
 
 async def raw_forecast(hass: HomeAssistant) -> list[dict[str, Any]]:
     """The service's answer, fetched without the source under test."""
-    [result] = await ws_commands(hass.url, hass.token, [{
-        "type": "call_service", "domain": "weather", "service": "get_forecasts",
-        "service_data": {"type": "daily"}, "target": {"entity_id": ENTITY},
-        "return_response": True,
-    }])
+    [result] = await ws_commands(
+        hass.url,
+        hass.token,
+        [
+            {
+                "type": "call_service",
+                "domain": "weather",
+                "service": "get_forecasts",
+                "service_data": {"type": "daily"},
+                "target": {"entity_id": ENTITY},
+                "return_response": True,
+            }
+        ],
+    )
     forecast: list[dict[str, Any]] = result["response"][ENTITY]["forecast"]
     return forecast
 

@@ -76,8 +76,10 @@ async def controller(home_assistant: HomeAssistant) -> AsyncIterator[HomeAssista
 def read_states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
     """HA's own view, read without the source under test."""
     response = httpx.get(
-        f"{hass.url}/api/states", headers={"Authorization": f"Bearer {hass.token}"},
-        timeout=10, trust_env=False,
+        f"{hass.url}/api/states",
+        headers={"Authorization": f"Bearer {hass.token}"},
+        timeout=10,
+        trust_env=False,
     )
     response.raise_for_status()
     return {s["entity_id"]: s for s in response.json()}
@@ -85,8 +87,11 @@ def read_states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
 
 def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str) -> None:
     httpx.post(
-        f"{hass.url}/api/services/{domain}/{service}", json={"entity_id": entity_id},
-        headers={"Authorization": f"Bearer {hass.token}"}, timeout=10, trust_env=False,
+        f"{hass.url}/api/services/{domain}/{service}",
+        json={"entity_id": entity_id},
+        headers={"Authorization": f"Bearer {hass.token}"},
+        timeout=10,
+        trust_env=False,
     ).raise_for_status()
 
 
@@ -355,19 +360,21 @@ class HaRestStub(WireServer):
     """HA's `/api/states` wire format (a JSON list of states), for injected faults only."""
 
     STATES: ClassVar[list[dict[str, Any]]] = [
-        {"entity_id": "light.porch", "state": "on",
-         "attributes": {"friendly_name": "Porch Light"}},
+        {"entity_id": "light.porch", "state": "on", "attributes": {"friendly_name": "Porch Light"}},
     ]
 
     def routes(self) -> list[Route]:
-        return [Route("/api/states", self._states), Route("/api/template", self._template,
-                                                         methods=["POST"])]
+        return [
+            Route("/api/states", self._states),
+            Route("/api/template", self._template, methods=["POST"]),
+        ]
 
     async def _states(self, request: Request) -> Response:
         def answer(_: Request, shape: str) -> Response:
             if shape == "wrong_shape":
                 return JSONResponse({"message": "not a list"})
             return JSONResponse([] if shape == "empty" else self.STATES)
+
         return await self.serve(request, answer)
 
     async def _template(self, request: Request) -> Response:

@@ -29,6 +29,7 @@ needs_kiwix = pytest.mark.usefixtures("kiwix_installed")
 def kiwix_installed() -> None:
     require_service("kiwix-serve", available(), "kiwix-tools is not installed")
 
+
 OTHER_ARTICLES = [
     {
         "path": "Glacier",

@@ -34,8 +34,16 @@ CONTRACT_FIELDS: dict[str, set[str]] = {
     "error": {"query", "error_type", "message"},
     "control_withheld": {"query", "source", "reason"},
 }
-WITHHELD_REASONS = {"not_allowed", "dry_run", "replay", "conditional", "deferred",
-                    "low_confidence", "read_only", "rewritten"}
+WITHHELD_REASONS = {
+    "not_allowed",
+    "dry_run",
+    "replay",
+    "conditional",
+    "deferred",
+    "low_confidence",
+    "read_only",
+    "rewritten",
+}
 
 
 def assert_contract_event(event: dict[str, Any]) -> None:
@@ -67,8 +75,9 @@ def assert_confidence(event: dict[str, Any]) -> None:
             continue  # a reused LLM decision shown beside them (similarity only)
         assert isinstance(candidate["route"], str), candidate
         assert 0 <= candidate["confidence"] <= 1, candidate
-        assert abs(candidates[0]["confidence"] - candidate["confidence"]
-                   - candidate["margin"]) < 1e-3, candidate
+        assert (
+            abs(candidates[0]["confidence"] - candidate["confidence"] - candidate["margin"]) < 1e-3
+        ), candidate
 
 
 def scripted_config(
@@ -86,7 +95,9 @@ def scripted_config(
         **routing,
     }
     entries = {name: {"type": "scripted", **entry} for name, entry in sources.items()}
-    return parse_config({"routing": routing_section, "sources": entries, "trace": {"enabled": False}})
+    return parse_config(
+        {"routing": routing_section, "sources": entries, "trace": {"enabled": False}}
+    )
 
 
 @asynccontextmanager

@@ -84,22 +84,29 @@ class ChatServer(WireServer):
         return [Route("/v1/chat/completions", self._completions, methods=["POST"])]
 
     def error_response(self, status: int) -> Response:
-        kinds = {400: "invalid_request_error", 401: "invalid_request_error",
-                 429: "rate_limit_error", 503: "server_error"}
-        return openai_error(status, f"The server had an error ({status}).",
-                            kinds.get(status, "server_error"))
+        kinds = {
+            400: "invalid_request_error",
+            401: "invalid_request_error",
+            429: "rate_limit_error",
+            503: "server_error",
+        }
+        return openai_error(
+            status, f"The server had an error ({status}).", kinds.get(status, "server_error")
+        )
 
     async def _completions(self, request: Request) -> Response:
         expected = f"Bearer {self.api_key}"
         if self.api_key is not None and request.headers.get("authorization") != expected:
             self.rejected += 1
-            return openai_error(401, "Incorrect API key provided.",
-                                "invalid_request_error", "invalid_api_key")
+            return openai_error(
+                401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+            )
         try:
             body = json.loads(await request.body())
         except ValueError:
-            return openai_error(400, "We could not parse the JSON body of your request.",
-                                "invalid_request_error")
+            return openai_error(
+                400, "We could not parse the JSON body of your request.", "invalid_request_error"
+            )
         problem = _invalid(body)
         if problem:
             return openai_error(400, problem, "invalid_request_error")
@@ -126,18 +133,30 @@ class ChatServer(WireServer):
             return None
         if "json_object" in self.accepts:  # llama-cpp-python: a pydantic literal error
             allowed = " or ".join(f"'{k}'" for k in ("text", "json_object") if k in self.accepts)
-            detail = {"type": "literal_error", "loc": ["body", "response_format", "type"],
-                      "msg": f"Input should be {allowed}", "input": kind,
-                      "ctx": {"expected": allowed}}
+            detail = {
+                "type": "literal_error",
+                "loc": ["body", "response_format", "type"],
+                "msg": f"Input should be {allowed}",
+                "input": kind,
+                "ctx": {"expected": allowed},
+            }
             if self.refusal_status == 422:
                 return JSONResponse({"detail": [detail]}, status_code=422)
-            message = (f"1 validation error:\n  {detail!r}\n\n  File \"llama_cpp/server/"
-                       "app.py\", line 376, in create_chat_completion\n    POST "
-                       "/v1/chat/completions")
+            message = (
+                f'1 validation error:\n  {detail!r}\n\n  File "llama_cpp/server/'
+                'app.py", line 376, in create_chat_completion\n    POST '
+                "/v1/chat/completions"
+            )
             return openai_error(self.refusal_status, message, "internal_server_error")
-        body = {"error": {"message": f"Invalid value for 'response_format': {kind!r} is "
-                          "not supported with this model.", "type": "invalid_request_error",
-                          "param": "response_format", "code": None}}
+        body = {
+            "error": {
+                "message": f"Invalid value for 'response_format': {kind!r} is "
+                "not supported with this model.",
+                "type": "invalid_request_error",
+                "param": "response_format",
+                "code": None,
+            }
+        }
         return JSONResponse(body, status_code=400)
 
     def _content(self, messages: list[dict[str, Any]]) -> str:
@@ -160,7 +179,11 @@ def _invalid(body: Any) -> str | None:
         return "'messages' must be a non-empty array"
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in {
-            "system", "user", "assistant", "developer", "tool"
+            "system",
+            "user",
+            "assistant",
+            "developer",
+            "tool",
         }:
             return f"Invalid value for 'messages[{index}].role'."
         if not isinstance(message.get("content"), str):

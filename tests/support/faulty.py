@@ -78,8 +78,17 @@ RETRIED = frozenset({"502", "503"})
 
 # A realistic mix: mostly healthy, every fault present.
 DEFAULT_WEIGHTS: dict[str, float] = {
-    "ok": 40, "timeout": 3, "401": 4, "403": 4, "429": 6, "500": 6, "502": 6, "503": 4,
-    "not_json": 5, "wrong_shape": 5, "empty": 6,
+    "ok": 40,
+    "timeout": 3,
+    "401": 4,
+    "403": 4,
+    "429": 6,
+    "500": 6,
+    "502": 6,
+    "503": 4,
+    "not_json": 5,
+    "wrong_shape": 5,
+    "empty": 6,
 }
 
 
@@ -211,17 +220,29 @@ class ServerProcess:
         self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
         self.stderr_path = workdir / "server-stderr.log"
         self.port = port or free_port()
-        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                    **(env or {})}
-        self.args = [sys.executable, "-m", "search", "serve", "--config", str(self.config_path),
-                     "--port", str(self.port), *extra_args]
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+        self.args = [
+            sys.executable,
+            "-m",
+            "search",
+            "serve",
+            "--config",
+            str(self.config_path),
+            "--port",
+            str(self.port),
+            *extra_args,
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self, ready_url: str | None = None, timeout_s: float = 60.0) -> None:
         with self.stderr_path.open("wb") as stderr:
             self.proc = subprocess.Popen(
-                self.args, cwd=REPO_ROOT, env=self.env, stdout=stderr, stderr=stderr,
+                self.args,
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdout=stderr,
+                stderr=stderr,
                 stdin=subprocess.DEVNULL,
             )
         probe = ready_url or f"{self.url}/healthz"
@@ -321,15 +342,18 @@ class ChainAudit:
         if event["step"] != "source_invoked":
             return
         self.calls[source] += 1
-        got = (event["outcome"], event.get("reason", "") if event["outcome"] != "empty"
-               else "empty")
+        got = (
+            event["outcome"],
+            event.get("reason", "") if event["outcome"] != "empty" else "empty",
+        )
         if source in self.refused:
             assert got == ("error", "connection_refused"), event
         elif source in self.keyed:
             seen = self.keyed[source].faults_for(event["query"])
             if not seen or got != expected_call(seen):
                 assert self._is_load_timeout(event), (
-                    f"{source} answered {got} but its server injected {seen}: {event}")
+                    f"{source} answered {got} but its server injected {seen}: {event}"
+                )
                 self.load_timeouts += 1
         elif source in self.unkeyed:
             self.unkeyed_outcomes.setdefault(source, Counter())[got] += 1
@@ -375,13 +399,16 @@ class ChainAudit:
             return 0
         # Only load timeouts may explain a difference: each one turns an expected outcome
         # into a timeout (and may leave the server with one request fewer or more).
-        shortfall = sum(max(0, expected[k] - observed[k]) for k in expected
-                        if k != ("timeout", "timeout"))
-        surplus = sum(max(0, observed[k] - expected[k]) for k in observed
-                      if k != ("timeout", "timeout"))
+        shortfall = sum(
+            max(0, expected[k] - observed[k]) for k in expected if k != ("timeout", "timeout")
+        )
+        surplus = sum(
+            max(0, observed[k] - expected[k]) for k in observed if k != ("timeout", "timeout")
+        )
         assert surplus == 0 and extra >= 0 and shortfall <= extra <= max_load_timeouts, (
             f"{source}: chains recorded {dict(observed)}, the server's faults imply "
-            f"{dict(+expected)} (injected {dict(injected)}, {calls} calls)")
+            f"{dict(+expected)} (injected {dict(injected)}, {calls} calls)"
+        )
         return extra
 
 
@@ -397,12 +424,21 @@ class HomeAssistantApi(WireServer):
     """
 
     STATES: list[dict[str, Any]] = [
-        {"entity_id": "light.kitchen_lights", "state": "on",
-         "attributes": {"friendly_name": "Kitchen Lights", "brightness": 180}},
-        {"entity_id": "light.bed_light", "state": "off",
-         "attributes": {"friendly_name": "Bed Light"}},
-        {"entity_id": "cover.garage_door", "state": "closed",
-         "attributes": {"friendly_name": "Garage Door", "device_class": "garage"}},
+        {
+            "entity_id": "light.kitchen_lights",
+            "state": "on",
+            "attributes": {"friendly_name": "Kitchen Lights", "brightness": 180},
+        },
+        {
+            "entity_id": "light.bed_light",
+            "state": "off",
+            "attributes": {"friendly_name": "Bed Light"},
+        },
+        {
+            "entity_id": "cover.garage_door",
+            "state": "closed",
+            "attributes": {"friendly_name": "Garage Door", "device_class": "garage"},
+        },
     ]
 
     def __init__(self, token: str) -> None:
@@ -414,15 +450,24 @@ class HomeAssistantApi(WireServer):
             async def endpoint(request: Request) -> Response:
                 presented = request.headers.get("authorization", "")
                 if presented != f"Bearer {self.token}":
-                    return PlainTextResponse(
-                        f"401: Unauthorized ({presented})", status_code=401)
+                    return PlainTextResponse(f"401: Unauthorized ({presented})", status_code=401)
                 return await self.serve(request, lambda _r, _s: build())
+
             return endpoint
 
         return [
             Route("/api/states", guarded(lambda: JSONResponse(self.STATES))),
-            Route("/api/config", guarded(lambda: JSONResponse({
-                "version": "2024.3.3", "state": "RUNNING",
-                "unit_system": {"temperature": "°C"}}))),
+            Route(
+                "/api/config",
+                guarded(
+                    lambda: JSONResponse(
+                        {
+                            "version": "2024.3.3",
+                            "state": "RUNNING",
+                            "unit_system": {"temperature": "°C"},
+                        }
+                    )
+                ),
+            ),
             Route("/api/template", guarded(lambda: PlainTextResponse("[]")), methods=["POST"]),
         ]

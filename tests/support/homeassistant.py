@@ -111,9 +111,7 @@ def ensure_venv() -> Path:
         raise HomeAssistantUnavailable(f"building the HA venv failed: {exc}") from exc
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise HomeAssistantUnavailable(
-            f"scripts/ha_venv.sh exited {done.returncode}:\n{tail}"
-        )
+        raise HomeAssistantUnavailable(f"scripts/ha_venv.sh exited {done.returncode}:\n{tail}")
     hass = venv_dir() / "bin" / "hass"
     if not hass.exists():
         raise HomeAssistantUnavailable(f"no hass executable at {hass}")
@@ -240,16 +238,31 @@ def _log_tail(log_path: Path, lines: int = 40) -> str:
 
 def _hass_env() -> dict[str, str]:
     """Our environment without our venv's Python settings or any proxy."""
-    drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY",
-            "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"}
+    drop = {
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "VIRTUAL_ENV",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     return env
 
 
 def start_process(hass: Path, config_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    command = [str(hass), "-c", str(config_dir), "--skip-pip", "--log-file",
-               str(config_dir / "home-assistant.log")]
+    command = [
+        str(hass),
+        "-c",
+        str(config_dir),
+        "--skip-pip",
+        "--log-file",
+        str(config_dir / "home-assistant.log"),
+    ]
     # util-linux `setpriv --pdeathsig` (it execs HA, so the PID stays HA's): if the test
     # process is killed before teardown, the kernel sends HA SIGTERM instead of orphaning it.
     if setpriv := shutil.which("setpriv"):
@@ -281,7 +294,10 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_
 
 
 def wait_until_running(
-    url: str, token: str, proc: subprocess.Popen[bytes], log_path: Path,
+    url: str,
+    token: str,
+    proc: subprocess.Popen[bytes],
+    log_path: Path,
     timeout_s: float = START_TIMEOUT_S,
 ) -> None:
     """Poll `/api/config` until `state` is RUNNING and the demo entities exist."""
@@ -315,9 +331,7 @@ def wait_until_running(
     )
 
 
-async def ws_commands(
-    url: str, token: str, commands: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+async def ws_commands(url: str, token: str, commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Send websocket commands in order (each may use `$prev.<key>` from the last result)."""
     from websockets.asyncio.client import connect
 

@@ -77,8 +77,13 @@ def venv_dir() -> Path:
 def ensure_venv() -> tuple[Path, Path]:
     """Build (or reuse) the venv: its Python and the model file."""
     try:
-        done = subprocess.run(["bash", str(VENV_SCRIPT)], capture_output=True, text=True,
-                              timeout=VENV_BUILD_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            ["bash", str(VENV_SCRIPT)],
+            capture_output=True,
+            text=True,
+            timeout=VENV_BUILD_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LlamaUnavailable(f"building the llama.cpp venv failed: {exc}") from exc
     if done.returncode != 0:
@@ -97,8 +102,19 @@ def ensure_venv() -> tuple[Path, Path]:
 
 def _server_env() -> dict[str, str]:
     """Our environment without our venv's Python settings or any proxy."""
-    drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY",
-            "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "HOST", "PORT"}
+    drop = {
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "VIRTUAL_ENV",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "HOST",
+        "PORT",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     return env
@@ -131,18 +147,40 @@ def start(log_path: Path, *, timed: bool = False, threads: int = 1) -> LlamaServ
     """Build or reuse the venv, start the server, wait until it answers `/v1/models`."""
     python, model = ensure_venv()
     entry = [str(TIMED_LAUNCHER)] if timed else ["-m", "llama_cpp.server"]
-    command = [str(python), *entry, "--model", str(model), "--model_alias", MODEL_ALIAS,
-               "--chat_format", "gemma", "--host", "127.0.0.1", "--port", "0",
-               "--n_ctx", "2048", "--n_threads", str(threads), "--verbose", "False"]
+    command = [
+        str(python),
+        *entry,
+        "--model",
+        str(model),
+        "--model_alias",
+        MODEL_ALIAS,
+        "--chat_format",
+        "gemma",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--n_ctx",
+        "2048",
+        "--n_threads",
+        str(threads),
+        "--verbose",
+        "False",
+    ]
     # util-linux `setpriv --pdeathsig` execs the server (the PID stays its own): if the
     # test process dies before teardown, the kernel sends it SIGTERM instead of orphaning it.
     if setpriv := shutil.which("setpriv"):
         command = [setpriv, "--pdeathsig", "TERM", *command]
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps its own copy
     try:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=_server_env(),
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_server_env(),
+            start_new_session=True,
+        )
     finally:
         log.close()
     _PROCS[proc.pid] = proc
@@ -162,8 +200,10 @@ def _wait_until_ready(proc: subprocess.Popen[bytes], log_path: Path) -> str:
     with httpx.Client(timeout=5.0, trust_env=False) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {proc.returncode} during "
-                                   f"start-up; log tail:\n{_log_tail(log_path)}")
+                raise RuntimeError(
+                    f"llama_cpp.server exited with {proc.returncode} during "
+                    f"start-up; log tail:\n{_log_tail(log_path)}"
+                )
             if url is None:
                 found = _LISTENING.search(log_path.read_bytes())
                 if found:
@@ -177,8 +217,10 @@ def _wait_until_ready(proc: subprocess.Popen[bytes], log_path: Path) -> str:
                 except httpx.HTTPError as exc:
                     last = type(exc).__name__
             time.sleep(0.2)
-    raise RuntimeError(f"llama_cpp.server not ready after {START_TIMEOUT_S:.0f} s ({last}); "
-                       f"log tail:\n{_log_tail(log_path)}")
+    raise RuntimeError(
+        f"llama_cpp.server not ready after {START_TIMEOUT_S:.0f} s ({last}); "
+        f"log tail:\n{_log_tail(log_path)}"
+    )
 
 
 # --- the fixture ------------------------------------------------------------------------

@@ -37,8 +37,13 @@ class Timed:
         if scope["path"] == "/bench/timings":
             body = json.dumps(_times).encode()
             _times.clear()
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         if scope["path"] != "/v1/chat/completions":
@@ -54,8 +59,11 @@ class Timed:
 
         async def timed_send(message: dict[str, Any]) -> None:
             await send(message)
-            if (message["type"] == "http.response.body" and not message.get("more_body", False)
-                    and started):
+            if (
+                message["type"] == "http.response.body"
+                and not message.get("more_body", False)
+                and started
+            ):
                 _times.append((started[0], time.perf_counter()))
 
         await self.app(scope, timed_receive, timed_send)

@@ -26,9 +26,7 @@ import redis
 from tests.support.wire_servers import free_port
 
 BINARY = "redis-server"
-MISSING_REASON = (
-    "redis-server is not installed (Debian package redis-server; .ci/run installs it)"
-)
+MISSING_REASON = "redis-server is not installed (Debian package redis-server; .ci/run installs it)"
 
 
 def available() -> bool:
@@ -59,9 +57,21 @@ class RedisServer:
         self._dir = tempfile.TemporaryDirectory(prefix="redis-test-")
         self.port = free_port()
         args = [
-            binary, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--daemonize", "no",
-            "--dir", self._dir.name, "--logfile", str(Path(self._dir.name) / "redis.log"),
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            self._dir.name,
+            "--logfile",
+            str(Path(self._dir.name) / "redis.log"),
         ]
         if self.password:
             args += ["--requirepass", self.password]

@@ -33,6 +33,7 @@ class Config(SourceConfig):
 class ScriptedSource(ActingSource):
     """Answers made-up items; with `control_prefix`, queries starting with it are commands,
     and `acted` lists every command `act` carried out (the tests' witness of the world)."""
+
     kind = "scripted"
 
     def __init__(self, name: str, config: Config) -> None:
@@ -60,7 +61,11 @@ class ScriptedSource(ActingSource):
         if fail == "empty":
             return []
         return [
-            Item(f"{self.name} #{i} for {query}", f"text {i} about {query}", f"http://{self.name}/{i}")
+            Item(
+                f"{self.name} #{i} for {query}",
+                f"text {i} about {query}",
+                f"http://{self.name}/{i}",
+            )
             for i in range(self.config.items)
         ]
 
@@ -68,7 +73,7 @@ class ScriptedSource(ActingSource):
         prefix = self.config.control_prefix
         if not prefix or not query.lower().startswith(prefix):
             return None
-        return Command(action=prefix, target=query[len(prefix):].strip(), query=query)
+        return Command(action=prefix, target=query[len(prefix) :].strip(), query=query)
 
     async def act(self, command: Command) -> list[Item]:
         if self.config.delay_s:

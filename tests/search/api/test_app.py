@@ -94,8 +94,15 @@ print(json.dumps([embedded, served]))
 
 def test_only_a_serving_process_freezes_the_heap() -> None:
     env: dict[str, Any] = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", FREEZE_PROBE], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", FREEZE_PROBE],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     embedded, served = json.loads(done.stdout.strip().splitlines()[-1])
     assert embedded == 0

@@ -38,13 +38,21 @@ home_assistant = ha_harness.home_assistant
 
 CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--host-resolver-rules=MAP evil.example 127.0.0.1",
     # Chromium's Private Network Access check would stop the rebound page's fetch itself;
     # other browsers have none, so the router must refuse on its own: switched off here.
-    ("--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
-     "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks"),
+    (
+        "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
+        "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks"
+    ),
 ]
 WATCHED_DOMAINS = ("light.", "lock.", "cover.", "switch.", "fan.", "climate.")
 LIGHT = "turn on the bed light"
@@ -63,9 +71,14 @@ class Recorder:
             await self.app(scope, receive, send)
             return
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        entry = {"method": scope["method"], "path": scope["path"], "status": None,
-                 "origin": headers.get("origin"), "host": headers.get("host"),
-                 "content_type": headers.get("content-type")}
+        entry = {
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": None,
+            "origin": headers.get("origin"),
+            "host": headers.get("host"),
+            "content_type": headers.get("content-type"),
+        }
         self.seen.append(entry)
 
         async def recording_send(message: Any) -> None:
@@ -78,23 +91,40 @@ class Recorder:
 
 def answered_posts(recorder: Recorder) -> list[dict[str, Any]]:
     """The text/plain POSTs to /search (form, no-cors fetch, beacon) the router answered."""
-    return [e for e in recorder.seen if e["path"] == "/search" and e["method"] == "POST"
-            and (e["content_type"] or "").startswith("text/plain") and e["status"] is not None]
+    return [
+        e
+        for e in recorder.seen
+        if e["path"] == "/search"
+        and e["method"] == "POST"
+        and (e["content_type"] or "").startswith("text/plain")
+        and e["status"] is not None
+    ]
 
 
 def states(hass: HomeAssistant) -> dict[str, tuple[str, str]]:
     """(state, last_changed) of every device a command could change, read from HA itself."""
-    response = httpx.get(f"{hass.url}/api/states", timeout=10, trust_env=False,
-                         headers={"Authorization": f"Bearer {hass.token}"})
+    response = httpx.get(
+        f"{hass.url}/api/states",
+        timeout=10,
+        trust_env=False,
+        headers={"Authorization": f"Bearer {hass.token}"},
+    )
     response.raise_for_status()
-    return {s["entity_id"]: (s["state"], s["last_changed"]) for s in response.json()
-            if s["entity_id"].startswith(WATCHED_DOMAINS)}
+    return {
+        s["entity_id"]: (s["state"], s["last_changed"])
+        for s in response.json()
+        if s["entity_id"].startswith(WATCHED_DOMAINS)
+    }
 
 
 def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str) -> None:
-    httpx.post(f"{hass.url}/api/services/{domain}/{service}", json={"entity_id": entity_id},
-               headers={"Authorization": f"Bearer {hass.token}"}, timeout=10,
-               trust_env=False).raise_for_status()
+    httpx.post(
+        f"{hass.url}/api/services/{domain}/{service}",
+        json={"entity_id": entity_id},
+        headers={"Authorization": f"Bearer {hass.token}"},
+        timeout=10,
+        trust_env=False,
+    ).raise_for_status()
 
 
 def form_page(router: str) -> str:
@@ -168,17 +198,27 @@ def router(
     home_assistant: HomeAssistant, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Recorder, str]]:
     tmp = tmp_path_factory.mktemp("cross-site")
-    config = parse_config({
-        "routing": {"default_source": "kiwix", "semantic": {"enabled": False},
-                    "keywords": {"ha": ["turn on", "unlock", "bed light", "front door"]}},
-        "cache": {"result_ttl_s": 0},
-        "trace": {"path": str(tmp / "traces.db")},
-        "sources": {
-            "kiwix": {"type": "scripted"},
-            "ha": {"type": "homeassistant", "url": home_assistant.url,
-                   "token": home_assistant.token, "allow_control": True, "timeout_s": 10},
-        },
-    })
+    config = parse_config(
+        {
+            "routing": {
+                "default_source": "kiwix",
+                "semantic": {"enabled": False},
+                "keywords": {"ha": ["turn on", "unlock", "bed light", "front door"]},
+            },
+            "cache": {"result_ttl_s": 0},
+            "trace": {"path": str(tmp / "traces.db")},
+            "sources": {
+                "kiwix": {"type": "scripted"},
+                "ha": {
+                    "type": "homeassistant",
+                    "url": home_assistant.url,
+                    "token": home_assistant.token,
+                    "allow_control": True,
+                    "timeout_s": 10,
+                },
+            },
+        }
+    )
     recorder = Recorder(create_app(config))
     with uvicorn_server(recorder) as base:  # type: ignore[arg-type]
         yield recorder, base
@@ -187,10 +227,12 @@ def router(
 @pytest.fixture(scope="module")
 def attacker(router: tuple[Recorder, str]) -> Iterator[str]:
     _, base = router
-    site = Starlette(routes=[
-        Route("/form", lambda request: HTMLResponse(form_page(base))),
-        Route("/fetch", lambda request: HTMLResponse(fetch_page(base))),
-    ])
+    site = Starlette(
+        routes=[
+            Route("/form", lambda request: HTMLResponse(form_page(base))),
+            Route("/fetch", lambda request: HTMLResponse(fetch_page(base))),
+        ]
+    )
     with uvicorn_server(site) as attacker_base:
         yield attacker_base
 
@@ -265,8 +307,10 @@ def test_a_rebound_page_cannot_read_the_query_history(
         page.set_default_timeout(15_000)
         # The attacker's page, as their server sent it before the name was rebound to
         # 127.0.0.1; its fetch then really goes to the router, under the attacker's name.
-        page.route(f"{rebound}/", lambda route: route.fulfill(
-            status=200, content_type="text/html", body=REBIND_PAGE))
+        page.route(
+            f"{rebound}/",
+            lambda route: route.fulfill(status=200, content_type="text/html", body=REBIND_PAGE),
+        )
         recorder.seen.clear()
         page.goto(f"{rebound}/")
         page.wait_for_function("window.read !== undefined")
@@ -274,6 +318,8 @@ def test_a_rebound_page_cannot_read_the_query_history(
     finally:
         context.close()
     assert read["status"] == 403, read
-    assert "secret garden" not in read["text"] and json.loads(read["text"])["error"]["field"] == "Host"
+    assert (
+        "secret garden" not in read["text"] and json.loads(read["text"])["error"]["field"] == "Host"
+    )
     (entry,) = [e for e in recorder.seen if e["path"] == "/traces"]
     assert entry["host"] == f"evil.example:{port}" and entry["status"] == 403

@@ -40,8 +40,9 @@ async def post(client: httpx.AsyncClient, body: Any, **kwargs: Any) -> httpx.Res
 
 
 async def test_every_step_appears_where_it_should_with_the_contract_fields() -> None:
-    app = build_app(home_config(fusion={"both": ["kiwix", "web"]},
-                                keywords={**KEYWORDS, "both": ["compare"]}))
+    app = build_app(
+        home_config(fusion={"both": ["kiwix", "web"]}, keywords={**KEYWORDS, "both": ["compare"]})
+    )
     query = (
         "what is the wether today and also lights status; "
         "if it rains tomorrow, are the windows open? compare tides"
@@ -57,8 +58,14 @@ async def test_every_step_appears_where_it_should_with_the_contract_fields() -> 
         assert_contract_event(event)
     assert [e["seq"] for e in chain] == list(range(len(chain)))
     seen = {e["step"] for e in chain}
-    assert {"decomposed", "conditional_detected", "intent_keyword", "source_invoked",
-            "fallback", "fusion"} <= seen
+    assert {
+        "decomposed",
+        "conditional_detected",
+        "intent_keyword",
+        "source_invoked",
+        "fallback",
+        "fusion",
+    } <= seen
     decomposed = chain[0]
     assert decomposed["step"] == "decomposed" and decomposed["part"] == ""
     assert decomposed["parts"][:2] == ["what is the wether today", "lights status"]
@@ -67,8 +74,12 @@ async def test_every_step_appears_where_it_should_with_the_contract_fields() -> 
     assert typo["decision"] == "forecast"
     # ha refuses, web answers part 1.
     (fallback,) = [e for e in chain if e["step"] == "fallback" and e["part"] == "1"]
-    assert (fallback["part"], fallback["from_source"], fallback["to_source"],
-            fallback["reason"]) == ("1", "ha", "web", "connection_refused")
+    assert (
+        fallback["part"],
+        fallback["from_source"],
+        fallback["to_source"],
+        fallback["reason"],
+    ) == ("1", "ha", "web", "connection_refused")
     # The condition is a sub-part that runs before the consequence.
     (cond,) = [e for e in chain if e["step"] == "conditional_detected"]
     assert (cond["condition"], cond["consequence"]) == ("it rains tomorrow", "are the windows open")
@@ -78,7 +89,11 @@ async def test_every_step_appears_where_it_should_with_the_contract_fields() -> 
     assert first_condition < first_consequence
     results = body["results"]
     assert [r["query"] for r in results] == [
-        "what is the wether today", "lights status", "are the windows open", "compare tides"]
+        "what is the wether today",
+        "lights status",
+        "are the windows open",
+        "compare tides",
+    ]
     assert results[2]["condition"]["query"] == "it rains tomorrow"
     assert results[2]["condition"]["source"] == "forecast"
     assert results[3]["source"] == "both"
@@ -98,8 +113,9 @@ async def test_explanation_is_null_unless_asked_and_the_recording_is_the_same() 
     app = build_app(home_config(), traces=sink)
     async with asgi_client(app) as client:
         plain = (await post(client, {"query": "lights status and also weather"})).json()
-        explained = (await post(client, {"query": "lights status and also weather",
-                                         "explain": True})).json()
+        explained = (
+            await post(client, {"query": "lights status and also weather", "explain": True})
+        ).json()
     assert plain["explanation"] is None
     assert explained["explanation"]
 
@@ -143,18 +159,23 @@ async def test_an_exhausted_chain_gives_502_with_the_partial_chain() -> None:
     assert set(body) == {"error", "trace_id", "explanation"}
     assert body["error"]["type"] == "all_parts_failed"
     steps = [e["step"] for e in body["explanation"]]
-    assert steps == ["intent_default", "source_invoked", "fallback", "source_invoked",
-                     "error", "error"]
+    assert steps == [
+        "intent_default",
+        "source_invoked",
+        "fallback",
+        "source_invoked",
+        "error",
+        "error",
+    ]
     assert quiet.status_code == 502 and quiet.json()["explanation"] is None
 
 
 async def test_one_failing_part_does_not_hide_the_others() -> None:
-    config = scripted_config(
-        {"kiwix": {}, "ha": {"fail": "crash"}}, keywords={"ha": ["lights"]}
-    )
+    config = scripted_config({"kiwix": {}, "ha": {"fail": "crash"}}, keywords={"ha": ["lights"]})
     async with asgi_client(build_app(config)) as client:
-        response = await post(client, {"query": "lights status; who was ada lovelace",
-                                       "explain": True})
+        response = await post(
+            client, {"query": "lights status; who was ada lovelace", "explain": True}
+        )
     assert response.status_code == 200
     first, second = response.json()["results"]
     assert first["status"] == "error" and first["source"] is None
@@ -163,8 +184,7 @@ async def test_one_failing_part_does_not_hide_the_others() -> None:
 
 
 async def test_the_request_deadline_gives_504_with_the_error_last() -> None:
-    config = scripted_config({"kiwix": {"delay_s": 5, "timeout_s": 10}},
-                             request_deadline_s=0.3)
+    config = scripted_config({"kiwix": {"delay_s": 5, "timeout_s": 10}}, request_deadline_s=0.3)
     async with asgi_client(build_app(config)) as client:
         response = await post(client, {"query": "slow; slower", "explain": True})
     assert response.status_code == 504
@@ -177,8 +197,12 @@ async def test_the_request_deadline_gives_504_with_the_error_last() -> None:
 async def test_dry_run_plans_without_calling_sources() -> None:
     app = build_app(home_config())
     async with asgi_client(app) as client:
-        body = (await post(client, {"query": "lights status and also weather",
-                                    "dry_run": True, "explain": True})).json()
+        body = (
+            await post(
+                client,
+                {"query": "lights status and also weather", "dry_run": True, "explain": True},
+            )
+        ).json()
     assert [r["status"] for r in body["results"]] == ["planned", "planned"]
     assert [r["source"] for r in body["results"]] == ["ha", "forecast"]
     assert not [e for e in body["explanation"] if e["step"] == "source_invoked"]
@@ -243,8 +267,10 @@ async def test_unknown_routes_and_methods_get_json_errors() -> None:
 
 def test_200_concurrent_requests_over_loopback_never_see_each_others_events() -> None:
     config = scripted_config(
-        {"kiwix": {"delay_s": 0.01, "record_in_thread": True},
-         "ha": {"fail": "error", "fallback": ["kiwix"], "delay_s": 0.005}},
+        {
+            "kiwix": {"delay_s": 0.01, "record_in_thread": True},
+            "ha": {"fail": "error", "fallback": ["kiwix"], "delay_s": 0.005},
+        },
         keywords={"ha": ["lights"]},
         **{"max_events": 1000},
     )
@@ -253,24 +279,37 @@ def test_200_concurrent_requests_over_loopback_never_see_each_others_events() ->
     async def main(base: str) -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=200)
         async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
-            return await asyncio.gather(*(
-                client.post("/search", json={
-                    "query": f"lights number {i} and also zebra fact {i}", "explain": True})
-                for i in range(200)
-            ))
+            return await asyncio.gather(
+                *(
+                    client.post(
+                        "/search",
+                        json={
+                            "query": f"lights number {i} and also zebra fact {i}",
+                            "explain": True,
+                        },
+                    )
+                    for i in range(200)
+                )
+            )
 
     with uvicorn_server(app) as base:
         responses = asyncio.run(main(base))
     for i, response in enumerate(responses):
         assert response.status_code == 200, response.text
         chain = response.json()["explanation"]
-        own = {f"lights number {i}", f"zebra fact {i}",
-               f"lights number {i} and also zebra fact {i}"}
+        own = {
+            f"lights number {i}",
+            f"zebra fact {i}",
+            f"lights number {i} and also zebra fact {i}",
+        }
         queries = {e["query"] for e in chain if "query" in e}
         assert queries <= own, f"request {i} saw {queries - own}"
         assert [e["seq"] for e in chain] == list(range(len(chain)))
         assert sum(e["step"] == "worker_thread" for e in chain) == 2
-        assert {e["step"] for e in chain} <= set(CONTRACT_FIELDS) | {"worker_thread", "source_skipped"}
+        assert {e["step"] for e in chain} <= set(CONTRACT_FIELDS) | {
+            "worker_thread",
+            "source_skipped",
+        }
 
 
 async def test_an_api_token_is_required_everywhere_but_healthz() -> None:
@@ -279,8 +318,9 @@ async def test_an_api_token_is_required_everywhere_but_healthz() -> None:
     async with asgi_client(build_app(config)) as client:
         anonymous = await post(client, {"query": "lights"})
         wrong = await post(client, {"query": "lights"}, headers={"authorization": "Bearer nope"})
-        right = await post(client, {"query": "lights"},
-                           headers={"authorization": "Bearer s3cret-token-value"})
+        right = await post(
+            client, {"query": "lights"}, headers={"authorization": "Bearer s3cret-token-value"}
+        )
         health = await client.get("/healthz")
         schema = await client.get("/openapi.json")
     assert anonymous.status_code == 401 and wrong.status_code == 401
@@ -296,10 +336,26 @@ async def test_a_split_made_by_the_keyword_rules_says_so_in_the_chain() -> None:
     rules claim the two sides for forecast and ha, so it splits, and `decomposed` says why."""
     app = build_app(home_config())
     async with asgi_client(app) as client:
-        claimed = (await post(client, {"query": "will it rain in oslo and hall lights too",
-                                       "explain": True, "dry_run": True})).json()
-        grammar = (await post(client, {"query": "will it rain in oslo and turn on the lights",
-                                       "explain": True, "dry_run": True})).json()
+        claimed = (
+            await post(
+                client,
+                {
+                    "query": "will it rain in oslo and hall lights too",
+                    "explain": True,
+                    "dry_run": True,
+                },
+            )
+        ).json()
+        grammar = (
+            await post(
+                client,
+                {
+                    "query": "will it rain in oslo and turn on the lights",
+                    "explain": True,
+                    "dry_run": True,
+                },
+            )
+        ).json()
     (event,) = [e for e in claimed["explanation"] if e["step"] == "decomposed"]
     assert event["parts"] == ["will it rain in oslo", "hall lights too"]
     assert event["claimed"] == [{"part": 1, "routes": ["forecast", "ha"]}]

@@ -22,21 +22,29 @@ CONTROL = b'{"query": "turn on the kitchen lights"}'
 
 
 def guard_config(tmp: Path, **server: Any):
-    return parse_config({
-        "server": server,
-        "routing": {"default_source": "kiwix", "keywords": {"ha": ["lights"]},
-                    "semantic": {"enabled": False}},
-        "cache": {"result_ttl_s": 0},  # every accepted request reaches the source
-        "trace": {"path": str(tmp / "traces.db")},
-        "sources": {"kiwix": {"type": "scripted"}, "ha": {"type": "scripted"}},
-    })
+    return parse_config(
+        {
+            "server": server,
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": {"ha": ["lights"]},
+                "semantic": {"enabled": False},
+            },
+            "cache": {"result_ttl_s": 0},  # every accepted request reaches the source
+            "trace": {"path": str(tmp / "traces.db")},
+            "sources": {"kiwix": {"type": "scripted"}, "ha": {"type": "scripted"}},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
     tmp = tmp_path_factory.mktemp("guard")
-    config = guard_config(tmp, allowed_hosts=["search.home.arpa", "proxy.lan:8443"],
-                          allowed_origins=["https://search.home.arpa"])
+    config = guard_config(
+        tmp,
+        allowed_hosts=["search.home.arpa", "proxy.lan:8443"],
+        allowed_origins=["https://search.home.arpa"],
+    )
     app = create_app(config)
     with uvicorn_server(app) as base:
         yield app, base
@@ -50,16 +58,22 @@ def test_a_text_plain_body_is_refused_before_the_route_reads_it(served: tuple[An
     app, base = served
     before = ha_calls(app)
     with httpx.Client(base_url=base, timeout=30) as http:
-        for content_type in ("text/plain", "application/x-www-form-urlencoded",
-                             "multipart/form-data; boundary=x", "application/jsonx", None):
+        for content_type in (
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            None,
+        ):
             headers = {"Content-Type": content_type} if content_type else {}
             response = http.post("/search", content=CONTROL, headers=headers)
             assert response.status_code == 415, (content_type, response.text)
             error = response.json()["error"]
             assert error["field"] == "Content-Type" and "application/json" in error["message"]
         # The same body as JSON is answered, with a charset parameter or without.
-        ok = http.post("/search", content=CONTROL,
-                       headers={"Content-Type": "Application/JSON; charset=utf-8"})
+        ok = http.post(
+            "/search", content=CONTROL, headers={"Content-Type": "Application/JSON; charset=utf-8"}
+        )
         assert ok.status_code == 200
     assert ha_calls(app) == before + 1
 
@@ -68,22 +82,40 @@ def test_a_foreign_origin_is_refused_on_every_route(served: tuple[Any, str]) -> 
     app, base = served
     port = base.rsplit(":", 1)[1]
     before = ha_calls(app)
-    foreign = ["http://evil.example", "null", f"http://localhost.evil.example:{port}",
-               f"https://127.0.0.1:{port}", f"http://127.0.0.1:{int(port) + 1}",
-               "http://search.home.arpa"]  # listed with https only
+    foreign = [
+        "http://evil.example",
+        "null",
+        f"http://localhost.evil.example:{port}",
+        f"https://127.0.0.1:{port}",
+        f"http://127.0.0.1:{int(port) + 1}",
+        "http://search.home.arpa",
+    ]  # listed with https only
     with httpx.Client(base_url=base, timeout=30) as http:
         for origin in foreign:
-            for method, path in (("POST", "/search"), ("GET", "/traces"), ("GET", "/healthz"),
-                                 ("GET", "/metrics"), ("GET", "/ui"), ("POST", "/mcp")):
-                response = http.request(method, path, content=CONTROL, headers={
-                    "Origin": origin, "Content-Type": "application/json"})
+            for method, path in (
+                ("POST", "/search"),
+                ("GET", "/traces"),
+                ("GET", "/healthz"),
+                ("GET", "/metrics"),
+                ("GET", "/ui"),
+                ("POST", "/mcp"),
+            ):
+                response = http.request(
+                    method,
+                    path,
+                    content=CONTROL,
+                    headers={"Origin": origin, "Content-Type": "application/json"},
+                )
                 assert response.status_code == 403, (origin, path)
                 assert response.json()["error"]["field"] == "Origin"
         # Its own origin (what the /ui page sends), and a listed one, are let through.
         for origin in (base, f"http://localhost:{port}", "https://search.home.arpa"):
             host = {"Host": "localhost:" + port} if "localhost" in origin else {}
-            response = http.post("/search", content=CONTROL, headers={
-                "Origin": origin, "Content-Type": "application/json", **host})
+            response = http.post(
+                "/search",
+                content=CONTROL,
+                headers={"Origin": origin, "Content-Type": "application/json", **host},
+            )
             assert response.status_code == 200, (origin, response.text)
     assert ha_calls(app) == before + 3
 
@@ -93,16 +125,38 @@ def test_a_rebound_host_cannot_read_the_traces(served: tuple[Any, str]) -> None:
     port = base.rsplit(":", 1)[1]
     with httpx.Client(base_url=base, timeout=30) as http:
         assert http.post("/search", json={"query": "tell me about tides"}).status_code == 200
-        for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1.evil.example:{port}",
-                     f"localhost:{int(port) + 1}", "proxy.lan", "proxy.lan:8444", "a b", ""):
-            for path in ("/traces", "/traces/" + "0" * 32, "/healthz", "/ui/app.js",
-                         "/openapi.json", "/metrics", "/no-such-route"):
+        for host in (
+            "evil.example",
+            f"evil.example:{port}",
+            f"127.0.0.1.evil.example:{port}",
+            f"localhost:{int(port) + 1}",
+            "proxy.lan",
+            "proxy.lan:8444",
+            "a b",
+            "",
+        ):
+            for path in (
+                "/traces",
+                "/traces/" + "0" * 32,
+                "/healthz",
+                "/ui/app.js",
+                "/openapi.json",
+                "/metrics",
+                "/no-such-route",
+            ):
                 response = http.get(path, headers={"Host": host})
                 assert response.status_code == 403, (host, path, response.status_code)
                 body = response.json()
                 assert body["error"]["field"] == "Host" and "traces" not in body
-        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}",
-                     "search.home.arpa", f"SEARCH.home.arpa:{port}", "proxy.lan:8443"):
+        for host in (
+            f"127.0.0.1:{port}",
+            f"localhost:{port}",
+            "localhost",
+            f"[::1]:{port}",
+            "search.home.arpa",
+            f"SEARCH.home.arpa:{port}",
+            "proxy.lan:8443",
+        ):
             response = http.get("/traces", headers={"Host": host})
             assert response.status_code == 200, (host, response.text)
             assert response.json()["total"] >= 1
@@ -115,8 +169,9 @@ def test_the_token_is_asked_for_only_after_host_and_origin(tmp_path: Path) -> No
         assert http.get("/traces").status_code == 401
         authed = {"Authorization": "Bearer guard-tok-8812"}
         assert http.get("/traces", headers=authed).status_code == 200
-        refused = http.post("/search", content=CONTROL,
-                            headers={**authed, "Content-Type": "text/plain"})
+        refused = http.post(
+            "/search", content=CONTROL, headers={**authed, "Content-Type": "text/plain"}
+        )
         assert refused.status_code == 415
 
 

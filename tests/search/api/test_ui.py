@@ -25,8 +25,14 @@ from tests.support.require import require_service
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 BROWSER_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 pytestmark = pytest.mark.usefixtures("chromium_installed")
@@ -34,8 +40,11 @@ pytestmark = pytest.mark.usefixtures("chromium_installed")
 
 @pytest.fixture
 def chromium_installed() -> None:
-    require_service("Chromium", CHROMIUM.exists(), "Debian's chromium is not installed "
-                    "(apt-get install -y chromium chromium-driver)")
+    require_service(
+        "Chromium",
+        CHROMIUM.exists(),
+        "Debian's chromium is not installed (apt-get install -y chromium chromium-driver)",
+    )
 
 
 def ui_config(tmp: Path):
@@ -49,8 +58,13 @@ def ui_config(tmp: Path):
             "trace": {"path": str(tmp / "traces.db")},
             "sources": {
                 "kiwix": {"type": "scripted"},
-                "ha": {"type": "scripted", "fail": "unavailable", "delay_s": 0.05,
-                       "fallback": ["web"], "circuit_failures": 0},
+                "ha": {
+                    "type": "scripted",
+                    "fail": "unavailable",
+                    "delay_s": 0.05,
+                    "fallback": ["web"],
+                    "circuit_failures": 0,
+                },
                 "web": {"type": "scripted", "delay_s": 0.1, "items": 3},
                 "forecast": {"type": "scripted"},
             },
@@ -102,8 +116,14 @@ def page(browser: Any, site: dict[str, Any]) -> Iterator[Any]:
     page.on("request", lambda r: page.requests.append(r.url))
     page.on("pageerror", lambda e: page.problems.append(str(e)))
     # A 4xx the page shows on purpose (a bad filter) is logged as "Failed to load resource".
-    page.on("console", lambda m: m.type == "error"
-            and not m.text.startswith("Failed to load resource") and page.problems.append(m.text))
+    page.on(
+        "console",
+        lambda m: (
+            m.type == "error"
+            and not m.text.startswith("Failed to load resource")
+            and page.problems.append(m.text)
+        ),
+    )
     yield page
     # Nothing from outside: every request went to the app itself; no script failed.
     assert page.requests and all(u.startswith(site["base"] + "/") for u in page.requests)
@@ -295,15 +315,24 @@ def test_a_server_with_an_api_token_asks_for_it_and_then_works(
     config.server.api_token = SecretStr("s3cret-household-token")
     with uvicorn_server(create_app(config)) as base:
         with httpx.Client(base_url=base, timeout=30) as http:
-            response = http.post("/search", json={"query": "are the lights on"},
-                                 headers={"Authorization": "Bearer s3cret-household-token"})
+            response = http.post(
+                "/search",
+                json={"query": "are the lights on"},
+                headers={"Authorization": "Bearer s3cret-household-token"},
+            )
             assert response.status_code == 200
         context = browser.new_context()
         page = context.new_page()
         page.set_default_timeout(15_000)
         authorizations: list[str | None] = []
-        page.on("request", lambda r: authorizations.append(r.headers.get("authorization"))
-                if "/traces" in r.url else None)
+        page.on(
+            "request",
+            lambda r: (
+                authorizations.append(r.headers.get("authorization"))
+                if "/traces" in r.url
+                else None
+            ),
+        )
         page.goto(base + "/ui")
         expect(page.locator("#token-form")).to_be_visible()
         expect(page.locator("#list-status")).to_contain_text("needs its API token")
@@ -325,15 +354,22 @@ def test_a_server_with_an_api_token_asks_for_it_and_then_works(
 
 def _overlapping(page: Any, selector: str) -> list[tuple[str, str]]:
     """Pairs of elements matching `selector` whose boxes intersect (by more than a pixel)."""
-    found = page.eval_on_selector_all(selector, """nodes => nodes.map(n => {
+    found = page.eval_on_selector_all(
+        selector,
+        """nodes => nodes.map(n => {
         const r = n.getBoundingClientRect();
         return {id: n.dataset.step + '#' + n.dataset.seq, x: r.left, y: r.top, w: r.width, h: r.height};
-    })""")
+    })""",
+    )
     pairs = []
     for i, a in enumerate(found):
-        for b in found[i + 1:]:
-            if (a["x"] + a["w"] - 1 > b["x"] and b["x"] + b["w"] - 1 > a["x"]
-                    and a["y"] + a["h"] - 1 > b["y"] and b["y"] + b["h"] - 1 > a["y"]):
+        for b in found[i + 1 :]:
+            if (
+                a["x"] + a["w"] - 1 > b["x"]
+                and b["x"] + b["w"] - 1 > a["x"]
+                and a["y"] + a["h"] - 1 > b["y"]
+                and b["y"] + b["h"] - 1 > a["y"]
+            ):
                 pairs.append((a["id"], b["id"]))
     return pairs
 
@@ -364,7 +400,9 @@ def test_instant_steps_never_overlap_and_each_can_be_hovered(browser: Any, tmp_p
         page.set_default_timeout(15_000)
         page.goto(f"{base}/ui#/trace/{trace_id}")
         page.wait_for_selector(".lane[data-part='0'] .marker[data-step=source_skipped]")
-        assert _overlapping(page, ".waterfall .marker") == [], f"markers overlap ({spread} ms apart)"
+        assert _overlapping(page, ".waterfall .marker") == [], (
+            f"markers overlap ({spread} ms apart)"
+        )
         markers = page.locator(".waterfall .marker")  # every step but the timed calls
         assert markers.count() == len([e for e in chain if e["step"] != "source_invoked"])
         skip = page.locator(".lane[data-part='0'] .marker[data-step=source_skipped]")
@@ -422,17 +460,46 @@ def test_unserved_and_withheld_parts_read_as_such(page: Any, site: dict[str, Any
     no source (unserved) or changed nothing (withheld)."""
     page.goto(f"{site['base']}/ui#/trace/{site['ids']['plain']}")
     page.wait_for_selector("#view-trace .waterfall")
-    page.route("**/traces/fake*", lambda route: route.fulfill(json={
-        "trace_id": "fake", "started_at": 1.0, "query": "set an alarm and unlock the door",
-        "status_code": 200, "duration_ms": 1.0, "failed": False, "fallback": False,
-        "cached": False, "dry_run": False, "redacted": False, "dropped_events": 0, "error": None,
-        "chain": [], "narrative": [], "labels": [], "label_routes": [],
-        "results": [
-            {"query": "set an alarm", "source": None, "status": "unserved", "route": None,
-             "item_count": 0},
-            {"query": "unlock the door", "source": "ha", "status": "withheld", "route": "ha",
-             "item_count": 1, "withheld": {"reason": "not_allowed", "reasons": ["not_allowed"]}},
-        ]}))
+    page.route(
+        "**/traces/fake*",
+        lambda route: route.fulfill(
+            json={
+                "trace_id": "fake",
+                "started_at": 1.0,
+                "query": "set an alarm and unlock the door",
+                "status_code": 200,
+                "duration_ms": 1.0,
+                "failed": False,
+                "fallback": False,
+                "cached": False,
+                "dry_run": False,
+                "redacted": False,
+                "dropped_events": 0,
+                "error": None,
+                "chain": [],
+                "narrative": [],
+                "labels": [],
+                "label_routes": [],
+                "results": [
+                    {
+                        "query": "set an alarm",
+                        "source": None,
+                        "status": "unserved",
+                        "route": None,
+                        "item_count": 0,
+                    },
+                    {
+                        "query": "unlock the door",
+                        "source": "ha",
+                        "status": "withheld",
+                        "route": "ha",
+                        "item_count": 1,
+                        "withheld": {"reason": "not_allowed", "reasons": ["not_allowed"]},
+                    },
+                ],
+            }
+        ),
+    )
     page.evaluate("location.hash = '#/trace/fake'")
     unserved = page.locator(".results li[data-status=unserved]")
     withheld = page.locator(".results li[data-status=withheld]")
@@ -444,8 +511,9 @@ def test_unserved_and_withheld_parts_read_as_such(page: Any, site: dict[str, Any
 def test_a_part_is_labelled_from_its_trace_page(browser: Any, tmp_path: Path) -> None:
     with uvicorn_server(create_app(ui_config(tmp_path))) as base:
         with httpx.Client(base_url=base, timeout=30) as http:
-            trace_id = http.post("/search", json={"query": "what's the news; tell me about tides"}
-                                 ).json()["trace_id"]
+            trace_id = http.post(
+                "/search", json={"query": "what's the news; tell me about tides"}
+            ).json()["trace_id"]
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         page = context.new_page()
         page.set_default_timeout(15_000)
@@ -459,7 +527,8 @@ def test_a_part_is_labelled_from_its_trace_page(browser: Any, tmp_path: Path) ->
         row.locator("select.label-route").select_option("web")
         row.locator("button.label-save").click()
         expect(page.locator(".label-table tr[data-part='1'] .label-badge")).to_have_text(
-            "labelled web")
+            "labelled web"
+        )
         expect(page.locator(".narrative")).to_contain_text("the user labelled it web")
         (post,) = posts
         assert post.headers["content-type"] == "application/json"

@@ -52,11 +52,11 @@ def config(**routing: Any):
 async def test_counters_match_the_chains_the_requests_returned() -> None:
     app = create_app(config())
     queries = [
-        "are the lights on",          # ha fails -> fallback to web
-        "are the lights on",          # ha fails again; web from the result cache
-        "what's the weather",         # forecast empty -> fallback to kiwix
-        "tell me about tides",        # intent_default -> kiwix
-        "is it broken",               # every part failed: 502
+        "are the lights on",  # ha fails -> fallback to web
+        "are the lights on",  # ha fails again; web from the result cache
+        "what's the weather",  # forecast empty -> fallback to kiwix
+        "tell me about tides",  # intent_default -> kiwix
+        "is it broken",  # every part failed: 502
     ]
     chains: list[list[dict[str, Any]]] = []
     statuses: list[int] = []
@@ -80,8 +80,10 @@ async def test_counters_match_the_chains_the_requests_returned() -> None:
     assert calls[("ha", "error")] == 2 and calls[("web", "ok")] == 1
     for (source, outcome), count in calls.items():
         assert value(data, "search_source_calls_total", source=source, outcome=outcome) == count
-        assert value(data, "search_source_call_duration_seconds_count",
-                     source=source, outcome=outcome) == count
+        assert (
+            value(data, "search_source_call_duration_seconds_count", source=source, outcome=outcome)
+            == count
+        )
     # The web call slept 20 ms: its latency landed in the histogram, above the 10 ms bucket.
     web = dict(source="web", outcome="ok")
     assert value(data, "search_source_call_duration_seconds_sum", **web) >= 0.02
@@ -134,16 +136,52 @@ async def test_every_surface_counts_and_apps_do_not_share_registries() -> None:
 def test_the_observer_reads_events_and_nothing_else() -> None:
     observer = MetricsObserver()
     chain = [
-        {"step": "intent_cached", "seq": 0, "t_ms": 0.1, "part": "0", "query": "q",
-         "decision": "web"},
-        {"step": "source_skipped", "seq": 1, "t_ms": 0.2, "part": "0", "source": "web",
-         "query": "q", "reason": "circuit_open"},
-        {"step": "fallback", "seq": 2, "t_ms": 0.3, "part": "0", "from_source": "web",
-         "to_source": "kiwix", "query": "q", "reason": "circuit_open"},
-        {"step": "source_invoked", "seq": 3, "t_ms": 250.3, "part": "0", "source": "kiwix",
-         "query": "q", "elapsed_ms": 250.0, "outcome": "timeout", "result_count": 0},
-        {"step": "intent_future_stage", "seq": 4, "t_ms": 251.0, "part": "1", "query": "r",
-         "decision": "kiwix"},
+        {
+            "step": "intent_cached",
+            "seq": 0,
+            "t_ms": 0.1,
+            "part": "0",
+            "query": "q",
+            "decision": "web",
+        },
+        {
+            "step": "source_skipped",
+            "seq": 1,
+            "t_ms": 0.2,
+            "part": "0",
+            "source": "web",
+            "query": "q",
+            "reason": "circuit_open",
+        },
+        {
+            "step": "fallback",
+            "seq": 2,
+            "t_ms": 0.3,
+            "part": "0",
+            "from_source": "web",
+            "to_source": "kiwix",
+            "query": "q",
+            "reason": "circuit_open",
+        },
+        {
+            "step": "source_invoked",
+            "seq": 3,
+            "t_ms": 250.3,
+            "part": "0",
+            "source": "kiwix",
+            "query": "q",
+            "elapsed_ms": 250.0,
+            "outcome": "timeout",
+            "result_count": 0,
+        },
+        {
+            "step": "intent_future_stage",
+            "seq": 4,
+            "t_ms": 251.0,
+            "part": "1",
+            "query": "r",
+            "decision": "kiwix",
+        },
     ]
     observer.observe(TraceRecord("t" * 32, 0.0, "q", 504, 260.0, chain, dropped_events=7))
     data = samples(observer.exposition().decode())
@@ -154,10 +192,26 @@ def test_the_observer_reads_events_and_nothing_else() -> None:
     assert value(data, "search_source_skips_total", source="web", reason="circuit_open") == 1
     assert value(data, "search_fallbacks_total", from_source="web", to_source="kiwix") == 1
     assert value(data, "search_source_calls_total", source="kiwix", outcome="timeout") == 1
-    assert value(data, "search_source_call_duration_seconds_bucket", source="kiwix",
-                 outcome="timeout", le="0.25") == 1
-    assert value(data, "search_source_call_duration_seconds_bucket", source="kiwix",
-                 outcome="timeout", le="0.1") == 0
+    assert (
+        value(
+            data,
+            "search_source_call_duration_seconds_bucket",
+            source="kiwix",
+            outcome="timeout",
+            le="0.25",
+        )
+        == 1
+    )
+    assert (
+        value(
+            data,
+            "search_source_call_duration_seconds_bucket",
+            source="kiwix",
+            outcome="timeout",
+            le="0.1",
+        )
+        == 0
+    )
     assert value(data, "search_dropped_events_total") == 7
 
 

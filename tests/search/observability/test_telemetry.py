@@ -63,15 +63,18 @@ def config(**extra: Any):
     data: dict[str, Any] = {
         "routing": {
             "default_source": "kiwix",
-            "keywords": {"ha": ["lights"], "web": ["news"], "chatty": ["gossip"],
-                         "forecast": ["rains", "weather"]},
+            "keywords": {
+                "ha": ["lights"],
+                "web": ["news"],
+                "chatty": ["gossip"],
+                "forecast": ["rains", "weather"],
+            },
             "semantic": {"enabled": False},
         },
         "trace": {"enabled": False},
         "sources": {
             "kiwix": {"type": "scripted"},
-            "ha": {"type": "scripted", "fail": "unavailable", "delay_s": 0.03,
-                   "fallback": ["web"]},
+            "ha": {"type": "scripted", "fail": "unavailable", "delay_s": 0.03, "fallback": ["web"]},
             "web": {"type": "scripted", "delay_s": 0.05},
             "forecast": {"type": "scripted"},
             "chatty": {"type": "chatty"},
@@ -167,11 +170,18 @@ async def test_tree_shape_timings_and_event_counts_follow_the_chain() -> None:
 
 
 async def test_a_failed_request_marks_the_request_span() -> None:
-    outcome, spans = await run("are the lights on", sources={
-        "kiwix": {"type": "scripted"},
-        "ha": {"type": "scripted", "fail": "error"},
-    }, routing={"default_source": "kiwix", "keywords": {"ha": ["lights"]},
-                "semantic": {"enabled": False}})
+    outcome, spans = await run(
+        "are the lights on",
+        sources={
+            "kiwix": {"type": "scripted"},
+            "ha": {"type": "scripted", "fail": "error"},
+        },
+        routing={
+            "default_source": "kiwix",
+            "keywords": {"ha": ["lights"]},
+            "semantic": {"enabled": False},
+        },
+    )
     assert outcome.status_code == 502
     root = next(s for s in spans if s.name == "search")
     assert root.status.status_code is StatusCode.ERROR
@@ -251,8 +261,9 @@ def collector() -> Iterator[str]:
 async def test_the_app_exports_over_otlp_http_when_an_endpoint_is_set(collector: str) -> None:
     app = create_app(config(telemetry={"otlp_endpoint": collector, "service_name": "test-router"}))
     async with asgi_client(app) as client:
-        body = (await client.post("/search", json={"query": "are the lights on",
-                                                   "explain": True})).json()
+        body = (
+            await client.post("/search", json={"query": "are the lights on", "explain": True})
+        ).json()
     # Leaving the lifespan shut the provider down, which flushed the batch.
     assert Collector.received, "nothing reached the collector"
     spans = []

@@ -19,9 +19,12 @@ QUERY = "if it rains in zanzibar tomorrow, are the lights on? and also lights st
 @pytest.fixture
 def recorded(tmp_path: Path) -> tuple[Path, list[str]]:
     db = tmp_path / "traces.db"
-    config = write_config(tmp_path / "c.yaml", db,
-                          sources={**SOURCES, "broken": {"fail": "error"}},
-                          keywords={"ha": ["lights"], "web": ["news"], "broken": ["gizmo"]})
+    config = write_config(
+        tmp_path / "c.yaml",
+        db,
+        sources={**SOURCES, "broken": {"fail": "error"}},
+        keywords={"ha": ["lights"], "web": ["news"], "broken": ["gizmo"]},
+    )
     outcomes = record(config, ["lights status", "history of rome", "gizmo", QUERY])
     return config, [o.trace_id for o in outcomes]
 
@@ -34,16 +37,29 @@ def test_show_prints_the_table_in_seq_order_and_the_narrative(
     assert code == 0, out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("seq"))
-    assert lines[header].split() == ["seq", "t_ms", "part", "step", "source/decision", "outcome",
-                                     "elapsed", "reason"]
-    rows = [line.split() for line in lines[header + 1: header + 5]]
+    assert lines[header].split() == [
+        "seq",
+        "t_ms",
+        "part",
+        "step",
+        "source/decision",
+        "outcome",
+        "elapsed",
+        "reason",
+    ]
+    rows = [line.split() for line in lines[header + 1 : header + 5]]
     assert [r[0] for r in rows] == ["0", "1", "2", "3"]
     assert [r[3] for r in rows] == [
-        "intent_keyword", "source_invoked", "fallback", "source_invoked"]
+        "intent_keyword",
+        "source_invoked",
+        "fallback",
+        "source_invoked",
+    ]
     assert rows[1][-1] == "connection_refused"
     (story,) = [line for line in lines if line.startswith("part 0")]
-    assert story.startswith("part 0 'lights status' went to ha by keyword; ha refused the "
-                            "connection after ")
+    assert story.startswith(
+        "part 0 'lights status' went to ha by keyword; ha refused the connection after "
+    )
     assert "; fallback to web declared; web answered 3 results in " in story
     assert "query: 'lights status'" in out
 
@@ -75,8 +91,9 @@ def test_decision_only_contains_no_query_text(
     assert len(texts) >= 4
     words = {"zanzibar", "quokkaville", "rains", "tomorrow", "lights"}
     for extra in ([], ["--json"]):
-        code, out = cli(capsys, "trace", "show", ids[3], "--decision-only", "--config", str(config),
-                        *extra)
+        code, out = cli(
+            capsys, "trace", "show", ids[3], "--decision-only", "--config", str(config), *extra
+        )
         assert code == 0, out
         lowered = out.lower()
         for text in texts | words:
@@ -135,18 +152,44 @@ def test_the_narrative_reads_stages_that_passed_and_follow_ups() -> None:
     from search.traces.narrative import narrative
 
     chain = [
-        {"step": "intent_semantic", "seq": 0, "t_ms": 1.0, "part": "0", "query": "and tomorrow?",
-         "decision": None, "outcome": "below_threshold", "similarity": 0.41,
-         "matched_query": "weather today"},
-        {"step": "intent_session", "seq": 1, "t_ms": 2.0, "part": "0", "query": "and tomorrow?",
-         "decision": "forecast", "previous_query": "weather today"},
-        {"step": "source_invoked", "seq": 2, "t_ms": 9.0, "part": "0", "query": "and tomorrow?",
-         "source": "forecast", "outcome": "timeout", "elapsed_ms": 5000.0, "result_count": 0},
+        {
+            "step": "intent_semantic",
+            "seq": 0,
+            "t_ms": 1.0,
+            "part": "0",
+            "query": "and tomorrow?",
+            "decision": None,
+            "outcome": "below_threshold",
+            "similarity": 0.41,
+            "matched_query": "weather today",
+        },
+        {
+            "step": "intent_session",
+            "seq": 1,
+            "t_ms": 2.0,
+            "part": "0",
+            "query": "and tomorrow?",
+            "decision": "forecast",
+            "previous_query": "weather today",
+        },
+        {
+            "step": "source_invoked",
+            "seq": 2,
+            "t_ms": 9.0,
+            "part": "0",
+            "query": "and tomorrow?",
+            "source": "forecast",
+            "outcome": "timeout",
+            "elapsed_ms": 5000.0,
+            "result_count": 0,
+        },
     ]
     (line,) = narrative(chain)
-    assert line == ("part 0 'and tomorrow?' the semantic stage did not decide (below_threshold, "
-                    "best similarity 0.41 to 'weather today'); went to forecast as a follow-up of "
-                    "'weather today'; forecast timed out after 5000 ms")
+    assert line == (
+        "part 0 'and tomorrow?' the semantic stage did not decide (below_threshold, "
+        "best similarity 0.41 to 'weather today'); went to forecast as a follow-up of "
+        "'weather today'; forecast timed out after 5000 ms"
+    )
     (safe,) = narrative(chain, with_text=False)
     assert "tomorrow" not in safe and "weather today" not in safe
 
@@ -154,12 +197,19 @@ def test_the_narrative_reads_stages_that_passed_and_follow_ups() -> None:
 def test_the_narrative_says_why_the_rules_split_a_query() -> None:
     from search.traces.narrative import sentence
 
-    event = {"step": "decomposed", "seq": 0, "t_ms": 0.1, "part": "",
-             "query": "will it rain and hall lights too",
-             "parts": ["will it rain", "hall lights too"],
-             "claimed": [{"part": 1, "routes": ["forecast", "ha"]}]}
+    event = {
+        "step": "decomposed",
+        "seq": 0,
+        "t_ms": 0.1,
+        "part": "",
+        "query": "will it rain and hall lights too",
+        "parts": ["will it rain", "hall lights too"],
+        "claimed": [{"part": 1, "routes": ["forecast", "ha"]}],
+    }
     assert sentence(event) == (
         "the query was split into 2 parts: 'will it rain', 'hall lights too' (part 1 split off "
-        "because the keyword rules claim it for ha, the part before for forecast)")
+        "because the keyword rules claim it for ha, the part before for forecast)"
+    )
     assert sentence({**event, "claimed": None}) == (
-        "the query was split into 2 parts: 'will it rain', 'hall lights too'")
+        "the query was split into 2 parts: 'will it rain', 'hall lights too'"
+    )

@@ -36,8 +36,9 @@ def test_label_then_export_then_check_the_exported_file(tmp_path: Path, demo_zim
     exported = tmp_path / "household.yaml"
     done = run("label", "--export", str(exported), "--config", str(config))
     assert done.returncode == 0, done.stderr
-    assert yaml.safe_load(exported.read_text()) == [{"query": "lights in the hall",
-                                                     "route": "kiwix"}]
+    assert yaml.safe_load(exported.read_text()) == [
+        {"query": "lights in the hall", "route": "kiwix"}
+    ]
     # the label has not been fitted, so the keyword rule still wins: check reports the miss
     done = run("check", str(exported), "--config", str(config))
     assert done.returncode == 1, done.stdout + done.stderr
@@ -70,8 +71,14 @@ def test_check_passes_prints_the_table_and_fails_on_a_wrong_expectation(
     assert "intent_keyword" in done.stdout and "all 2 queries routed as expected" in done.stdout
 
     wrong = tmp_path / "wrong.yaml"
-    wrong.write_text(yaml.safe_dump([{"query": "lights in the hall", "route": "ha"},
-                                     {"query": "who wrote romeo and juliet", "route": "ha"}]))
+    wrong.write_text(
+        yaml.safe_dump(
+            [
+                {"query": "lights in the hall", "route": "ha"},
+                {"query": "who wrote romeo and juliet", "route": "ha"},
+            ]
+        )
+    )
     done = run("check", str(wrong), "--config", str(config))
     assert done.returncode == 1
     assert "1 of 2 queries did not route as expected" in done.stdout

@@ -38,8 +38,9 @@ async def test_a_label_is_stored_beside_its_trace_and_shown_with_it(tmp_path: Pa
     config = home_config(tmp_path / "traces.db")
     async with asgi_client(app_for(config)) as client:
         trace_id = await _search(client, "latest news and also lights status")
-        response = await client.post(f"/traces/{trace_id}/labels",
-                                     json={"part": "1", "route": "kiwix"})
+        response = await client.post(
+            f"/traces/{trace_id}/labels", json={"part": "1", "route": "kiwix"}
+        )
         assert response.status_code == 201, response.text
         stored = response.json()
         shown = (await client.get(f"/traces/{trace_id}")).json()
@@ -52,8 +53,9 @@ async def test_none_is_a_route_a_label_may_name(tmp_path: Path) -> None:
     config = home_config(tmp_path / "traces.db")
     async with asgi_client(app_for(config)) as client:
         trace_id = await _search(client, "lights status")
-        response = await client.post(f"/traces/{trace_id}/labels",
-                                     json={"part": "0", "route": "none"})
+        response = await client.post(
+            f"/traces/{trace_id}/labels", json={"part": "0", "route": "none"}
+        )
     assert response.status_code == 201
     assert response.json()["route"] == "none"
 
@@ -62,18 +64,23 @@ async def test_an_unknown_trace_is_404_an_unknown_part_or_route_422(tmp_path: Pa
     config = home_config(tmp_path / "traces.db")
     async with asgi_client(app_for(config)) as client:
         trace_id = await _search(client, "lights status")
-        unknown = await client.post("/traces/" + "0" * 32 + "/labels",
-                                    json={"part": "0", "route": "web"})
-        bad_part = await client.post(f"/traces/{trace_id}/labels",
-                                     json={"part": "3", "route": "web"})
-        bad_route = await client.post(f"/traces/{trace_id}/labels",
-                                      json={"part": "0", "route": "weather"})
+        unknown = await client.post(
+            "/traces/" + "0" * 32 + "/labels", json={"part": "0", "route": "web"}
+        )
+        bad_part = await client.post(
+            f"/traces/{trace_id}/labels", json={"part": "3", "route": "web"}
+        )
+        bad_route = await client.post(
+            f"/traces/{trace_id}/labels", json={"part": "0", "route": "weather"}
+        )
         missing = await client.post(f"/traces/{trace_id}/labels", json={"part": "0"})
-        extra = await client.post(f"/traces/{trace_id}/labels",
-                                  json={"part": "0", "route": "web", "weight": 3})
+        extra = await client.post(
+            f"/traces/{trace_id}/labels", json={"part": "0", "route": "web", "weight": 3}
+        )
         number = await client.post(f"/traces/{trace_id}/labels", json={"part": 0, "route": "web"})
-        not_json = await client.post(f"/traces/{trace_id}/labels", content=b"{",
-                                     headers={"content-type": "application/json"})
+        not_json = await client.post(
+            f"/traces/{trace_id}/labels", content=b"{", headers={"content-type": "application/json"}
+        )
         form = await client.post(f"/traces/{trace_id}/labels", data={"part": "0", "route": "web"})
         shown = (await client.get(f"/traces/{trace_id}")).json()
     assert unknown.status_code == 404 and "no such trace" in unknown.json()["error"]["message"]
@@ -93,9 +100,11 @@ async def test_a_foreign_origin_cannot_label(tmp_path: Path) -> None:
     config = home_config(tmp_path / "traces.db")
     async with asgi_client(app_for(config)) as client:
         trace_id = await _search(client, "lights status")
-        response = await client.post(f"/traces/{trace_id}/labels",
-                                     json={"part": "0", "route": "web"},
-                                     headers={"origin": "http://evil.example"})
+        response = await client.post(
+            f"/traces/{trace_id}/labels",
+            json={"part": "0", "route": "web"},
+            headers={"origin": "http://evil.example"},
+        )
         shown = (await client.get(f"/traces/{trace_id}")).json()
     assert response.status_code == 403
     assert shown["labels"] == []
@@ -115,13 +124,15 @@ async def test_twenty_conflicting_labels_leave_the_latest(tmp_path: Path) -> Non
     config = home_config(tmp_path / "traces.db")
     routes = ["web", "kiwix", "ha", "none"]
     async with asgi_client(app_for(config)) as client:
-        ids = [await _search(client, "Lights status" if n % 2 else "lights  status")
-               for n in range(4)]
+        ids = [
+            await _search(client, "Lights status" if n % 2 else "lights  status") for n in range(4)
+        ]
         given = []
         for n in range(20):
             route = "web" if n < 15 else routes[n % 4]  # a majority for web, then others
-            response = await client.post(f"/traces/{ids[n % 4]}/labels",
-                                         json={"part": "0", "route": route})
+            response = await client.post(
+                f"/traces/{ids[n % 4]}/labels", json={"part": "0", "route": route}
+            )
             assert response.status_code == 201
             given.append(route)
     store = SQLiteTraceStore(config.trace)
@@ -141,8 +152,9 @@ async def test_a_labelled_trace_outlives_retention(tmp_path: Path) -> None:
     async with asgi_client(app_for(config)) as client:
         first = await _search(client, "lights status")
         second = await _search(client, "latest news")
-        assert (await client.post(f"/traces/{first}/labels",
-                                  json={"part": "0", "route": "kiwix"})).status_code == 201
+        assert (
+            await client.post(f"/traces/{first}/labels", json={"part": "0", "route": "kiwix"})
+        ).status_code == 201
         for n in range(6):
             await _search(client, f"history of rome {n}")
         assert (await client.get("/traces")).status_code == 200  # flushes: pruned by now
@@ -167,8 +179,9 @@ async def test_labels_on_a_redacted_store_keep_the_pseudonym_never_the_text(
     config = home_config(db, redact=True)
     async with asgi_client(app_for(config)) as client:
         trace_id = await _search(client, "lights status in the cottage")
-        response = await client.post(f"/traces/{trace_id}/labels",
-                                     json={"part": "0", "route": "web"})
+        response = await client.post(
+            f"/traces/{trace_id}/labels", json={"part": "0", "route": "web"}
+        )
     assert response.status_code == 201
     assert response.json()["query"].startswith("hmac-sha256:")
     assert response.json()["redacted"] is True
@@ -211,23 +224,43 @@ async def test_the_narrative_and_trace_show_say_a_part_was_labelled(tmp_path: Pa
     done = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "search", "trace", "show", trace_id, "--store", str(db)],
-        capture_output=True, text=True, timeout=60, check=False)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("label "))
     assert lines[header].split() == ["label", "time", "part", "decision", "labelled"]
-    assert [line.split()[2:] for line in lines[header + 1:]] == [["1", "ha", "kiwix"],
-                                                                  ["1", "ha", "none"]]
+    assert [line.split()[2:] for line in lines[header + 1 :]] == [
+        ["1", "ha", "kiwix"],
+        ["1", "ha", "none"],
+    ]
 
 
 def test_a_decision_shaped_by_a_user_label_says_so() -> None:
     from search.traces.narrative import sentence
 
-    event = {"step": "intent_semantic", "seq": 1, "t_ms": 1.0, "part": "0",
-             "query": "how are things at the cottage", "decision": "ha", "similarity": 0.93,
-             "matched_query": "how is the cottage", "origin": "user_label", "matched": True}
-    assert sentence(event) == "went to ha by similarity 0.93 to the user's label 'how is the cottage'"
-    assert sentence(event, with_text=False) == "went to ha by similarity 0.93 to a query the user labelled"
+    event = {
+        "step": "intent_semantic",
+        "seq": 1,
+        "t_ms": 1.0,
+        "part": "0",
+        "query": "how are things at the cottage",
+        "decision": "ha",
+        "similarity": 0.93,
+        "matched_query": "how is the cottage",
+        "origin": "user_label",
+        "matched": True,
+    }
+    assert (
+        sentence(event) == "went to ha by similarity 0.93 to the user's label 'how is the cottage'"
+    )
+    assert (
+        sentence(event, with_text=False)
+        == "went to ha by similarity 0.93 to a query the user labelled"
+    )
 
 
 def test_the_fitted_labels_live_beside_the_trace_store_and_apply_to_a_config(
@@ -250,9 +283,11 @@ def test_the_fitted_labels_live_beside_the_trace_store_and_apply_to_a_config(
     assert path.parent == tmp_path / "data"
     assert with_artefact(config) == config  # never fitted: nothing changes
 
-    labels = [Label(1, "t", "0", "web", "how is the shed", "kiwix", 1.0, False),
-              Label(2, "t", "0", "ha", "How is the  shed?", "kiwix", 2.0, False),  # relabelled
-              Label(3, "u", "0", "web", "hmac-sha256:" + "0" * 64, "ha", 3.0, True)]
+    labels = [
+        Label(1, "t", "0", "web", "how is the shed", "kiwix", 1.0, False),
+        Label(2, "t", "0", "ha", "How is the  shed?", "kiwix", 2.0, False),  # relabelled
+        Label(3, "u", "0", "web", "hmac-sha256:" + "0" * 64, "ha", 3.0, True),
+    ]
     rows = training_rows(labels)
     assert rows == [TrainingRow("How is the  shed?", "ha", 3.0)]  # latest wins; redacted out
     write_artefact(path, rows)
@@ -272,8 +307,9 @@ async def test_the_fit_report_gives_accuracy_before_after_and_the_decisions_that
     async with asgi_client(app_for(config)) as client:
         wrong = await _search(client, "lights status")  # keyword rule: ha
         await _search(client, "latest news")  # unrelated: stays with web
-        response = await client.post(f"/traces/{wrong}/labels",
-                                     json={"part": "0", "route": "kiwix"})
+        response = await client.post(
+            f"/traces/{wrong}/labels", json={"part": "0", "route": "kiwix"}
+        )
         assert response.status_code == 201
     store = SQLiteTraceStore(config.trace)
     try:

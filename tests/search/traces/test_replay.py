@@ -31,12 +31,22 @@ SOURCES: dict[str, dict[str, Any]] = {
 }
 
 
-def write_config(path: Path, db: Path, *, keywords: dict[str, list[str]] | None = None,
-                 sources: dict[str, dict[str, Any]] | None = None, **trace: Any) -> Path:
+def write_config(
+    path: Path,
+    db: Path,
+    *,
+    keywords: dict[str, list[str]] | None = None,
+    sources: dict[str, dict[str, Any]] | None = None,
+    **trace: Any,
+) -> Path:
     data = {
         "server": {"port": free_port()},  # nothing listens there: the CLI runs in-process
-        "routing": {"default_source": "kiwix", "keywords": keywords or KEYWORDS,
-                    "shipped_routes": False, "semantic": {"enabled": False}},
+        "routing": {
+            "default_source": "kiwix",
+            "keywords": keywords or KEYWORDS,
+            "shipped_routes": False,
+            "semantic": {"enabled": False},
+        },
         "sources": {n: {"type": "scripted", **e} for n, e in (sources or SOURCES).items()},
         "trace": {"path": str(db), **trace},
     }
@@ -86,7 +96,9 @@ def test_replaying_a_captured_fallback_reproduces_the_identical_chain(
     # Under a config where ha now works and web gives 5 items, the captures still decide:
     # the replay is of what happened, not of what the sources would say today.
     healed = write_config(
-        tmp_path / "healed.yaml", db, capture_results=True,
+        tmp_path / "healed.yaml",
+        db,
+        capture_results=True,
         sources={"kiwix": {}, "ha": {"fallback": ["web"]}, "web": {"items": 5}},
     )
     code, out = cli(capsys, "replay", original.trace_id, "--config", str(healed), "--json")
@@ -95,7 +107,9 @@ def test_replaying_a_captured_fallback_reproduces_the_identical_chain(
     assert report["routing_changed"] is False
     assert all(p["divergence"] is None for p in report["parts"])
     assert {(a["source"], a["from"]) for a in report["answers"]} == {
-        ("ha", "capture"), ("web", "capture")}
+        ("ha", "capture"),
+        ("web", "capture"),
+    }
     assert without_timings(report["new_chain"]) == without_timings(original.chain)
     # The new run is its own trace, linked to the original.
     new = stored(db, report["new_trace_id"])
@@ -123,8 +137,9 @@ def test_after_a_config_change_replay_marks_the_divergence_and_all_exits_1(
     before = write_config(tmp_path / "before.yaml", db, capture_results=True)
     lights, news, rome = record(before, ["lights status", "latest news", "history of rome"])
     # The fix under test: lights questions now go to web directly.
-    after = write_config(tmp_path / "after.yaml", db, capture_results=True,
-                         keywords={"web": ["news", "lights"]})
+    after = write_config(
+        tmp_path / "after.yaml", db, capture_results=True, keywords={"web": ["news", "lights"]}
+    )
 
     code, out = cli(capsys, "replay", lights.trace_id, "--config", str(after))
     assert code == 1, out
@@ -155,7 +170,9 @@ def test_a_fallback_that_no_longer_fires_is_named(
     before = write_config(tmp_path / "before.yaml", db, capture_results=True)
     (lights,) = record(before, ["lights status"])
     no_fallback = write_config(
-        tmp_path / "after.yaml", db, capture_results=True,
+        tmp_path / "after.yaml",
+        db,
+        capture_results=True,
         sources={"kiwix": {}, "ha": {"fail": "unavailable"}, "web": {"items": 3}},
     )
     code, out = cli(capsys, "replay", lights.trace_id, "--config", str(no_fallback))
@@ -168,8 +185,13 @@ def test_all_with_failed_only_and_since_picks_the_traces(
 ) -> None:
     db = tmp_path / "traces.db"
     sources = {**SOURCES, "broken": {"fail": "error"}}
-    config = write_config(tmp_path / "a.yaml", db, capture_results=True, sources=sources,
-                          keywords={**KEYWORDS, "broken": ["gizmo"]})
+    config = write_config(
+        tmp_path / "a.yaml",
+        db,
+        capture_results=True,
+        sources=sources,
+        keywords={**KEYWORDS, "broken": ["gizmo"]},
+    )
     record(config, ["gizmo one", "lights status", "gizmo two"])
     code, out = cli(capsys, "replay", "--all", "--failed-only", "--config", str(config))
     assert code == 0, out
@@ -216,24 +238,45 @@ def ev(seq: int, step: str, part: str = "0", **fields: Any) -> dict[str, Any]:
 
 
 def test_the_same_decision_by_another_stage_or_from_cache_is_not_a_divergence() -> None:
-    old = [ev(0, "intent_cached", query="x", decision="web"),
-           ev(1, "result_cache_hit", source="web", query="x")]
-    new = [ev(0, "intent_keyword", query="x", decision="web", discourse_escalated=False),
-           ev(1, "source_invoked", source="web", query="x", outcome="ok", result_count=2,
-              elapsed_ms=3.0)]
+    old = [
+        ev(0, "intent_cached", query="x", decision="web"),
+        ev(1, "result_cache_hit", source="web", query="x"),
+    ]
+    new = [
+        ev(0, "intent_keyword", query="x", decision="web", discourse_escalated=False),
+        ev(
+            1,
+            "source_invoked",
+            source="web",
+            query="x",
+            outcome="ok",
+            result_count=2,
+            elapsed_ms=3.0,
+        ),
+    ]
     (part,) = compare(old, new)
     assert part.divergence is None
 
 
 def test_divergences_are_named_and_classified() -> None:
-    old = [ev(0, "intent_keyword", query="x", decision="ha"),
-           ev(1, "source_invoked", source="ha", query="x", outcome="ok", result_count=1)]
-    new = [ev(0, "intent_keyword", query="x", decision="ha"),
-           ev(1, "source_invoked", source="ha", query="x", outcome="error",
-              reason="connection_refused"),
-           ev(2, "fallback", from_source="ha", to_source="web", reason="connection_refused"),
-           ev(3, "source_invoked", source="web", query="x", outcome="ok", result_count=1),
-           ev(4, "intent_keyword", part="1", query="y", decision="web")]
+    old = [
+        ev(0, "intent_keyword", query="x", decision="ha"),
+        ev(1, "source_invoked", source="ha", query="x", outcome="ok", result_count=1),
+    ]
+    new = [
+        ev(0, "intent_keyword", query="x", decision="ha"),
+        ev(
+            1,
+            "source_invoked",
+            source="ha",
+            query="x",
+            outcome="error",
+            reason="connection_refused",
+        ),
+        ev(2, "fallback", from_source="ha", to_source="web", reason="connection_refused"),
+        ev(3, "source_invoked", source="web", query="x", outcome="ok", result_count=1),
+        ev(4, "intent_keyword", part="1", query="y", decision="web"),
+    ]
     first, second = compare(old, new)
     assert first.divergence is not None and not first.divergence.routing
     assert first.divergence.description == "ha outcome changed: ok -> error/connection_refused"
@@ -242,17 +285,29 @@ def test_divergences_are_named_and_classified() -> None:
     assert second.divergence.routing
 
 
-async def test_the_replay_source_answers_from_the_book_and_starts_the_real_one_only_if_needed(
-) -> None:
+async def test_the_replay_source_answers_from_the_book_and_starts_the_real_one_only_if_needed() -> (
+    None
+):
     from search.traces.replay import BookHolder
     from tests.support.scripted import Config as ScriptedConfig
 
     inner = ScriptedSource("web", ScriptedConfig(type="scripted", items=1))
-    holder = BookHolder(CaptureBook([
-        {"source": "web", "query": "a", "items": [{"title": "T", "text": "captured"}]},
-        {"source": "web", "query": "b", "error": {"outcome": "error", "reason": "server_error",
-                                                  "message": "web answered 503"}},
-    ]))
+    holder = BookHolder(
+        CaptureBook(
+            [
+                {"source": "web", "query": "a", "items": [{"title": "T", "text": "captured"}]},
+                {
+                    "source": "web",
+                    "query": "b",
+                    "error": {
+                        "outcome": "error",
+                        "reason": "server_error",
+                        "message": "web answered 503",
+                    },
+                },
+            ]
+        )
+    )
     source = ReplaySource(inner, holder)
     await source.start()
     items = await source.search("a")
@@ -264,7 +319,10 @@ async def test_the_replay_source_answers_from_the_book_and_starts_the_real_one_o
     live = await source.search("c")
     assert inner.calls == 1 and live[0].text == "text 0 about c"
     assert [(a.query, a.how) for a in holder.book.log] == [
-        ("a", "capture"), ("b", "capture"), ("c", "live")]
+        ("a", "capture"),
+        ("b", "capture"),
+        ("c", "live"),
+    ]
     await source.aclose()
 
 
@@ -283,12 +341,22 @@ def test_replays_are_stored_and_listed_as_replays(
 
 
 def test_a_stage_that_passed_is_shown_but_is_no_divergence() -> None:
-    old = [ev(0, "intent_semantic", query="x", decision=None, outcome="below_threshold",
-              similarity=0.3),
-           ev(1, "intent_llm", query="x", decision="web", discourse_escalated=False),
-           ev(2, "source_invoked", source="web", query="x", outcome="ok", result_count=2)]
-    new = [ev(0, "intent_cached", query="x", decision="web"),
-           ev(1, "source_invoked", source="web", query="x", outcome="ok", result_count=2)]
+    old = [
+        ev(
+            0,
+            "intent_semantic",
+            query="x",
+            decision=None,
+            outcome="below_threshold",
+            similarity=0.3,
+        ),
+        ev(1, "intent_llm", query="x", decision="web", discourse_escalated=False),
+        ev(2, "source_invoked", source="web", query="x", outcome="ok", result_count=2),
+    ]
+    new = [
+        ev(0, "intent_cached", query="x", decision="web"),
+        ev(1, "source_invoked", source="web", query="x", outcome="ok", result_count=2),
+    ]
     (part,) = compare(old, new)
     assert part.divergence is None
     assert len(part.rows) == 3 and part.rows[0] == (old[0], None)
@@ -297,7 +365,7 @@ def test_a_stage_that_passed_is_shown_but_is_no_divergence() -> None:
 def test_a_follow_up_is_replayed_in_its_session(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """"what about tomorrow?" was asked as the session's previous question for tomorrow;
+    """ "what about tomorrow?" was asked as the session's previous question for tomorrow;
     replaying it alone would lose that (a false "decision changed"), so replay rebuilds the
     session from the earlier turns in the store, and a config change reaches the follow-up
     too."""
@@ -323,17 +391,18 @@ def test_a_follow_up_is_replayed_in_its_session(
     assert (decided["step"], decided["decision"]) == ("intent_keyword", "web")
     assert stored(db, follow_up.trace_id)["session_id"] == "kitchen"
 
-    code, out = cli(capsys, "replay", follow_up.trace_id, "--config", str(config_path),
-                    "--json")
+    code, out = cli(capsys, "replay", follow_up.trace_id, "--config", str(config_path), "--json")
     result = json.loads(out)
     assert code == 0 and result["session_turns"] == 1
     replayed = stored(db, result["new_trace_id"])
-    assert without_timings(replayed["chain"]) == without_timings(stored(
-        db, follow_up.trace_id)["chain"])
+    assert without_timings(replayed["chain"]) == without_timings(
+        stored(db, follow_up.trace_id)["chain"]
+    )
 
     # Move "weather" to ha: the earlier turn now goes there, and so does the follow-up.
-    moved = write_config(tmp_path / "moved.yaml", db,
-                         keywords={"ha": ["lights", "weather"], "web": ["news"]})
+    moved = write_config(
+        tmp_path / "moved.yaml", db, keywords={"ha": ["lights", "weather"], "web": ["news"]}
+    )
     code, out = cli(capsys, "replay", follow_up.trace_id, "--config", str(moved))
     assert code == 1, out
     assert "rebuilt from 1 earlier turn" in out
@@ -371,15 +440,28 @@ def test_a_request_that_newly_fails_is_an_outcome_not_a_routing_change() -> None
     def event(seq: int, step: str, part: str, **fields: object) -> dict[str, object]:
         return {"step": step, "seq": seq, "t_ms": float(seq), "part": part, **fields}
 
-    old = [event(0, "intent_keyword", "0", query="q", decision="kiwix"),
-           event(1, "source_invoked", "0", source="kiwix", query="q", outcome="ok",
-                 elapsed_ms=1.0, result_count=2)]
-    new = [event(0, "intent_keyword", "0", query="q", decision="ha"),
-           event(1, "source_skipped", "0", source="ha", query="q", reason="disabled"),
-           event(2, "error", "", query="q", error_type="all_parts_failed", message="m")]
+    old = [
+        event(0, "intent_keyword", "0", query="q", decision="kiwix"),
+        event(
+            1,
+            "source_invoked",
+            "0",
+            source="kiwix",
+            query="q",
+            outcome="ok",
+            elapsed_ms=1.0,
+            result_count=2,
+        ),
+    ]
+    new = [
+        event(0, "intent_keyword", "0", query="q", decision="ha"),
+        event(1, "source_skipped", "0", source="ha", query="q", reason="disabled"),
+        event(2, "error", "", query="q", error_type="all_parts_failed", message="m"),
+    ]
     found = {c.part: c.divergence for c in compare(old, new)}
     request, part = found[""], found["0"]
     assert request is not None and not request.routing
     assert request.description == "error now happens"
-    assert part is not None and part.routing and part.description == (
-        "decision changed: kiwix -> ha")
+    assert (
+        part is not None and part.routing and part.description == ("decision changed: kiwix -> ha")
+    )

@@ -46,7 +46,11 @@ async def test_a_trace_id_from_search_is_readable_at_once_with_its_narrative(
     trace = shown.json()
     assert trace["trace_id"] == trace_id and trace["query"] == "lights status"
     assert [e["step"] for e in trace["chain"]] == [
-        "intent_keyword", "source_invoked", "fallback", "source_invoked"]
+        "intent_keyword",
+        "source_invoked",
+        "fallback",
+        "source_invoked",
+    ]
     (line,) = trace["narrative"]
     assert line.startswith("part 0 'lights status' went to ha by keyword; ha refused")
 
@@ -122,8 +126,9 @@ async def test_paging_by_offset_and_by_cursor_covers_everything_once(tmp_path: P
         ("step=fallback&step=fusion", "step"),
     ],
 )
-async def test_bad_filter_values_are_422_naming_the_field(tmp_path: Path, query: str,
-                                                          field: str) -> None:
+async def test_bad_filter_values_are_422_naming_the_field(
+    tmp_path: Path, query: str, field: str
+) -> None:
     config = home_config(tmp_path / "traces.db")
     async with asgi_client(app_for(config)) as client:
         response = await client.get(f"/traces?{query}")
@@ -157,7 +162,16 @@ async def test_openapi_describes_the_trace_routes(tmp_path: Path) -> None:
         document = (await client.get("/openapi.json")).json()
     listing = document["paths"]["/traces"]["get"]
     assert {p["name"] for p in listing["parameters"]} >= {
-        "step", "source", "outcome", "failed", "fallback", "since", "until", "q", "limit",
-        "cursor"}
+        "step",
+        "source",
+        "outcome",
+        "failed",
+        "fallback",
+        "since",
+        "until",
+        "q",
+        "limit",
+        "cursor",
+    }
     assert "404" in document["paths"]["/traces/{trace_id}"]["get"]["responses"]
     assert {"TracePage", "TraceDetail", "TraceSummary"} <= set(document["components"]["schemas"])

@@ -39,8 +39,12 @@ REPO = Path(__file__).resolve().parents[3]
 KEYWORDS = {"ha": ["lights"], "web": ["news"], "broken": ["gizmo"]}
 
 
-def home_config(db: Path, keywords: dict[str, list[str]] | None = None,
-                sources: dict[str, dict[str, Any]] | None = None, **trace: Any) -> Config:
+def home_config(
+    db: Path,
+    keywords: dict[str, list[str]] | None = None,
+    sources: dict[str, dict[str, Any]] | None = None,
+    **trace: Any,
+) -> Config:
     """kiwix answers by default; ha refuses (falls back to web); broken always fails."""
     entries = sources or {
         "kiwix": {},
@@ -50,8 +54,11 @@ def home_config(db: Path, keywords: dict[str, list[str]] | None = None,
     }
     return parse_config(
         {
-            "routing": {"default_source": "kiwix", "keywords": keywords or KEYWORDS,
-                        "semantic": {"enabled": False}},
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": keywords or KEYWORDS,
+                "semantic": {"enabled": False},
+            },
             "sources": {name: {"type": "scripted", **e} for name, e in entries.items()},
             "trace": {"path": str(db), **trace},
         }
@@ -77,22 +84,50 @@ def db_bytes(db: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(db.parent.glob(db.name + "*")))
 
 
-def make_record(trace_id: str, query: str = "q", started_at: float | None = None,
-                **fields: Any) -> TraceRecord:
-    chain = fields.pop("chain", [
-        {"step": "intent_keyword", "seq": 0, "t_ms": 0.1, "part": "", "query": query,
-         "decision": "kiwix", "discourse_escalated": False},
-        {"step": "source_invoked", "seq": 1, "t_ms": 0.5, "part": "", "query": query,
-         "source": "kiwix", "elapsed_ms": 0.3, "outcome": "ok", "result_count": 1},
-    ])
+def make_record(
+    trace_id: str, query: str = "q", started_at: float | None = None, **fields: Any
+) -> TraceRecord:
+    chain = fields.pop(
+        "chain",
+        [
+            {
+                "step": "intent_keyword",
+                "seq": 0,
+                "t_ms": 0.1,
+                "part": "",
+                "query": query,
+                "decision": "kiwix",
+                "discourse_escalated": False,
+            },
+            {
+                "step": "source_invoked",
+                "seq": 1,
+                "t_ms": 0.5,
+                "part": "",
+                "query": query,
+                "source": "kiwix",
+                "elapsed_ms": 0.3,
+                "outcome": "ok",
+                "result_count": 1,
+            },
+        ],
+    )
     when = time.time() if started_at is None else started_at
-    return TraceRecord(trace_id=trace_id, started_at=when, query=query, status_code=200,
-                       duration_ms=1.0, chain=chain, **fields)
+    return TraceRecord(
+        trace_id=trace_id,
+        started_at=when,
+        query=query,
+        status_code=200,
+        duration_ms=1.0,
+        chain=chain,
+        **fields,
+    )
 
 
 def test_open_trace_sink_is_null_when_switched_off(tmp_path: Path) -> None:
-    assert isinstance(open_trace_sink(TraceConfig(enabled=False, path=str(tmp_path / "x.db"))),
-                      NullTraceSink)
+    assert isinstance(
+        open_trace_sink(TraceConfig(enabled=False, path=str(tmp_path / "x.db"))), NullTraceSink
+    )
     assert isinstance(open_trace_sink(TraceConfig(path=str(tmp_path / "x.db"))), SQLiteTraceStore)
     assert not (tmp_path / "x.db").exists()  # nothing is opened before start()
 
@@ -108,8 +143,11 @@ async def test_store_survives_restart_with_chain_status_and_metadata_only(tmp_pa
     store = SQLiteTraceStore(config.trace)  # a fresh process would do exactly this
     await store.start()
     try:
-        for outcome, query in zip(outcomes, ["lights status and also latest news",
-                                             "history of rome", "gizmo"], strict=False):
+        for outcome, query in zip(
+            outcomes,
+            ["lights status and also latest news", "history of rome", "gizmo"],
+            strict=False,
+        ):
             stored = store.get_trace(outcome.trace_id)
             assert stored is not None
             assert stored["query"] == query
@@ -314,24 +352,47 @@ async def test_redaction_leaves_no_query_text_anywhere_in_the_file_bytes(tmp_pat
     assert outcome.status_code == 200
     parts = next(e for e in outcome.chain if e["step"] == "decomposed")["parts"]
     # A hand-made record with the fields a semantic/LLM stage and an error message carry.
-    store.submit(make_record(
-        "f" * 32, query="zanzibar quokkas please", session_id="quokkas-phone",
-        chain=[
-            {"step": "intent_semantic", "seq": 0, "t_ms": 1.0, "part": "0",
-             "query": "zanzibar quokkas please", "matched_query": "quokkas near zanzibar",
-             "similarity": 0.91, "decision": "web",
-             "candidates": [{"text": "zanzibar ferry", "route": "web", "similarity": 0.5}]},
-            {"step": "error", "seq": 1, "t_ms": 2.0, "part": "0",
-             "query": "zanzibar quokkas please",
-             "error_type": "ValueError", "message": "bad input: 'ZANZIBAR QUOKKAS PLEASE'"},
-        ],
-        error={"type": "ValueError", "message": "could not answer zanzibar quokkas please"},
-    ))
+    store.submit(
+        make_record(
+            "f" * 32,
+            query="zanzibar quokkas please",
+            session_id="quokkas-phone",
+            chain=[
+                {
+                    "step": "intent_semantic",
+                    "seq": 0,
+                    "t_ms": 1.0,
+                    "part": "0",
+                    "query": "zanzibar quokkas please",
+                    "matched_query": "quokkas near zanzibar",
+                    "similarity": 0.91,
+                    "decision": "web",
+                    "candidates": [{"text": "zanzibar ferry", "route": "web", "similarity": 0.5}],
+                },
+                {
+                    "step": "error",
+                    "seq": 1,
+                    "t_ms": 2.0,
+                    "part": "0",
+                    "query": "zanzibar quokkas please",
+                    "error_type": "ValueError",
+                    "message": "bad input: 'ZANZIBAR QUOKKAS PLEASE'",
+                },
+            ],
+            error={"type": "ValueError", "message": "could not answer zanzibar quokkas please"},
+        )
+    )
     await service.aclose()
 
     data = db_bytes(db).lower()
-    for text in [QUERY, *parts, *SECRET_WORDS, "zanzibar quokkas please", "quokkas near zanzibar",
-                 "zanzibar ferry"]:
+    for text in [
+        QUERY,
+        *parts,
+        *SECRET_WORDS,
+        "zanzibar quokkas please",
+        "quokkas near zanzibar",
+        "zanzibar ferry",
+    ]:
         assert text.lower().encode() not in data, f"{text!r} leaked into the store"
 
     reader = SQLiteTraceStore(config.trace)
@@ -346,7 +407,10 @@ async def test_redaction_leaves_no_query_text_anywhere_in_the_file_bytes(tmp_pat
     assert steps == [e["step"] for e in outcome.chain]
     fallback = next(e for e in stored["chain"] if e["step"] == "fallback")
     assert (fallback["from_source"], fallback["to_source"], fallback["reason"]) == (
-        "ha", "web", "connection_refused")
+        "ha",
+        "web",
+        "connection_refused",
+    )
     decomposed = next(e for e in stored["chain"] if e["step"] == "decomposed")
     assert decomposed["parts"] == [digest(p) for p in parts]
     # The exact text still finds its trace (by digest); a fragment does not.
@@ -357,9 +421,16 @@ async def test_redaction_leaves_no_query_text_anywhere_in_the_file_bytes(tmp_pat
 
 
 def test_redact_digests_query_fields_and_scrubs_messages() -> None:
-    event = {"step": "conditional_detected", "query": "if Foo then bar", "condition": "Foo",
-             "consequence": "bar", "remainder": "", "message": "failed on if foo then bar",
-             "seq": 3, "reason": "timeout"}
+    event = {
+        "step": "conditional_detected",
+        "query": "if Foo then bar",
+        "condition": "Foo",
+        "consequence": "bar",
+        "remainder": "",
+        "message": "failed on if foo then bar",
+        "seq": 3,
+        "reason": "timeout",
+    }
     digest = Pseudonymizer(b"k" * 32)
     out = redact(event, digest)
     assert out["query"] == digest("if Foo then bar") and out["condition"] == digest("Foo")
@@ -456,18 +527,23 @@ def test_time_filters_accept_unix_iso_and_ages() -> None:
 
 
 def test_redact_covers_keywords_prompts_and_candidates_but_keeps_routes() -> None:
-    event = {"step": "intent_semantic", "query": "dim the hallway", "decision": "ha",
-             "matched": True, "similarity": 0.9,
-             "candidates": [{"source": "ha", "matched": "dim the bedroom", "score": 0.9}],
-             "prompt": [{"role": "user", "content": "route: dim the hallway"}]}
+    event = {
+        "step": "intent_semantic",
+        "query": "dim the hallway",
+        "decision": "ha",
+        "matched": True,
+        "similarity": 0.9,
+        "candidates": [{"source": "ha", "matched": "dim the bedroom", "score": 0.9}],
+        "prompt": [{"role": "user", "content": "route: dim the hallway"}],
+    }
     digest = Pseudonymizer(b"k" * 32)
     out = redact(event, digest)
-    assert out["candidates"] == [{"source": "ha", "matched": digest("dim the bedroom"),
-                                  "score": 0.9}]
+    assert out["candidates"] == [
+        {"source": "ha", "matched": digest("dim the bedroom"), "score": 0.9}
+    ]
     assert out["prompt"] == [{"role": "user", "content": digest("route: dim the hallway")}]
     assert (out["decision"], out["matched"]) == ("ha", True)
-    keyword = redact({"step": "intent_keyword", "query": "hallway", "matched": ["hallway"]},
-                     digest)
+    keyword = redact({"step": "intent_keyword", "query": "hallway", "matched": ["hallway"]}, digest)
     assert keyword["matched"] == [digest("hallway")]
 
 
@@ -499,15 +575,18 @@ async def test_a_store_written_by_the_previous_schema_is_upgraded_in_place(tmp_p
     from search.traces.rows import SCHEMA
 
     db = tmp_path / "traces.db"
-    old_schema = SCHEMA.replace(",\n    session_id TEXT", "").split("CREATE INDEX IF NOT "
-                                                                  "EXISTS traces_session")[0]
+    old_schema = SCHEMA.replace(",\n    session_id TEXT", "").split(
+        "CREATE INDEX IF NOT EXISTS traces_session"
+    )[0]
     conn = sqlite3.connect(db)
     conn.executescript(old_schema)
     conn.execute(
         "INSERT INTO traces (trace_id, started_at, query, status_code, duration_ms, failed, "
         "fallback, cached, dry_run, redacted, captured, part_count, steps, sources, outcomes, "
         "dropped_events, chain, results) VALUES ('a', ?, 'old', 200, 1, 0, 0, 0, 0, 0, 0, 1, "
-        "'', '', '', 0, '[]', '[]')", (time.time(),))
+        "'', '', '', 0, '[]', '[]')",
+        (time.time(),),
+    )
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
@@ -566,8 +645,9 @@ async def test_traces_submitted_from_worker_threads_are_all_kept(tmp_path: Path)
             if n % 50 == 0:
                 time.sleep(0.002)  # let the loop drain in between
 
-    await asyncio.gather(*(asyncio.to_thread(submit_many, k * 1000) for k in range(3)),
-                         asyncio.sleep(0.05))
+    await asyncio.gather(
+        *(asyncio.to_thread(submit_many, k * 1000) for k in range(3)), asyncio.sleep(0.05)
+    )
     await store.flush()
     assert store.written == 600 and store.failed_writes == 0
     await store.aclose()
