@@ -4,8 +4,11 @@ Fits on the labelled utterances in routing/fit_data (see routing/fit.py) and the
 labels in the trace store (weighted above them, search/label_fit.py), prints what it
 measured leaving each corpus out and what the labels change (accuracy on the labelled set
 before and after, the stored decisions that change), and writes the artefacts routing reads
-from then on: routing/fitted/confidence.json (unless `--output`), and the household's
-labels, `routing-labels.json` beside the trace store. `--dry-run` prints without writing.
+from then on, both in the data directory beside the trace store, so a package upgrade never
+overwrites them: the fitted weights, `routing-confidence.json` (`--output` elsewhere), and
+the household's labels, `routing-labels.json`. `--shipped` writes the weights to the
+package's own routing/fitted/confidence.json instead (how the project refreshes what it
+ships). `--dry-run` prints without writing.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ def add_fit_command(commands: Any) -> dict[str, Callable[[argparse.Namespace], i
     fit = commands.add_parser("fit", help="fit routing's confidence from labelled utterances")
     fit.add_argument("--config")
     fit.add_argument("--dry-run", action="store_true", help="report only; write nothing")
-    fit.add_argument("--output", help="where to write (default: the shipped artefact)")
+    fit.add_argument("--output", help="where to write the weights (default: the data directory)")
+    fit.add_argument(
+        "--shipped",
+        action="store_true",
+        help="write the weights the package ships (routing/fitted/confidence.json)",
+    )
     fit.add_argument("--json", action="store_true", help="print the report as JSON")
     return {"fit": cmd_fit}
 
@@ -39,7 +47,13 @@ def _household(config: Any) -> Any:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from routing import fit
-    from search.label_fit import TrainingRow, artefact_path, labels_report, write_artefact
+    from search.label_fit import (
+        TrainingRow,
+        artefact_path,
+        confidence_path,
+        labels_report,
+        write_artefact,
+    )
 
     # Not the labels fitted last time: this fit starts from the shipped data and the store.
     config = load_config(args.config, fitted_labels=False)
@@ -61,7 +75,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print()
         print("\n".join(label_lines))
     if not args.dry_run:
-        path = Path(args.output) if args.output else fit.ARTEFACT
+        path = (
+            Path(args.output)
+            if args.output
+            else fit.ARTEFACT
+            if args.shipped
+            else confidence_path(config)
+        )
         fit.write(model, path)
         print(f"wrote {path}")
         labels_path = artefact_path(config)

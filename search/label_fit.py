@@ -257,12 +257,18 @@ async def labels_report(config: Config, store: Any) -> tuple[list[TrainingRow], 
 # --- the user's artefact: beside the trace store, not in the package ----------------------
 
 ARTEFACT_NAME = "routing-labels.json"
+CONFIDENCE_NAME = "routing-confidence.json"  # the weights `search fit` fitted here
 
 
 def artefact_path(config: Config) -> Path:
     """Where the household's fitted labels live: the trace store's directory (the data
     directory), so a package upgrade never replaces them."""
     return Path(os.path.abspath(os.path.expanduser(config.trace.path))).parent / ARTEFACT_NAME
+
+
+def confidence_path(config: Config) -> Path:
+    """Where `search fit` writes the household's fitted weights: beside the labels."""
+    return artefact_path(config).with_name(CONFIDENCE_NAME)
 
 
 def write_artefact(path: Path, rows: Sequence[TrainingRow]) -> None:
@@ -303,6 +309,10 @@ def with_artefact(config: Config) -> Config:
     (a label of a route no longer configured is left out)."""
     from routing.stages import route_descriptions
 
+    weights = confidence_path(config)
+    if config.routing.confidence_path is None and weights.exists():
+        routing = config.routing.model_copy(update={"confidence_path": str(weights)})
+        config = config.model_copy(update={"routing": routing})
     rows = read_artefact(artefact_path(config))
     known = {*route_descriptions(config), NONE}
     return with_labels(config, [row for row in rows if row.route in known])

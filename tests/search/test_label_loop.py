@@ -21,6 +21,7 @@ from search.config import load_config
 from tests.search.test_cli import run
 from tests.support.app import uvicorn_server
 
+ROOT = Path(__file__).resolve().parents[2]
 QUERY = "how are things at the cottage"  # the shipped routes send it to ha
 PARAPHRASE = "how are things at our cottage"
 
@@ -97,14 +98,17 @@ def test_label_fit_replay_check(tmp_path: Path, demo_zim: Path) -> None:
     assert routed(config_path, QUERY)[0] == "ha"
     assert routed(config_path, PARAPHRASE)[0] == "ha"
 
-    # 3. fit (the confidence artefact goes to a temporary file, not into the package)
-    done = run("fit", "--config", str(config_path), "--output", str(tmp_path / "conf.json"))
+    # 3. fit: its weights and the labels go to the data directory, never into the package
+    shipped = (ROOT / "routing" / "fitted" / "confidence.json").read_bytes()
+    done = run("fit", "--config", str(config_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "labelled set: 1 queries; accuracy before 0.0%, after 100.0%" in done.stdout
     changed_row = next(line for line in done.stdout.splitlines() if line.startswith(trace_id))
     assert changed_row.split()[-2:] == ["ha", "forecast"]
     fitted = config_path  # later commands read the fitted labels beside the trace store
     assert (tmp_path / "routing-labels.json").exists()
+    assert (tmp_path / "routing-confidence.json").exists()
+    assert (ROOT / "routing" / "fitted" / "confidence.json").read_bytes() == shipped
 
     # 4. the same query, and a paraphrase of it, now go to forecast
     assert routed(fitted, QUERY)[0] == "forecast"
