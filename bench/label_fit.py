@@ -2,8 +2,9 @@
 
 Routes every utterance of `../shared/eval` (dry run, no LLM, the shipped config with its
 sources swapped for the scripted kind, as bench/routing_quality.py does) twice, side by
-side: under the shipped config, and with 50 household labels added the way a fit adds
-them (`search.label_fit.with_labels`). Prints the accuracy of each file before and after,
+side: under the shipped config, and with 50 household labels fitted the way `search fit`
+fits them (the weights refitted with the labels in, and the labels added to the routes'
+data, `search.label_fit.with_labels`). Prints the accuracy of each file before and after,
 the difference in points, the utterances whose outcome flipped, and the accuracy on the
 labelled set itself. The labels are corrections a household might make about its own
 places and habits, written for this bench (none is an evaluation sentence).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,7 +100,15 @@ async def main_async(config_path: Path, eval_dir: Path) -> int:
         return 2
     config = rq.isolated_config(config_path)
     rows = [TrainingRow(text, route, 3.0) for text, route in HOUSEHOLD]
-    fitted = with_labels(config, rows)
+    # As `search fit` does: refit the weights with the labels in, and add them as route data.
+    from routing import fit
+
+    extra = [fit.Labelled(r.text, r.route, corpus="household", weight=r.weight) for r in rows]
+    model, _ = await fit.fit(config, extra=extra)
+    workdir = tempfile.mkdtemp()
+    weights = Path(workdir) / "routing-confidence.json"
+    fit.write(model, weights)
+    fitted = rq.with_confidence(with_labels(config, rows), weights)
 
     started = time.perf_counter()
     before = await rq.evaluate(config, files)
