@@ -35,6 +35,8 @@ from typing import NoReturn
 import httpx
 import pytest
 
+from tests.support.require import missing_service
+
 LLAMA_VERSION = "0.3.36"
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 MODEL_ALIAS = "gemma-3-270m"
@@ -228,10 +230,7 @@ def _wait_until_ready(proc: subprocess.Popen[bytes], log_path: Path) -> str:
 
 def unavailable(reason: str) -> NoReturn:
     """Skip outside CI; under CI=true a missing real server is a failure."""
-    message = f"real llama.cpp server unavailable: {reason}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    missing_service("the real llama.cpp server", reason)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ the attacks would have worked had they got through.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from search.config import parse_config
 from tests.support import homeassistant as ha_harness
 from tests.support.app import uvicorn_server
 from tests.support.homeassistant import HomeAssistant
+from tests.support.require import missing_service
 
 home_assistant = ha_harness.home_assistant
 
@@ -172,10 +172,10 @@ REBIND_PAGE = """<!doctype html><title>rebound</title><script>
 def require_chromium() -> None:
     if CHROMIUM.exists():
         return
-    message = "Debian's chromium is not installed (apt-get install -y chromium chromium-driver)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    missing_service(
+        "Chromium",
+        "Debian's chromium is not installed (apt-get install -y chromium chromium-driver)",
+    )
 
 
 @pytest.fixture(scope="module")
