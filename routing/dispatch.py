@@ -120,8 +120,8 @@ class Dispatcher:
         """(source, command, time qualifier) when `query` asks the route's source to change
         something; None for a question, a fusion route or a source that cannot act."""
         source = self.sources.get(route)
-        if source is None or route in self.fusion:
-            return None
+        if source is None or route in self.fusion or type(source).command is Source.command:
+            return None  # a source that reads no commands: nothing to parse on the hot path
         command = source.command(query)
         when = deferral(query)
         if command is None and when is not None:  # "in ten minutes, turn off the oven"

@@ -27,7 +27,7 @@ from search import __version__
 from search.api.middleware import BearerTokenMiddleware
 from search.api.openapi import openapi_document
 from search.api.request_guard import RequestGuard
-from search.api.schemas import ErrorDetail, SearchRequest, first_error
+from search.api.schemas import SearchRequest, error_response, first_error
 from search.api.ui_routes import ui_routes
 from search.config import Config
 from search.json_codec import FastJSONResponse
@@ -56,11 +56,6 @@ def settle_heap() -> None:
 
 class BodyTooLarge(Exception):
     pass
-
-
-def error_response(status: int, type_: str, message: str, field: str | None = None) -> JSONResponse:
-    detail = ErrorDetail(type=type_, message=message, field=field)
-    return FastJSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status)
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from search.api.schemas import json_ref as _json
 from search.api.schemas import openapi_components
 from search.traces.label_routes import label_components, label_paths
 from search.traces.routes import trace_components, trace_paths
-
-
-def _json(ref: str, description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
-    }
 
 
 def _surface_paths() -> dict[str, Any]:

@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.responses import JSONResponse
+
+from search.json_codec import FastJSONResponse
 
 
 class SearchRequest(BaseModel):
@@ -95,12 +98,31 @@ def first_error(exc: ValidationError) -> ErrorDetail:
     return ErrorDetail(type="invalid_request", message=f"{field}: {message}", field=field)
 
 
-def openapi_components() -> dict[str, Any]:
-    """JSON schemas of every model, under `#/components/schemas/`."""
+def component_schemas(*models: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schemas of `models` (and the models they use), under
+    `#/components/schemas/`: what each route module adds to /openapi.json."""
     schemas: dict[str, Any] = {}
-    for model in (SearchRequest, SearchResponse, FailedSearch, ErrorResponse, Health):
+    for model in models:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        for name, definition in schema.pop("$defs", {}).items():
-            schemas[name] = definition
+        schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
     return schemas
+
+
+def json_ref(ref: str, description: str) -> dict[str, Any]:
+    """An OpenAPI response whose JSON body is the component `ref`."""
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+    }
+
+
+def openapi_components() -> dict[str, Any]:
+    """JSON schemas of every model of /search and /healthz."""
+    return component_schemas(SearchRequest, SearchResponse, FailedSearch, ErrorResponse, Health)
+
+
+def error_response(status: int, type_: str, message: str, field: str | None = None) -> JSONResponse:
+    """The one error body of every route: `{"error": {"type", "message", "field"?}}`."""
+    detail = ErrorDetail(type=type_, message=message, field=field)
+    return FastJSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status)

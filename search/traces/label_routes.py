@@ -20,7 +20,8 @@ from starlette.routing import Route
 
 from routing.events import run_in_thread
 from routing.stages import route_descriptions
-from search.api.schemas import ErrorDetail, first_error
+from search.api.schemas import component_schemas, error_response, first_error
+from search.api.schemas import json_ref as _json
 from search.traces.labels import LabelError
 
 MAX_LABEL_BODY = 4096
@@ -47,23 +48,18 @@ class StoredLabel(BaseModel):
     time: str
 
 
-def _error(status: int, type_: str, message: str, field: str | None = None) -> JSONResponse:
-    detail = ErrorDetail(type=type_, message=message, field=field)
-    return JSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status)
-
-
 def _parse(raw: bytes) -> LabelRequest | JSONResponse:
     try:
         data: Any = json.loads(raw)
     except (ValueError, RecursionError):
-        return _error(400, "invalid_json", "body: not valid JSON", "body")
+        return error_response(400, "invalid_json", "body: not valid JSON", "body")
     if not isinstance(data, dict):
-        return _error(422, "invalid_request", "body: must be a JSON object", "body")
+        return error_response(422, "invalid_request", "body: must be a JSON object", "body")
     try:
         return LabelRequest.model_validate(data)
     except ValidationError as exc:
         detail = first_error(exc)
-        return _error(422, detail.type, detail.message, detail.field)
+        return error_response(422, detail.type, detail.message, detail.field)
 
 
 async def add_label(request: Request) -> Response:
@@ -73,13 +69,15 @@ async def add_label(request: Request) -> Response:
     store: Any = getattr(service, "traces", None)
     trace_id = request.path_params["trace_id"]
     if not all(hasattr(store, name) for name in ("add_label", "get_trace", "flush")):
-        return _error(
+        return error_response(
             404, "not_found", "no persistent trace store: it is switched off (trace.enabled: false)"
         )
     try:
         raw = await read_body(request, MAX_LABEL_BODY)
     except BodyTooLarge:
-        return _error(413, "body_too_large", f"body: larger than {MAX_LABEL_BODY} bytes", "body")
+        return error_response(
+            413, "body_too_large", f"body: larger than {MAX_LABEL_BODY} bytes", "body"
+        )
     parsed = _parse(raw)
     if isinstance(parsed, JSONResponse):
         return parsed
@@ -89,9 +87,9 @@ async def add_label(request: Request) -> Response:
     try:
         label = await run_in_thread(store.add_label, trace_id, parsed.part, parsed.route, routes)
     except KeyError:
-        return _error(404, "not_found", f"trace {trace_id}: no such trace")
+        return error_response(404, "not_found", f"trace {trace_id}: no such trace")
     except LabelError as exc:
-        return _error(422, "invalid_label", str(exc), exc.field)
+        return error_response(422, "invalid_label", str(exc), exc.field)
     return JSONResponse(label.to_dict(), status_code=201)
 
 
@@ -103,19 +101,7 @@ def label_routes() -> list[Route]:
 
 
 def label_components() -> dict[str, Any]:
-    schemas: dict[str, Any] = {}
-    for model in (LabelRequest, StoredLabel):
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(schema.pop("$defs", {}))
-        schemas[model.__name__] = schema
-    return schemas
-
-
-def _json(ref: str, description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
-    }
+    return component_schemas(LabelRequest, StoredLabel)
 
 
 def label_paths() -> dict[str, Any]:

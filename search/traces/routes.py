@@ -16,14 +16,10 @@ from starlette.routing import Route
 
 from routing.events import run_in_thread
 from routing.stages import route_descriptions
-from search.api.schemas import ErrorDetail
+from search.api.schemas import component_schemas, error_response
+from search.api.schemas import json_ref as _json
 from search.traces.narrative import narrative
 from search.traces.store import OUTCOMES, FilterError, TraceReader, parse_filters
-
-
-def _error(status: int, type_: str, message: str, field: str | None = None) -> JSONResponse:
-    detail = ErrorDetail(type=type_, message=message, field=field)
-    return JSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status)
 
 
 def _reader(request: Request) -> TraceReader | None:
@@ -38,16 +34,16 @@ _DISABLED = "no persistent trace store: it is switched off (trace.enabled: false
 async def list_traces(request: Request) -> Response:
     reader = _reader(request)
     if reader is None:
-        return _error(404, "not_found", _DISABLED)
+        return error_response(404, "not_found", _DISABLED)
     params: dict[str, str] = {}
     for name, value in request.query_params.multi_items():
         if name in params:
-            return _error(422, "invalid_request", f"{name}: given more than once", name)
+            return error_response(422, "invalid_request", f"{name}: given more than once", name)
         params[name] = value
     try:
         filters = parse_filters(params)
     except FilterError as exc:
-        return _error(422, "invalid_request", str(exc), exc.field)
+        return error_response(422, "invalid_request", str(exc), exc.field)
     await reader.flush()
     page = await run_in_thread(reader.list_traces, filters)
     return JSONResponse(page)
@@ -57,13 +53,13 @@ async def show_trace(request: Request) -> Response:
     reader = _reader(request)
     trace_id = request.path_params["trace_id"]
     if reader is None:
-        return _error(404, "not_found", _DISABLED)
+        return error_response(404, "not_found", _DISABLED)
     trace = await run_in_thread(reader.get_trace, trace_id)
     if trace is None:
         await reader.flush()  # it may still be on its way to the file
         trace = await run_in_thread(reader.get_trace, trace_id)
     if trace is None:
-        return _error(404, "not_found", f"trace {trace_id}: no such trace")
+        return error_response(404, "not_found", f"trace {trace_id}: no such trace")
     config = getattr(request.app.state.service, "config", None)
     if config is not None:  # what the /ui label control offers
         trace["label_routes"] = [*route_descriptions(config), "none"]
@@ -134,19 +130,7 @@ class TraceDetail(TraceSummary):
 
 
 def trace_components() -> dict[str, Any]:
-    schemas: dict[str, Any] = {}
-    for model in (TracePage, TraceDetail):
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(schema.pop("$defs", {}))
-        schemas[model.__name__] = schema
-    return schemas
-
-
-def _json(ref: str, description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
-    }
+    return component_schemas(TracePage, TraceDetail)
 
 
 def _param(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
