@@ -48,8 +48,9 @@ CORPUS_OF = {
     "snips": "snips",
 }
 L2 = 1e-2
-# Below 0.5 a calibrated winner is more likely wrong than right: no stage decides there.
-THRESHOLDS = tuple(round(0.50 + 0.05 * i, 2) for i in range(8))  # 0.50 .. 0.85
+# At 0.5 a calibrated winner is as likely wrong as right (two routes tied on the same
+# words score about that): no stage decides there, nor below.
+THRESHOLDS = tuple(round(0.55 + 0.05 * i, 2) for i in range(7))  # 0.55 .. 0.85
 NONE_ROUTED_MAX = 0.10  # of requests no source serves, at most this share may be routed
 BINS = 10
 
@@ -209,7 +210,13 @@ def leave_one_corpus_out(examples: Examples) -> HeldOut:
 
 def choose_threshold(examples: Examples, held: HeldOut) -> tuple[float, dict[float, Any]]:
     """The threshold with the best mean per-corpus held-out accuracy of the cascade among
-    those that route at most NONE_ROUTED_MAX of the `none` rows to a source."""
+    those that route at most NONE_ROUTED_MAX of the `none` rows to a source.
+
+    When none of them meets that cap (a few corpora, each with kinds of unserved request
+    the others never show), the cap cannot decide: the threshold is then the one with the
+    best held-out accuracy, which already counts a declined `none` row as right. Taking the
+    strictest threshold instead would decline most of what the sources serve for a small
+    gain on the unserved rows."""
     matched = examples.keyword[:, :, 0].max(axis=1) > 0
     corpora = np.asarray(examples.corpus)
     none = examples.labels.index(NONE) if NONE in examples.labels else -1
@@ -221,9 +228,8 @@ def choose_threshold(examples: Examples, held: HeldOut) -> tuple[float, dict[flo
         accuracy = float(np.mean([right[corpora == c].mean() for c in set(corpora)]))
         none_routed = float((routed[is_none] != none).mean()) if is_none.any() else 0.0
         sweep[t] = {"accuracy": round(accuracy, 4), "none_routed": round(none_routed, 4)}
-    allowed = [t for t in THRESHOLDS if sweep[t]["none_routed"] <= NONE_ROUTED_MAX] or [
-        THRESHOLDS[-1]
-    ]
+    allowed = [t for t in THRESHOLDS if sweep[t]["none_routed"] <= NONE_ROUTED_MAX]
+    allowed = allowed or list(THRESHOLDS)
     best = max(allowed, key=lambda t: (sweep[t]["accuracy"], -t))
     return best, sweep
 
