@@ -5,7 +5,9 @@ are equal, when the query word is the rule word plus an inflection ("rain" -> "r
 or when they start with the same letter, differ in length by one letter at most and
 `fuzz.ratio` clears the threshold: typos keep their first letter far more often than not,
 and are one slip, not two. The guards keep "flights" from meaning "lights", "train" from
-meaning "rain" and "forest" from meaning "forecast".
+meaning "rain" and "forest" from meaning "forecast"; with a `dictionary`
+(routing/spelling.py), a query word spelled right ("tanks") is no typo of another
+("thanks").
 
 A `*` in a phrase stands for one to four words, so a question's frame can be a rule
 ("what does * mean", "how old is *") without naming what it is about. A word written
@@ -46,6 +48,11 @@ def tokenize(text: str) -> list[str]:
 _WEIGHT = re.compile(r"^(?P<phrase>.*?)\s*\^\s*(?P<weight>[0-9]+(?:\.[0-9]+)?)\s*$")
 
 
+def _inflects(word: str, stem: str) -> bool:
+    """Whether `word` is `stem` plus an inflection ("lights" of "light")."""
+    return word.startswith(stem) and word[len(stem) :] in _SUFFIXES
+
+
 def _rule_words(phrase: str) -> tuple[str, ...]:
     return tuple(_RULE_WORD.findall(phrase.lower().replace("’", "'")))
 
@@ -80,8 +87,11 @@ class KeywordRules:
         rules: dict[str, list[str]],
         threshold: float = 85.0,
         none_rules: list[str] | None = None,
+        dictionary: frozenset[str] = frozenset(),
     ) -> None:
+        """`dictionary`: words spelled right, never matched as a typo of a rule word."""
         self.threshold = threshold
+        self._dictionary = dictionary
         self._rules: list[tuple[str, tuple[str, ...], str, float]] = []
         tables = [*rules.items(), (NONE, list(none_rules or []))]
         for route, phrases in tables:
@@ -150,6 +160,7 @@ class KeywordRules:
             or len(query_word) < _MIN_FUZZY_LEN
             or query_word[0] != rule_word[0]
             or abs(len(query_word) - len(rule_word)) > 1  # a typo is one slip, not two
+            or (query_word in self._dictionary and not _inflects(rule_word, query_word))
         ):
             return False
         key = (query_word, rule_word)

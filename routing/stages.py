@@ -25,6 +25,7 @@ from routing.route_data import NONE, Route, resolve_routes
 from routing.semantic import LearnedDecisions, SemanticStage
 from routing.sessions import SessionStage, SessionStore
 from routing.shared_state import RedisLink
+from routing.spelling import known_words
 from routing.types import IntentStage
 from sources.registry import SourceConfig
 
@@ -141,6 +142,7 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
                 {name: list(r.keywords) for name, r in data.items() if name != NONE},
                 routing.keyword_threshold,
                 list(data[NONE].keywords) if NONE in data else [],
+                known_words(routing.semantic.model_path),
             ),
             escalation=llm,
             labels=confidence_labels(config, data),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from routing.events import route_log
 from routing.intents import KeywordStage, Resolver
 from routing.keyword import KeywordRules, parse_rule
@@ -116,6 +118,7 @@ def _shipped_rules() -> KeywordRules:
     from pathlib import Path
 
     from routing.route_data import NONE
+    from routing.spelling import known_words
     from routing.stages import resolved_routes
     from search.config import load_config
 
@@ -125,6 +128,7 @@ def _shipped_rules() -> KeywordRules:
         {name: list(r.keywords) for name, r in routes.items() if name != NONE},
         config.routing.keyword_threshold,
         list(routes[NONE].keywords),
+        known_words(config.routing.semantic.model_path),
     )
 
 
@@ -169,3 +173,41 @@ def test_a_typo_is_one_slip() -> None:
     assert rules.match("whats the forcast") is not None  # one letter missing
     assert rules.match("the wheather today") is not None  # one letter more
     assert rules.match("the largest forest") is None  # two letters apart
+
+
+def test_a_word_spelled_right_is_no_typo_of_another() -> None:
+    dictionary = frozenset({"tanks", "light", "lighting"})
+    guarded = KeywordRules(
+        {"ha": ["lights"], "forecast": ["lightning"]}, none_rules=["thanks"], dictionary=dictionary
+    )
+    unguarded = KeywordRules({"ha": ["lights"], "forecast": ["lightning"]}, none_rules=["thanks"])
+    question = "when were tanks first used in battle"
+    assert unguarded.scores(question) is not None  # "tanks" read as a typo of "thanks"
+    assert guarded.scores(question) is None
+    lighting = guarded.scores("dim the lighting")
+    assert lighting is None or "forecast" not in lighting.scores  # not "lightning"
+    # a real word still matches a rule that is its inflection, and a typo still matches
+    assert guarded.match("turn on the light") is not None
+    assert guarded.match("turn on the ligts") is not None
+
+
+def test_the_shipped_rules_know_the_models_words() -> None:
+    from routing.spelling import known_words
+
+    words = known_words()
+    assert {"tanks", "thanks", "forest", "weather"} <= words
+    assert "wether" not in words  # a typo the rules should still forgive
+    rules = _shipped_rules()
+    tanks = rules.scores("when was the first major use of tanks in a battle")
+    assert tanks is None or "none" not in tanks.scores
+    found = rules.match("whats the wether like")
+    assert found is not None and found.route == "forecast"
+
+
+def test_without_a_vocabulary_file_there_is_no_guard(tmp_path: Path) -> None:
+    from routing.spelling import known_words
+
+    assert known_words(str(tmp_path)) == frozenset()
+    (tmp_path / "vocab.txt").write_text("[PAD]\n##s\ntanks\nParis\n", "utf-8")
+    known_words.cache_clear()
+    assert known_words(str(tmp_path)) == frozenset({"tanks"})  # whole lower-case words only
