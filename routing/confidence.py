@@ -67,10 +67,11 @@ class Ranked:
         return self.routes[0][1]
 
     def candidates(self, shown: int = CANDIDATES_SHOWN) -> list[dict[str, Any]]:
-        """For the event: the best routes, the winner first, each with its margin to it."""
-        top = self.confidence
+        """For the event: the best routes, the winner first, each with its margin to it (of
+        the rounded figures, so the event's own numbers add up)."""
+        top = round(self.confidence, 4)
         return [
-            {"route": route, "confidence": round(p, 4), "margin": round(top - p, 4)}
+            {"route": route, "confidence": round(p, 4), "margin": round(top - round(p, 4), 4)}
             for route, p in self.routes[:shown]
         ]
 

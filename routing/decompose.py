@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from routing.conditional import extract_conditional
 from routing.discourse import dependency
 from routing.lexicon import lexicon
-from routing.sentences import first_person_request, is_context, is_greeting
+from routing.sentences import first_person_request, is_context, is_greeting, is_statement
 from routing.text import CLAUSE_TRIM, CLAUSE_WORD
 
 _WORDS = lexicon().decompose  # routing/words.yaml: what each list is for
@@ -56,6 +56,12 @@ _WH_WORDS = _WORDS.wh_words
 _CONTINUATIONS = _WORDS.continuations
 # A clause opening with one of these is a condition, not a request: "if it rains, ...".
 CONDITION_OPENERS = _WORDS.condition_openers
+# "On average, ...", "In 1988, ...": an introduction to the clause after it.
+_INTRODUCTIONS = _WORDS.introductions
+_IN_PLACE_QUESTIONS = _WORDS.in_place_questions
+_RELATIVES = frozenset({"which", "who", "whose", "that"})
+_PARTICIPLES = _WORDS.participles
+_SEPARATOR_WORDS = frozenset({"and", "also", "then"})
 
 _HARD = r";|\band\s+(?:also|then)\b"
 # A sentence end: "?" or "!", or a full stop after a number or two letters ("a score of 5.",
@@ -64,6 +70,7 @@ _STOP = r"(?<=[?!])\s+(?=\S)|(?:(?<=\w{2}\.)|(?<=\d\.))\s+(?=[A-Za-z])"
 _SOFT = r",|\balso\b|\band\b|\bthen\b"
 _SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<stop>{_STOP})|(?P<soft>{_SOFT})", re.IGNORECASE)
 _SENTENCE_ENDS = re.compile(_STOP)
+_HARD_SEPARATOR = re.compile(_HARD, re.IGNORECASE)
 # The discourse dependencies that tie a sentence to the one before: "How tall is it?",
 # "What about Friday?" continue the request before them; "Why is the sky blue?" need not.
 _LEANS_BACK = frozenset({"reference", "follow_up"})
@@ -138,10 +145,63 @@ def _starts_a_clause(text: str) -> bool:
     return len(words) >= 3 and words[0] not in _CONTINUATIONS and not words[0].isdigit()
 
 
+def _introduces(words: list[str]) -> bool:
+    """An adverbial introduction ("on average", "in the novel the clique", "according to
+    legend"): a preposition and no verb or question word we know after it."""
+    return (
+        bool(words)
+        and words[0] in _INTRODUCTIONS
+        and not any(w in OPENERS or w in _WH_WORDS for w in words[1:])
+    )
+
+
+def _asks_in_place(text: str) -> bool:
+    """The rest of a question whose subject came before the separator: a clause that does
+    not open like a request, or opens a relative clause, and asks later on ("derives from
+    which language", "which is part of the museum, was built in what year", "died
+    where"); or a predicate ("was nicknamed the great profile"). `text`: the rest of the
+    sentence after the separator."""
+    words = _words(text)
+    if len(words) < 2:
+        return False
+    if words[0] in QUESTION_AFTER_WHEN and _participle(words[1]):
+        return True  # "..., was nicknamed ...", "..., was originally made ..."
+    continues = words[0] in _RELATIVES or not is_complete_request(text)
+    # a question word that opens a clause of its own ("..., and what's the weather") does
+    # not ask in place
+    return continues and any(
+        w in _IN_PLACE_QUESTIONS and words[i - 1] not in _SEPARATOR_WORDS
+        for i, w in enumerate(words[1:], start=1)
+    )
+
+
+def _participle(word: str) -> bool:
+    """A verb's participle or an adverb after an auxiliary: a predicate ("was built"), not
+    a question's subject ("was it")."""
+    return word in _PARTICIPLES or (len(word) > 4 and word.endswith(("ed", "en", "ly")))
+
+
+def _rest_of_sentence(query: str, position: int) -> str:
+    """The text from `position` to the end of its sentence or the next hard separator."""
+    ends = [
+        m.start()
+        for m in (_SENTENCE_ENDS.search(query, position), _HARD_SEPARATOR.search(query, position))
+        if m
+    ]
+    return query[position : min(ends, default=len(query))]
+
+
+def _inside_question(query: str, position: int) -> bool:
+    """Whether the sentence going on at `position` ends with a question mark."""
+    end = _SENTENCE_ENDS.search(query, position)
+    return query[position : end.start() if end else len(query)].rstrip().endswith("?")
+
+
 def _can_stand_alone(left: str) -> bool:
-    """The text before a soft separator could end a request (not a lone word, a greeting or a condition)."""
+    """The text before a soft separator could end a request (not a lone word, a greeting,
+    a condition or an introduction)."""
     words = _words(left)
-    if len(words) < 2 or all(w in _FILLERS for w in words):
+    if len(words) < 2 or all(w in _FILLERS for w in words) or _introduces(words):
         return False
     if words[0] in {"when", "whenever"} and words[1] in QUESTION_AFTER_WHEN:
         return True  # "when will it be hot here": a question, not a condition
@@ -209,7 +269,10 @@ def _two_requests(left: str, right: str) -> bool:
         return False  # "Ask Mr. Smith": an abbreviation, not a sentence end
     if not right.strip(CLAUSE_TRIM) or not _is_request(right) or _leans_back(right):
         return False
-    return any(_is_request(sentence) for sentence in _SENTENCE_ENDS.split(left))
+    sentences = _SENTENCE_ENDS.split(left)
+    if right.rstrip().endswith("?") and is_statement(_words(sentences[-1])):
+        return False  # "The Ferrari Testarossa went into production in 1984. What does ...?"
+    return any(_is_request(sentence) for sentence in sentences)
 
 
 def _trim(query: str, start: int, end: int, claimed: tuple[str, str] | None = None) -> Span | None:
@@ -253,12 +316,21 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
             accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
         elif match.group("stop") is not None:
             accept = _two_requests(left, right)
-        elif not _can_stand_alone(left) or _coordinated(left, right) or _refers_back(right):
+        elif (
+            not _can_stand_alone(left)
+            or _coordinated(left, right)
+            or _refers_back(right)
+            or _asks_in_place(_rest_of_sentence(query, match.end()))
+        ):
             accept = False  # e.g. a condition still waiting for its consequence
         else:
             if match.group("soft") == ",":
+                # any clause of three words may start a request after a comma, but not
+                # inside a question: "Which actor, suffering from alcoholism, was ...?"
                 accept = is_complete_request(right) or (
-                    len(_words(left)) >= 3 and _starts_a_clause(right)
+                    len(_words(left)) >= 3
+                    and _starts_a_clause(right)
+                    and not _inside_question(query, match.end())
                 )
             else:
                 accept = is_complete_request(right) or _conditional_request(right)

@@ -43,12 +43,16 @@ class DecomposeWords(_Section):
     prepositions: Words
     wh_words: Words
     continuations: Words
+    introductions: Words
+    in_place_questions: Words
+    participles: Words
     condition_openers: Words
     pronouns: Words
     particles: Words
 
 
 class SentenceWords(_Section):
+    statement_verbs: Words
     context_subjects: Words
     delayed_subjects: Words
     greetings: Words

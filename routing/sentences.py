@@ -33,6 +33,9 @@ _GREETINGS = _WORDS.greetings
 _OPENERS = lexicon().decompose.openers - _DELAYED
 # How far into a sentence the asker may come after a time or place: "on friday night we".
 _DELAY = 4
+_ALL_OPENERS = lexicon().decompose.openers | lexicon().decompose.wake_words
+_STATEMENT_VERBS = _WORDS.statement_verbs
+_STATEMENT_WORDS = 4  # "Nighttime mode is on." could be a request; shorter ones are
 
 
 def is_context(words: list[str]) -> bool:
@@ -51,6 +54,19 @@ def is_context(words: list[str]) -> bool:
         if word in _DELAYED:
             return not asks(words[index:])
     return False
+
+
+def is_statement(words: list[str]) -> bool:
+    """A fact stated about something else ("The Ferrari Testarossa went into production in
+    1984", "Beethoven's Fifth is divided into four movements"): before a question it is the
+    question's premise, not a request. It opens with its subject, not with a request's
+    word, and has a verb of statement after it."""
+    return (
+        len(words) >= _STATEMENT_WORDS
+        and words[0] not in _ALL_OPENERS
+        and words[0] not in _SUBJECTS
+        and any(word in _STATEMENT_VERBS for word in words[1:])
+    )
 
 
 def is_greeting(words: list[str]) -> bool:

@@ -308,3 +308,49 @@ def test_a_sentence_end_splits_two_requests(query: str, parts: list[str]) -> Non
 )
 def test_a_sentence_leaning_on_the_one_before_is_not_a_request_of_its_own(query: str) -> None:
     assert decompose(query) == [query.rstrip("?")]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # an introduction to the clause after it
+        "On average, how much of a person's body weight is muscle?",
+        "In 1988, which carnival club was banned from throwing coconuts?",
+        "According to legend, where was the lost city of gold?",
+        # the question asked in place, after the subject and an apposition
+        "Mayday, a code word used as a distress signal, derives from which language?",
+        "The old observatory, which is part of the maritime museum, was built in what year?",
+        "The name of the ruby comes from the Latin word ruber, which means what?",
+        "Baby Doe Tabor, who outlived her husband by many years, died where?",
+        # a predicate after an aside
+        "Which actor, suffering from stage fright, was nicknamed the great profile?",
+        "Which island is situated in the bay, between the two cities?",
+        # a statement of fact before its question
+        "The car went into production in 1984. What does its name mean?",
+        "Anthropology has two classical divisions. What is the other one?",
+    ],
+)
+def test_one_question_with_asides_stays_whole(query: str) -> None:
+    assert len(decompose(query)) == 1, decompose(query)
+
+
+@pytest.mark.parametrize(
+    ("query", "parts"),
+    [
+        # a question word that opens its own clause still splits
+        (
+            "turn on the lights, is it raining and what's the weather",
+            ["turn on the lights", "is it raining", "what's the weather"],
+        ),
+        # without a question mark, a comma before any clause of three words still splits
+        (
+            "turn off the lights, living room lamp on",
+            ["turn off the lights", "living room lamp on"],
+        ),
+        # a command before a question is no statement of fact
+        ("Turn off the lights. What's the weather?", ["Turn off the lights", "What's the weather"]),
+        ("Who wrote Hamlet? Is it raining?", ["Who wrote Hamlet", "Is it raining"]),
+    ],
+)
+def test_asides_do_not_hide_a_second_request(query: str, parts: list[str]) -> None:
+    assert decompose(query) == parts
