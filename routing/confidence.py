@@ -2,8 +2,9 @@
 
 A stage describes each candidate route (and `none`, "no source serves this") by a few
 numbers: its keyword score, whether it is the keyword rules' unique best, the cosine
-similarity of its nearest exemplar, the exemplar classifier's log-probability, and whether
-it is `none`. The confidence of a route is a softmax over the candidates of one weighted
+similarity of its nearest exemplar (also measured against the query's similarity to every
+exemplar, so a long question, near nothing in absolute terms, can still stand out near
+one route), the exemplar classifier's log-probability, and whether it is `none`. The confidence of a route is a softmax over the candidates of one weighted
 sum of those numbers (a conditional logit). The weights are shared by every route, so they
 hold for a route the fit never saw (a user's `recipes`), and they are fitted by maximum
 likelihood on labelled utterances (routing/fit.py), which makes the softmax a calibrated
@@ -39,6 +40,8 @@ FULL_FEATURES = (
     "keyword_lead",
     "similarity",
     "similarity_lead",
+    "similarity_z",
+    "similarity_z_lead",
     "log_probability",
     "none",
     "none_keyword",
@@ -81,14 +84,32 @@ def single(route: str, confidence: float) -> Ranked:
     return Ranked(((route, confidence),))
 
 
+# The least standard deviation a similarity is measured against: about the smallest a
+# query shows over the shipped exemplars (1st percentile 0.061). Over a handful of
+# exemplars, all far from the query, a 0.05 difference would otherwise read as decisive.
+SPREAD_FLOOR = 0.06
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """The query's similarity to every exemplar: its mean and standard deviation."""
+
+    mean: float
+    std: float
+
+    def standardise(self, similarity: float) -> float:
+        return (similarity - self.mean) / max(self.std, SPREAD_FLOOR)
+
+
 def features(
     labels: Sequence[str],
     keyword: Mapping[str, float] | None,
     similarity: Mapping[str, float] | None = None,
     probability: Mapping[str, float] | None = None,
+    spread: Spread | None = None,
 ) -> np.ndarray:
     """One row per label: the numbers of FULL_FEATURES (or KEYWORD_FEATURES when no
-    similarity is given)."""
+    similarity is given). Without `spread` the standardised similarities are 0 (unknown)."""
     scores = dict(keyword or {})
     sims = dict(similarity or {})
     rows = []
@@ -104,9 +125,13 @@ def features(
             p = (probability or {}).get(label)
             sim = float(sims.get(label, 0.0))
             sim_rival = max((v for k, v in sims.items() if k != label), default=0.0)
+            z = spread.standardise(sim) if spread else 0.0
+            z_lead = spread.standardise(sim) - spread.standardise(sim_rival) if spread else 0.0
             row += [
                 sim,
                 sim - sim_rival,
+                z,
+                z_lead,
                 max(math.log(p), LOG_PROBABILITY_FLOOR) if p else LOG_PROBABILITY_FLOOR,
             ]
             row += [is_none, is_none * math.log1p(own), is_none * sim]
@@ -144,8 +169,10 @@ class ConfidenceModel:
         scores: Mapping[str, float] | None,
         similarity: Mapping[str, float],
         probability: Mapping[str, float],
+        spread: Spread | None,
     ) -> Ranked:
-        rows = features(labels, scores, similarity, probability)
+        """`spread`: the query's similarity to every exemplar (None: no exemplars)."""
+        rows = features(labels, scores, similarity, probability, spread)
         return self.rank(labels, rows, self.full_weights)
 
     def to_json(self) -> dict[str, Any]:
@@ -158,9 +185,10 @@ class ConfidenceModel:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ConfidenceModel:
+        """A feature an older fit did not know weighs 0: its model, exactly as fitted."""
         return cls(
-            np.asarray([data["keyword"][f] for f in KEYWORD_FEATURES], dtype=np.float64),
-            np.asarray([data["full"][f] for f in FULL_FEATURES], dtype=np.float64),
+            np.asarray([data["keyword"].get(f, 0.0) for f in KEYWORD_FEATURES], dtype=np.float64),
+            np.asarray([data["full"].get(f, 0.0) for f in FULL_FEATURES], dtype=np.float64),
             float(data["min_confidence"]),
             dict(data.get("report", {})),
         )

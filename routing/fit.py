@@ -118,9 +118,9 @@ async def describe(config: Any, rows: Sequence[Labelled]) -> Examples:
     for row, vector in zip(kept, vectors, strict=True):
         match = keyword.rules.scores(row.text)
         scores = match.scores if match else {}
-        similarity, probability = semantic.similarities(vector)
+        similarity, probability, spread = semantic.similarities(vector)
         kw_rows.append(features(labels, scores))
-        full_rows.append(features(labels, scores, similarity, probability))
+        full_rows.append(features(labels, scores, similarity, probability, spread))
     return Examples(
         labels,
         np.asarray(kw_rows),

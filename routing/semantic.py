@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from routing.confidence import LLM_CONFIDENCE, ConfidenceModel, declined, load_model, single
+from routing.confidence import (
+    LLM_CONFIDENCE,
+    ConfidenceModel,
+    Spread,
+    declined,
+    load_model,
+    single,
+)
 from routing.decision_cache import DecisionCache
 from routing.events import record
 from routing.keyword import KeywordRules
@@ -98,8 +105,12 @@ class ExemplarIndex:
 
     def best_per_label(self, vector: np.ndarray) -> list[tuple[str, str, float]]:
         """(label, best exemplar, similarity) for every label, best first."""
+        return self.match(vector)[0]
+
+    def match(self, vector: np.ndarray) -> tuple[list[tuple[str, str, float]], Spread | None]:
+        """`best_per_label`, and the spread of the query's similarity to every exemplar."""
         if not self.texts:
-            return []
+            return [], None
         scores = self.matrix @ vector
         ends = [*self.starts[1:], len(self.texts)]
         best: list[tuple[str, str, float]] = []
@@ -107,7 +118,7 @@ class ExemplarIndex:
             offset = start + int(np.argmax(scores[start:end]))
             best.append((label, self.texts[offset], float(scores[offset])))
         best.sort(key=lambda item: item[2], reverse=True)
-        return best
+        return best, Spread(float(scores.mean()), float(scores.std()))
 
 
 class LabelClassifier:
@@ -287,21 +298,28 @@ class SemanticStage:
             found += [r for r in rules.routes if r in self.routes or r == NONE]
         return list(dict.fromkeys(found))
 
-    def similarities(self, vector: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
+    def similarities(
+        self, vector: np.ndarray
+    ) -> tuple[dict[str, float], dict[str, float], Spread | None]:
         """Per label: its nearest exemplar's cosine similarity, and the classifier's
-        probability (empty without a classifier)."""
+        probability (empty without a classifier); and the spread of all similarities."""
         assert self.index is not None
-        similarity = {label: score for label, _, score in self.index.best_per_label(vector)}
+        best, spread = self.index.match(vector)
+        similarity = {label: score for label, _, score in best}
         probability = self.classifier.probabilities(vector) if self.classifier else {}
-        return similarity, probability
+        return similarity, probability, spread
 
-    def candidates(self, vector: np.ndarray) -> tuple[list[Candidate], Candidate | None]:
-        """Exemplar candidates (one per label, best first) and the nearest learned decision."""
+    def candidates(
+        self, vector: np.ndarray
+    ) -> tuple[list[Candidate], Candidate | None, Spread | None]:
+        """Exemplar candidates (one per label, best first), the nearest learned decision,
+        and the spread of the query's similarity to every exemplar."""
         assert self.index is not None
         probabilities = self.classifier.probabilities(vector) if self.classifier else {}
         weight = self.config.classifier_weight
         ranked = []
-        for label, text, score in self.index.best_per_label(vector):
+        best, spread = self.index.match(vector)
+        for label, text, score in best:
             probability = probabilities.get(label)
             rank = score
             if probability is not None:
@@ -317,11 +335,11 @@ class SemanticStage:
                 reused = Candidate(
                     near[1], near[0], near[2], self.config.reuse_threshold, "llm", None, near[2]
                 )
-        return ranked, reused
+        return ranked, reused, spread
 
     def judge(self, query: str, vector: np.ndarray, context: ResolveContext) -> Decision | None:
         """Decide from the fitted confidence and record `intent_semantic` (hit or miss)."""
-        ranked, reused = self.candidates(vector)
+        ranked, reused, spread = self.candidates(vector)
         if reused is not None and reused.score >= reused.threshold:
             # A paraphrase of a question the LLM already routed: the LLM's confidence.
             decision = single(reused.route, LLM_CONFIDENCE)
@@ -349,6 +367,7 @@ class SemanticStage:
             keyword,
             {c.route: c.score for c in ranked},
             {c.route: c.probability for c in ranked if c.probability is not None},
+            spread,
         )
         events = []
         for entry in confidence.candidates(self.config.top_k):

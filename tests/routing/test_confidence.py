@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 
 from bench import routing_quality as rq
-from routing.confidence import FULL_FEATURES, KEYWORD_FEATURES, ConfidenceModel, load_model
+from routing.confidence import (
+    FULL_FEATURES,
+    KEYWORD_FEATURES,
+    SPREAD_FLOOR,
+    ConfidenceModel,
+    Spread,
+    features,
+    load_model,
+)
 from routing.events import route_log
 from routing.intents import KeywordStage
 from routing.keyword import KeywordRules
@@ -145,6 +153,7 @@ def test_the_artefact_is_a_probability_over_any_routes() -> None:
         {"recipes": 2.0},
         {"recipes": 0.8, "kiwix": 0.3, "none": 0.2},
         {},
+        Spread(mean=0.1, std=0.08),
     )
     assert ranked.winner == "recipes"
     assert abs(sum(p for _, p in ranked.routes) - 1.0) < 1e-9
@@ -187,3 +196,29 @@ async def test_the_narrative_says_a_stage_declined(service: Service) -> None:
     [line] = [ln for ln in narrative(outcome.chain) if ln.startswith("part 0")]
     assert "the semantic stage declined (confidence 0." in line
     assert "went to kiwix by default (low_confidence)" in line
+
+
+def test_a_fit_from_before_a_feature_existed_still_loads_as_it_was_fitted() -> None:
+    current = load_model().to_json()
+    older = {**current, "full": dict(current["full"])}
+    del older["full"]["similarity_z"], older["full"]["similarity_z_lead"]
+    model = ConfidenceModel.from_json(older)
+    weights = dict(zip(FULL_FEATURES, model.full_weights, strict=True))
+    assert weights["similarity_z"] == weights["similarity_z_lead"] == 0.0
+    assert weights["similarity"] == current["full"]["similarity"]
+
+
+def test_similarity_is_also_measured_against_the_querys_spread() -> None:
+    labels = ["kiwix", "web"]
+    sims = {"kiwix": 0.40, "web": 0.30}
+    z = FULL_FEATURES.index("similarity_z")
+    lead = FULL_FEATURES.index("similarity_z_lead")
+    wide = features(labels, {}, sims, {}, Spread(mean=0.1, std=0.1))
+    assert wide[0, z] == pytest.approx(3.0) and wide[0, lead] == pytest.approx(1.0)
+    # a long question near nothing: the same lead stands out more against a tight spread
+    tight = features(labels, {}, sims, {}, Spread(mean=0.25, std=0.07))
+    assert tight[0, lead] > wide[0, lead]
+    # ... but never against less than the floor, however few the exemplars
+    tiny = features(labels, {}, sims, {}, Spread(mean=0.25, std=0.001))
+    assert tiny[0, lead] == pytest.approx(0.1 / SPREAD_FLOOR)
+    assert features(labels, {}, sims, {})[0, z] == 0.0  # unknown without a spread

@@ -1,9 +1,10 @@
 """Routing quality on language the fit never saw (leave-one-corpus-out, no LLM).
 
 Runs `bench/routing_quality.py`'s leave-one-corpus-out evaluation once for the module: for
-each file of ../shared/eval, the confidence is fitted without that file's corpus
-(routing/fit.py) and the whole resolution of a `Service` built from the shipped config.yaml
-routes the file (dry run). The shipped rules and exemplars are the project's own, so this
+each file of ../shared/eval (and OpenTriviaQA, a fit corpus with no evaluation file, from
+its own fit rows), the confidence is fitted without that file's corpus (routing/fit.py)
+and the whole resolution of a `Service` built from the shipped config.yaml routes the
+file (dry run). The shipped rules and exemplars are the project's own, so this
 stands in for the unseen corpora the project is judged on; the in-corpus figures (the rows
 are in the fit) would flatter it. The sources are swapped for the scripted test kind
 (routing only reads the `routing:` section).
@@ -30,16 +31,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SLACK = 0.015
 
 # Leave-one-corpus-out accuracy today, per file and expected label ("*": every row).
+TRIVIA = rq.fit_only_name("opentriviaqa")  # a fit corpus with no evaluation file
 FLOORS: dict[str, dict[str, float]] = {
     "ha_intents_tests.jsonl": {"ha": 0.960, "*": 0.960},
-    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.957, "kiwix": 0.875, "web": 0.958, "*": 0.934},
-    "slurp_devel_compound.jsonl": {"*": 0.870},
-    "mixsnips_dev.jsonl": {"*": 0.937},
+    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.974, "kiwix": 0.892, "web": 0.942, "*": 0.938},
+    "slurp_devel_compound.jsonl": {"*": 0.880},
+    "mixsnips_dev.jsonl": {"*": 0.933},
+    TRIVIA: {"kiwix": 0.788},
 }
 NONE_CONFIDENT_CEILING = {"slurp_devel.jsonl": 0.092, "ha_intents_tests.jsonl": 0.067}
 
-# Targets not reached yet on unseen language: (file, label) pairs.
-NOT_YET: set[tuple[str, str]] = set()
+# Targets not reached yet on unseen language: (file, label) pairs ("ece": calibration).
+NOT_YET: set[tuple[str, str]] = {(TRIVIA, "kiwix"), (TRIVIA, "ece")}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +89,18 @@ def test_none_rows_stay_low_confidence(left_out: dict[str, rq.LeftOut], file: st
     assert share <= rq.NONE_CONFIDENT_MAX, f"{file}: {share:.1%} of none rows routed"
 
 
-@pytest.mark.parametrize("file", sorted(FLOORS))
+@pytest.mark.parametrize(
+    "file",
+    [
+        pytest.param(
+            f,
+            marks=[pytest.mark.xfail(strict=True, reason="target not reached yet")]
+            if (f, "ece") in NOT_YET
+            else [],
+        )
+        for f in sorted(FLOORS)
+    ],
+)
 def test_confidence_is_calibrated_on_an_unseen_corpus(
     left_out: dict[str, rq.LeftOut], file: str
 ) -> None:
