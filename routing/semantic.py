@@ -43,7 +43,7 @@ from routing.confidence import (
 )
 from routing.decision_cache import DecisionCache
 from routing.events import record
-from routing.keyword import KeywordRules
+from routing.keyword import KeywordRules, tokenize
 from routing.route_data import rule_key
 from routing.steps import Step
 from routing.text import normalise
@@ -223,10 +223,14 @@ class SemanticStage:
         min_confidence: float | None = None,
         model: ConfidenceModel | None = None,
         labelled: Iterable[str] = (),
+        dictionary: frozenset[str] = frozenset(),
     ) -> None:
         """`exemplars` and `thresholds` per route (and `none`), as routing/route_data.py
         resolves them; a route without a threshold gets `config.default_threshold`.
-        `labelled`: exemplars that are the household's own labels (`origin: user_label`)."""
+        `labelled`: exemplars that are the household's own labels (`origin: user_label`).
+        `dictionary`: words spelled right (routing/spelling.py); a query with none of them
+        and no keyword rule matched ("blorp zibble quux") carries nothing to decide by."""
+        self.dictionary = dictionary
         self.labelled = frozenset(rule_key(text) for text in labelled)
         self.config = config
         self.routes = set(routes)
@@ -278,6 +282,13 @@ class SemanticStage:
         """Forget the earlier decisions it would reuse (a replay starts from nothing)."""
         if self.learned is not None:
             self.learned.clear()
+
+    def _unknown_words(self, query: str) -> int:
+        """How many words the query has when none of them is in the dictionary, else 0."""
+        words = tokenize(query)
+        if not self.dictionary or not words or any(w in self.dictionary for w in words):
+            return 0
+        return len(words)
 
     def _origin(self, text: str | None) -> str:
         """Whether the nearest exemplar is one the household labelled, or a shipped one."""
@@ -390,7 +401,8 @@ class SemanticStage:
             "candidates": events,
             "threshold": self.min_confidence,
         }
-        sure = confidence.confidence >= self.min_confidence
+        unknown = self._unknown_words(query) if context.keyword is None else 0
+        sure = confidence.confidence >= self.min_confidence and not unknown
         if sure and confidence.winner != NONE:
             record(
                 Step.INTENT_SEMANTIC,
@@ -407,7 +419,13 @@ class SemanticStage:
             return Decision(confidence.winner, self.name, confidence=confidence.confidence)
         unserved = sure and confidence.winner == NONE
         fields = (
-            {} if unserved else {"declined": declined("semantic", confidence, self.min_confidence)}
+            {}
+            if unserved
+            else {
+                "declined": f"semantic: none of its {unknown} words is a word the model knows"
+                if unknown
+                else declined("semantic", confidence, self.min_confidence)
+            }
         )
         record(
             Step.INTENT_SEMANTIC,

@@ -88,6 +88,7 @@ def semantic_stage(
         min_confidence=config.routing.min_confidence,
         model=load_model(config.routing.confidence_path),
         labelled=config.routing.labelled,
+        dictionary=known_words(config.routing.semantic.model_path),
     )
 
 

@@ -229,7 +229,9 @@ def _no_decision(event: dict[str, Any], with_text: bool) -> str:
     if outcome in ("unserved", "no_source"):
         return f"{stage} found no source that serves it"
     if event.get("declined"):  # "semantic 0.41 < 0.55": its confidence was below the bar
-        return f"{stage} declined (confidence {str(event['declined']).split(' ', 1)[-1]})"
+        why = str(event["declined"]).split(" ", 1)[-1]
+        # or a reason in words ("semantic: none of its 3 words is a word the model knows")
+        return f"{stage} declined ({'confidence ' if why[:1].isdigit() else ''}{why})"
     similarity = event.get("similarity")
     text = f"{stage} did not decide ({outcome or 'no match'}"
     if isinstance(similarity, (int, float)):

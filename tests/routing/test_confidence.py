@@ -192,10 +192,13 @@ async def test_the_control_gate_follows_the_same_scale() -> None:
 async def test_the_narrative_says_a_stage_declined(service: Service) -> None:
     from search.traces.narrative import narrative
 
-    outcome = await route(service, "blorp zibble quux")
+    outcome = await route(service, "maybe later perhaps")
     [line] = [ln for ln in narrative(outcome.chain) if ln.startswith("part 0")]
     assert "the semantic stage declined (confidence 0." in line
     assert "went to kiwix by default (low_confidence)" in line
+    outcome = await route(service, "blorp zibble quux")
+    [line] = [ln for ln in narrative(outcome.chain) if ln.startswith("part 0")]
+    assert "declined (none of its 3 words is a word the model knows)" in line
 
 
 def test_a_fit_from_before_a_feature_existed_still_loads_as_it_was_fitted() -> None:

@@ -118,7 +118,7 @@ async def test_a_repeated_query_is_answered_by_the_decision_cache(service: Servi
 
 
 async def test_a_miss_lists_the_candidates_and_defaults(service: Service) -> None:
-    outcome = await route(service, "zxqv plorth")
+    outcome = await route(service, "octopus hearts anatomy")  # near no exemplar here
     assert [(r.route, r.stage) for r in outcome.results] == [("kiwix", "intent_default")]
     event = only(outcome, "intent_semantic")
     assert event["decision"] is None and event["matched"] is False
@@ -257,3 +257,15 @@ def test_exemplar_vectors_are_cached_on_disk(
     other = tmp_path / "unused"
     assert np.allclose(embedder.encode_exemplars(texts), first, atol=1e-6)
     assert not other.exists() and len(list(tmp_path.glob("exemplars-*.npy"))) == 1
+
+
+async def test_a_query_of_words_nobody_knows_is_never_decided(service: Service) -> None:
+    outcome = await route(service, "blorp zibble quux")
+    event = only(outcome, "intent_semantic")
+    assert event["decision"] is None and event["outcome"] == "declined"
+    assert event["declined"] == "semantic: none of its 3 words is a word the model knows"
+    assert event["candidates"]  # what it would have said is still shown
+    assert [(r.route, r.stage) for r in outcome.results] == [("kiwix", "intent_default")]
+    # one known word is enough to be judged on the confidence as usual
+    known = only(await route(service, "blorp rain tomorrow"), "intent_semantic")
+    assert "declined" not in known or "words" not in known["declined"]
