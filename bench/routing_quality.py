@@ -430,29 +430,29 @@ async def leave_one_corpus_out(
 
     from routing import fit
 
-    examples = await fit.describe(config, fit.shipped_rows())
+    shipped = fit.shipped_rows()
+    examples = await fit.describe(config, shipped)
     _, report = fit.fit_described(examples)
     corpora = np.asarray(examples.corpus)
+    judged: dict[str, dict[str, list[Row]]] = defaultdict(dict)  # corpus -> its files
+    for name, rows in files.items():
+        if name in CORPUS_OF_FILE:
+            judged[CORPUS_OF_FILE[name]][name] = rows
+    for corpus in set(examples.corpus) - set(CORPUS_OF_FILE.values()):
+        name = fit_only_name(corpus)
+        judged[corpus][name] = [
+            Row(name, r.text, r.route, "") for r in shipped if r.corpus == corpus
+        ]
     found: dict[str, LeftOut] = {}
-    for corpus in sorted({CORPUS_OF_FILE[f] for f in files if f in CORPUS_OF_FILE}):
+    for corpus in sorted(judged):
         model, _ = fit.fit_described(examples.subset(corpora != corpus))
         path = workdir / f"without-{corpus}.json"
         fit.write(model, path)
-        judged = {f: rows for f, rows in files.items() if CORPUS_OF_FILE.get(f) == corpus}
-        outcomes = await evaluate(with_confidence(config, path), judged)
+        outcomes = await evaluate(with_confidence(config, path), judged[corpus])
         for name, rows in outcomes.items():
             compound = any(o.row.compound for o in rows)
             ece = report["ece_per_corpus"].get(corpus)
             found[name] = LeftOut(corpus, score(rows), ece, compound)
-    evaluated = set(CORPUS_OF_FILE.values())
-    for corpus in sorted(set(examples.corpus) - evaluated):
-        name = fit_only_name(corpus)
-        model, _ = fit.fit_described(examples.subset(corpora != corpus))
-        path = workdir / f"without-{corpus}.json"
-        fit.write(model, path)
-        own = [Row(name, r.text, r.route, "") for r in fit.shipped_rows() if r.corpus == corpus]
-        outcomes = await evaluate(with_confidence(config, path), {name: own})
-        found[name] = LeftOut(corpus, score(outcomes[name]), report["ece_per_corpus"].get(corpus))
     return found
 
 

@@ -4,8 +4,9 @@ A stage describes each candidate route (and `none`, "no source serves this") by 
 numbers: its keyword score, whether it is the keyword rules' unique best, the cosine
 similarity of its nearest exemplar (also measured against the query's similarity to every
 exemplar, so a long question, near nothing in absolute terms, can still stand out near
-one route), the exemplar classifier's log-probability, and whether it is `none`. The confidence of a route is a softmax over the candidates of one weighted
-sum of those numbers (a conditional logit). The weights are shared by every route, so they
+one route), the exemplar classifier's log-probability, and whether it is `none`. The
+confidence of a route is a softmax over the candidates of one weighted sum of those
+numbers (a conditional logit). The weights are shared by every route, so they
 hold for a route the fit never saw (a user's `recipes`), and they are fitted by maximum
 likelihood on labelled utterances (routing/fit.py), which makes the softmax a calibrated
 probability: of the decisions made at 0.8, about 80% are right on data the fit did not see
@@ -126,7 +127,7 @@ def features(
             sim = float(sims.get(label, 0.0))
             sim_rival = max((v for k, v in sims.items() if k != label), default=0.0)
             z = spread.standardise(sim) if spread else 0.0
-            z_lead = spread.standardise(sim) - spread.standardise(sim_rival) if spread else 0.0
+            z_lead = z - spread.standardise(sim_rival) if spread else 0.0
             row += [
                 sim,
                 sim - sim_rival,

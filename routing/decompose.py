@@ -59,15 +59,16 @@ CONDITION_OPENERS = _WORDS.condition_openers
 # "On average, ...", "In 1988, ...": an introduction to the clause after it.
 _INTRODUCTIONS = _WORDS.introductions
 _IN_PLACE_QUESTIONS = _WORDS.in_place_questions
-_RELATIVES = frozenset({"which", "who", "whose", "that"})
+_RELATIVES = _WORDS.relatives
 _PARTICIPLES = _WORDS.participles
-_SEPARATOR_WORDS = frozenset({"and", "also", "then"})
 
 _HARD = r";|\band\s+(?:also|then)\b"
 # A sentence end: "?" or "!", or a full stop after a number or two letters ("a score of 5.",
 # "at 8 pm.", not "u. s. d.") and before a word; an abbreviation ("Mr.") is no end (below).
 _STOP = r"(?<=[?!])\s+(?=\S)|(?:(?<=\w{2}\.)|(?<=\d\.))\s+(?=[A-Za-z])"
-_SOFT = r",|\balso\b|\band\b|\bthen\b"
+# The words that may join two requests (with ","), and do split them when both are whole.
+_SOFT_WORDS = frozenset({"also", "and", "then"})
+_SOFT = ",|" + "|".join(rf"\b{word}\b" for word in sorted(_SOFT_WORDS))
 _SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<stop>{_STOP})|(?P<soft>{_SOFT})", re.IGNORECASE)
 _SENTENCE_ENDS = re.compile(_STOP)
 _HARD_SEPARATOR = re.compile(_HARD, re.IGNORECASE)
@@ -170,7 +171,7 @@ def _asks_in_place(text: str) -> bool:
     # a question word that opens a clause of its own ("..., and what's the weather") does
     # not ask in place
     return continues and any(
-        w in _IN_PLACE_QUESTIONS and words[i - 1] not in _SEPARATOR_WORDS
+        w in _IN_PLACE_QUESTIONS and words[i - 1] not in _SOFT_WORDS
         for i, w in enumerate(words[1:], start=1)
     )
 
@@ -181,20 +182,22 @@ def _participle(word: str) -> bool:
     return word in _PARTICIPLES or (len(word) > 4 and word.endswith(("ed", "en", "ly")))
 
 
+def _sentence_from(query: str, position: int) -> str:
+    """The text from `position` to the end of its sentence."""
+    end = _SENTENCE_ENDS.search(query, position)
+    return query[position : end.start() if end else len(query)]
+
+
 def _rest_of_sentence(query: str, position: int) -> str:
     """The text from `position` to the end of its sentence or the next hard separator."""
-    ends = [
-        m.start()
-        for m in (_SENTENCE_ENDS.search(query, position), _HARD_SEPARATOR.search(query, position))
-        if m
-    ]
-    return query[position : min(ends, default=len(query))]
+    sentence = _sentence_from(query, position)
+    hard = _HARD_SEPARATOR.search(sentence)
+    return sentence[: hard.start()] if hard else sentence
 
 
 def _inside_question(query: str, position: int) -> bool:
     """Whether the sentence going on at `position` ends with a question mark."""
-    end = _SENTENCE_ENDS.search(query, position)
-    return query[position : end.start() if end else len(query)].rstrip().endswith("?")
+    return _sentence_from(query, position).rstrip().endswith("?")
 
 
 def _can_stand_alone(left: str) -> bool:

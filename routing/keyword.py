@@ -149,11 +149,7 @@ class KeywordRules:
             return True
         if rule_word[0] == _EXACT:
             return query_word == rule_word[1:]
-        if (
-            len(rule_word) >= 3
-            and query_word.startswith(rule_word)
-            and query_word[len(rule_word) :] in _SUFFIXES
-        ):
+        if len(rule_word) >= 3 and _inflects(query_word, rule_word):
             return True
         if (
             len(rule_word) < _MIN_FUZZY_LEN
@@ -207,8 +203,7 @@ class KeywordRules:
     def _exact(self, words: list[str], positions: tuple[int, ...], phrase: tuple[str, ...]) -> bool:
         literal = [w for w in phrase if w != "*"]
         return all(
-            words[p] == w.lstrip(_EXACT)
-            or (words[p].startswith(w) and words[p][len(w) :] in _SUFFIXES)
+            words[p] == w.lstrip(_EXACT) or _inflects(words[p], w)
             for p, w in zip(positions, literal, strict=True)
         )
 

@@ -45,6 +45,7 @@ class DecomposeWords(_Section):
     continuations: Words
     introductions: Words
     in_place_questions: Words
+    relatives: Words
     participles: Words
     condition_openers: Words
     pronouns: Words
