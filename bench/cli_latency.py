@@ -24,34 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import emit, median, order  # noqa: E402
+from bench.common import emit, free_port, median, order, run_search  # noqa: E402
 
 TARGET_S = 1.0
 QUERY = "who wrote romeo and juliet"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def timed(args: list[str]) -> float:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "search", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"search {' '.join(args[:2])} failed:\n{done.stderr[-2000:]}")
-    return elapsed
+    return run_search(args, timeout_s=300)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import statistics
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,33 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 JSON_PREFIX = "BENCH_JSON "
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_search(args: list[str], timeout_s: float) -> tuple[float, str]:
+    """Wall time of one `search ...` process (offline, from the repository) and its
+    stdout; a failed run ends the bench with its stderr."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "search", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"search {' '.join(args[:2])} failed:\n{done.stderr[-2000:]}")
+    return elapsed, done.stdout
 
 
 def env_int(name: str, default: int) -> int:

@@ -14,18 +14,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import JSON_PREFIX  # noqa: E402
+from bench.common import JSON_PREFIX, run_search  # noqa: E402
 from bench.routing_quality import default_eval_dir, load_rows  # noqa: E402
 
 TARGET_S = 60.0
@@ -40,25 +37,6 @@ def eval_queries(count: int) -> list[str]:
     return ordered[:count]
 
 
-def run_cli(args: list[str]) -> tuple[float, str]:
-    """Wall time of one `search ...` process and its stdout."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "search", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"search {' '.join(args[:2])} failed:\n{done.stderr[-2000:]}")
-    return elapsed, done.stdout
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
@@ -70,9 +48,15 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(tmp) / "queries.txt"
         path.write_text("\n".join(queries) + "\n", encoding="utf-8")
         # one alone first, then the batch, then one alone again: the load figure is their mean
-        alone_a, _ = run_cli(["route", queries[0], "--json", "--local", "--config", args.config])
-        batch_s, out = run_cli(["route", "--input", str(path), "--config", args.config])
-        alone_b, _ = run_cli(["route", queries[0], "--json", "--local", "--config", args.config])
+        alone_a, _ = run_search(
+            ["route", queries[0], "--json", "--local", "--config", args.config], timeout_s=600
+        )
+        batch_s, out = run_search(
+            ["route", "--input", str(path), "--config", args.config], timeout_s=600
+        )
+        alone_b, _ = run_search(
+            ["route", queries[0], "--json", "--local", "--config", args.config], timeout_s=600
+        )
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
     if len(lines) != len(queries):
         raise SystemExit(f"expected {len(queries)} plans, got {len(lines)}")

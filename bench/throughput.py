@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, emit, env_int, median, order, scripted_config  # noqa: E402
+from bench.common import ROOT, emit, env_int, free_port, median, order, scripted_config  # noqa: E402
 
 ROUNDS = env_int("BENCH_TP_ROUNDS", 6)
 SECONDS = env_int("BENCH_TP_SECONDS", 3)
@@ -112,12 +111,6 @@ def serve(port: int, trace_path: str) -> None:
 
 
 # --- the driver -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:

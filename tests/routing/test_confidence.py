@@ -29,6 +29,7 @@ from routing.types import ResolveContext
 from search.config import Config
 from search.service import SearchOutcome, Service
 from tests.support.app import assert_contract_event, scripted_config
+from tests.support.chains import route
 from tests.support.chat_server import ChatServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,10 +42,6 @@ def shipped(**routing: Any) -> Config:
         update = config.routing.model_copy(update=routing)
         config = config.model_copy(update={"routing": update})
     return config
-
-
-async def route(service: Service, query: str) -> SearchOutcome:
-    return await service.search(query, dry_run=True, explain=True)
 
 
 def intents(outcome: SearchOutcome) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ import pytest
 
 from routing.llm import extract_json_object
 from search.config import Config, parse_config
-from search.service import SearchOutcome, Service
+from search.service import Service
+from tests.support.chains import only as event
+from tests.support.chains import route, steps
 from tests.support.chat_server import ALL_FORMATS, ChatServer
 from tests.support.wire_servers import Fault, closed_port_url
 
@@ -84,19 +86,6 @@ async def service(server: ChatServer) -> AsyncIterator[Service]:
     await svc.start(sources=False)
     yield svc
     await svc.aclose()
-
-
-async def route(service: Service, query: str) -> SearchOutcome:
-    return await service.search(query, dry_run=True, explain=True)
-
-
-def steps(outcome: SearchOutcome) -> list[str]:
-    return [e["step"] for e in outcome.chain if e["step"] != "planned"]
-
-
-def event(outcome: SearchOutcome, step: str) -> dict[str, Any]:
-    [found] = [e for e in outcome.chain if e["step"] == step]
-    return found
 
 
 async def test_a_fresh_decision(service: Service, server: ChatServer) -> None:

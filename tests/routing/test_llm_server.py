@@ -17,13 +17,14 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from search.config import Config, parse_config
-from search.service import SearchOutcome, Service
+from search.service import Service
 from tests.support import llama_server as harness
+from tests.support.chains import only as event
+from tests.support.chains import route, steps
 from tests.support.llama_server import LlamaServer
 
 llama_server = harness.llama_server
@@ -84,19 +85,6 @@ async def service(llama_server: LlamaServer) -> AsyncIterator[Service]:
     await svc.start(sources=False)
     yield svc
     await svc.aclose()
-
-
-async def route(service: Service, query: str) -> SearchOutcome:
-    return await service.search(query, dry_run=True, explain=True)
-
-
-def steps(outcome: SearchOutcome) -> list[str]:
-    return [e["step"] for e in outcome.chain if e["step"] != "planned"]
-
-
-def event(outcome: SearchOutcome, step: str) -> dict[str, Any]:
-    [found] = [e for e in outcome.chain if e["step"] == step]
-    return found
 
 
 async def test_a_fresh_decision_from_the_real_model(service: Service) -> None:

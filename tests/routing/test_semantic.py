@@ -15,7 +15,8 @@ from routing.embedder import load_embedder
 from routing.events import record
 from routing.semantic import SemanticStage
 from search.config import Config, parse_config
-from search.service import SearchOutcome, Service
+from search.service import Service
+from tests.support.chains import only, route
 from tests.support.chat_server import ChatServer
 
 EXEMPLARS = {
@@ -67,15 +68,6 @@ async def service() -> AsyncIterator[Service]:
     await svc.start(sources=False)
     yield svc
     await svc.aclose()
-
-
-async def route(service: Service, query: str) -> SearchOutcome:
-    return await service.search(query, dry_run=True, explain=True)
-
-
-def only(outcome: SearchOutcome, step: str) -> dict[str, Any]:
-    [found] = [e for e in outcome.chain if e["step"] == step]
-    return found
 
 
 def semantic_stage(service: Service) -> SemanticStage:

@@ -29,8 +29,9 @@ import pytest
 from search.config import Config, ConfigError, parse_config
 from search.service import SearchOutcome, Service
 from tests.support import redis_server
-from tests.support.app import assert_contract_event, free_port
+from tests.support.app import assert_contract_event
 from tests.support.chat_server import ChatServer
+from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
 from tests.support.require import require_service
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def write_config(tmp_path: Path, demo_zim: Path, **routing: object) -> Path:

@@ -19,7 +19,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.search.test_cli import ROOT, free_port, run
+from tests.search.test_cli import ROOT, run
+from tests.support.ports import free_port
 
 # Runs `search.cli.main`, then reports which heavy modules the command imported.
 PROBE = """

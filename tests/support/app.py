@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +16,7 @@ from starlette.applications import Starlette
 from search.api.app import create_app
 from search.config import Config, parse_config
 from search.service import Service
+from tests.support.ports import free_port
 
 # The fields the contract promises for each step (besides step/seq/t_ms/part).
 CONTRACT_FIELDS: dict[str, set[str]] = {
@@ -107,12 +107,6 @@ async def asgi_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
             yield client
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

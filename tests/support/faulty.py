@@ -39,7 +39,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.support.wire_servers import Fault, OpenMeteoServer, SearxngServer, WireServer, free_port
+from tests.support.ports import free_port
+from tests.support.wire_servers import Fault, OpenMeteoServer, SearxngServer, WireServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -41,7 +41,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -54,7 +53,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.require import missing_service
+from tests.support.venvs import run_venv_script
 
 HA_VERSION = "2024.3.3"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -99,19 +100,7 @@ def venv_dir() -> Path:
 
 def ensure_venv() -> Path:
     """Build (or reuse) the HA venv; the path of its `hass` executable."""
-    try:
-        done = subprocess.run(
-            ["bash", str(VENV_SCRIPT)],
-            capture_output=True,
-            text=True,
-            timeout=VENV_BUILD_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise HomeAssistantUnavailable(f"building the HA venv failed: {exc}") from exc
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise HomeAssistantUnavailable(f"scripts/ha_venv.sh exited {done.returncode}:\n{tail}")
+    run_venv_script(VENV_SCRIPT, VENV_BUILD_TIMEOUT_S, HomeAssistantUnavailable, "HA")
     hass = venv_dir() / "bin" / "hass"
     if not hass.exists():
         raise HomeAssistantUnavailable(f"no hass executable at {hass}")
@@ -119,12 +108,6 @@ def ensure_venv() -> Path:
 
 
 # --- the config dir ---------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _b64url(data: bytes) -> str:

@@ -102,7 +102,7 @@ class KiwixServe:
         return self.process.pid
 
     def start(self) -> None:
-        from tests.support.wire_servers import free_port  # not needed by the build subprocess
+        from tests.support.ports import free_port  # not needed by the build subprocess
 
         last_error = ""
         for _attempt in range(3):  # the free port may be taken between probe and bind

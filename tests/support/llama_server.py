@@ -36,6 +36,7 @@ import httpx
 import pytest
 
 from tests.support.require import missing_service
+from tests.support.venvs import run_venv_script
 
 LLAMA_VERSION = "0.3.36"
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -78,19 +79,7 @@ def venv_dir() -> Path:
 
 def ensure_venv() -> tuple[Path, Path]:
     """Build (or reuse) the venv: its Python and the model file."""
-    try:
-        done = subprocess.run(
-            ["bash", str(VENV_SCRIPT)],
-            capture_output=True,
-            text=True,
-            timeout=VENV_BUILD_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LlamaUnavailable(f"building the llama.cpp venv failed: {exc}") from exc
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise LlamaUnavailable(f"scripts/llm_venv.sh exited {done.returncode}:\n{tail}")
+    run_venv_script(VENV_SCRIPT, VENV_BUILD_TIMEOUT_S, LlamaUnavailable, "llama.cpp")
     python = venv_dir() / "bin" / "python"
     model = venv_dir() / "models" / MODEL_FILE
     for path in (python, model):

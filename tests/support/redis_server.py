@@ -23,7 +23,7 @@ from typing import Self
 
 import redis
 
-from tests.support.wire_servers import free_port
+from tests.support.ports import free_port
 
 BINARY = "redis-server"
 MISSING_REASON = "redis-server is not installed (Debian package redis-server; .ci/run installs it)"

@@ -33,6 +33,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from tests.support.ports import free_port
+
 FaultKind = Literal["delay", "status", "not_json", "wrong_shape", "empty", "custom"]
 
 
@@ -89,13 +91,6 @@ class SeenRequest:
     def param(self, name: str) -> str | None:
         values = self.params.get(name)
         return values[-1] if values else None
-
-
-def free_port() -> int:
-    """A port that was free a moment ago on 127.0.0.1 (for servers that bind themselves)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def closed_port_url() -> str:

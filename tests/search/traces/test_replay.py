@@ -20,7 +20,7 @@ from search.config import TraceConfig, load_config
 from search.service import Service
 from search.traces.replay import CaptureBook, ReplaySource, compare
 from search.traces.store import SQLiteTraceStore, TraceFilter
-from tests.support.app import free_port
+from tests.support.ports import free_port
 from tests.support.scripted import ScriptedSource
 
 KEYWORDS = {"ha": ["lights"], "web": ["news"]}
