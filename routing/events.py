@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import operator
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, ParamSpec, TypeVar
@@ -26,6 +27,11 @@ T = TypeVar("T")
 DEFAULT_MAX_EVENTS = 1000
 
 _clock = time.perf_counter
+# This module runs on every event of every request, so it keeps Python-level calls out
+# of the hot path: an Entry is built by the C `tuple.__new__` (`Entry(...)` runs a Python
+# __new__), and steps are read by `map` with a C getter rather than a Python loop.
+_new_tuple = tuple.__new__
+_step_of = operator.itemgetter(2)  # Entry.step
 
 
 class RouteLog:
@@ -71,17 +77,22 @@ class RouteLog:
 
     def happened(self, step: str) -> bool:
         """Whether `step` was recorded at least once in this request, kept or dropped."""
-        for entry in self.entries:  # a plain loop: a generator costs more than the scan
-            if entry.step == step:
-                return True
-        return step in self.dropped_steps
+        return step in map(_step_of, self.entries) or step in self.dropped_steps
+
+    def steps(self) -> set[str]:
+        """Every step recorded in this request, kept or dropped (the route statistics)."""
+        return {*map(_step_of, self.entries), *self.dropped_steps}
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0
 
     def freeze(self) -> RecordedChain:
         """The chain so far, fixed; its event dicts are built on first read."""
-        return RecordedChain(self.entries[:], self.started)
+        chain = object.__new__(RecordedChain)  # as RecordedChain(), without its Python frame
+        chain.entries = self.entries[:]
+        chain.started = self.started
+        chain._events = None
+        return chain
 
     def snapshot(self) -> list[dict[str, Any]]:
         """A copy of the chain so far as event dicts, in seq order."""
@@ -109,10 +120,15 @@ class RecordedChain:
     __slots__ = ("entries", "started", "_events")
 
     def __init__(self, entries: list[Entry], started: float) -> None:
-        """`entries` as `RouteLog` holds them, or as lists read back from JSON."""
-        self.entries = [e if isinstance(e, Entry) else Entry(*e) for e in entries]
+        """`entries` as `RouteLog` holds them (taken as they are: this runs per request)."""
+        self.entries = entries
         self.started = started
         self._events: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def from_rows(cls, rows: list[list[Any]], started: float) -> RecordedChain:
+        """A chain from its entries as lists, as they come back from JSON."""
+        return cls([Entry(*row) for row in rows], started)
 
     def step_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(step, the event's own fields) per event, in order, without building events."""
@@ -166,7 +182,7 @@ def record(step: Step, **fields: Any) -> None:
     # Inline, no method call: this runs for every event of every request.
     entries = log.entries
     if len(entries) < log.max_events:
-        entries.append(Entry(_clock(), _part.get(), step, fields))
+        entries.append(_new_tuple(Entry, (_clock(), _part.get(), step, fields, None)))
     else:
         log.past_bound(step, _part.get(), fields)
 

@@ -210,10 +210,11 @@ class Service:
         """Messages in the recorded events, scrubbed before anything reads the chain."""
         for entry in recorded.entries:
             fields = entry.fields
-            for key in ("message", "detail"):
-                value = fields.get(key)
-                if isinstance(value, str):
-                    fields[key] = self.scrubber.text(value)
+            if "message" in fields or "detail" in fields:  # few events do; this runs on all
+                for key in ("message", "detail"):
+                    value = fields.get(key)
+                    if isinstance(value, str):
+                        fields[key] = self.scrubber.text(value)
 
     def _scrub_result(self, result: dict[str, Any]) -> dict[str, Any]:
         if result.get("error"):
@@ -298,8 +299,9 @@ class Service:
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events
-                cached = chain_log.happened(Step.RESULT_CACHE_HIT)
-                fallback = chain_log.happened(Step.FALLBACK)
+                steps = chain_log.steps()
+                cached = Step.RESULT_CACHE_HIT in steps
+                fallback = Step.FALLBACK in steps
                 duration_ms = round(chain_log.elapsed_ms(), 3)
         finally:
             current_trace_id.reset(trace_token)

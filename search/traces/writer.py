@@ -114,7 +114,7 @@ def _record(fields: list[Any]) -> TraceRecord:
         captures,
         session_id,
     ) = fields
-    events = RecordedChain(chain[2], chain[1]) if chain[0] == "raw" else chain[1]
+    events = RecordedChain.from_rows(chain[2], chain[1]) if chain[0] == "raw" else chain[1]
     return TraceRecord(
         trace_id,
         started_at,

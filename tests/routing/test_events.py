@@ -108,6 +108,18 @@ async def test_the_log_is_bounded_and_counts_what_it_dropped() -> None:
     assert log.snapshot()[-1]["step"] == "error"
     # The statistics still see the dropped cache hit.
     assert log.happened("result_cache_hit")
+    assert not log.happened("fallback")
+    assert log.steps() == {"step", "result_cache_hit", "error"}
+
+
+def test_a_frozen_chain_keeps_what_was_recorded_by_then() -> None:
+    with route_log() as log:
+        record("first", n=1)
+        frozen = log.freeze()
+        record("late", n=2)  # a worker thread finishing after the answer was built
+    assert [e["step"] for e in frozen.events()] == ["first"]
+    assert frozen.entries[0].step == "first" and frozen.entries[0].seq is None
+    assert [e["step"] for e in log.snapshot()] == ["first", "late"]
 
 
 def test_the_null_recorder_keeps_nothing() -> None:
