@@ -4,7 +4,8 @@ A stage describes each candidate route (and `none`, "no source serves this") by 
 numbers: its keyword score, whether it is the keyword rules' unique best, the cosine
 similarity of its nearest exemplar (also measured against the query's similarity to every
 exemplar, so a long question, near nothing in absolute terms, can still stand out near
-one route), the exemplar classifier's log-probability, and whether it is `none`. The
+one route), how many of the query's nearest exemplars are the route's, the exemplar
+classifier's log-probability, and whether it is `none`. The
 confidence of a route is a softmax over the candidates of one weighted sum of those
 numbers (a conditional logit). The weights are shared by every route, so they
 hold for a route the fit never saw (a user's `recipes`), and they are fitted by maximum
@@ -25,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ FULL_FEATURES = (
     "similarity_lead",
     "similarity_z",
     "similarity_z_lead",
+    "nearest_share",
     "log_probability",
     "none",
     "none_keyword",
@@ -91,12 +93,20 @@ def single(route: str, confidence: float) -> Ranked:
 SPREAD_FLOOR = 0.06
 
 
+# How many of the query's nearest exemplars `Spread.nearest` counts.
+NEAREST_COUNTED = 5
+
+
 @dataclass(frozen=True, slots=True)
 class Spread:
-    """The query's similarity to every exemplar: its mean and standard deviation."""
+    """The query's similarity to every exemplar: its mean and standard deviation, and per
+    label how much of its NEAREST_COUNTED nearest exemplars are that label's, out of as
+    many as the label has (one stray exemplar near the query is the nearest, not the
+    neighbourhood; a route of two exemplars, both nearest, holds all it can)."""
 
     mean: float
     std: float
+    nearest: Mapping[str, float] = field(default_factory=dict)
 
     def standardise(self, similarity: float) -> float:
         return (similarity - self.mean) / max(self.std, SPREAD_FLOOR)
@@ -133,6 +143,7 @@ def features(
                 sim - sim_rival,
                 z,
                 z_lead,
+                spread.nearest.get(label, 0.0) if spread else 0.0,
                 max(math.log(p), LOG_PROBABILITY_FLOOR) if p else LOG_PROBABILITY_FLOOR,
             ]
             row += [is_none, is_none * math.log1p(own), is_none * sim]
@@ -202,9 +213,12 @@ def load_model(path: str | None = None) -> ConfidenceModel:
 
 
 def declined(stage: str, ranked: Ranked, threshold: float) -> str:
-    """What a declining stage says: "semantic 0.41 < 0.55" (more digits where two would
-    read as equal: "semantic 0.9996 < 1.0000")."""
+    """What a declining stage says: "semantic 0.41 < 0.55": the threshold as it was set
+    ("keyword 0.993 < 0.999", not "0.99 < 1.00"), and more digits where two would read as
+    equal ("semantic 0.5496 < 0.5500")."""
     digits = 2
+    while digits < 4 and round(threshold, digits) != threshold:
+        digits += 1
     while digits < 6 and round(ranked.confidence, digits) >= round(threshold, digits):
         digits += 1
     return f"{stage} {ranked.confidence:.{digits}f} < {threshold:.{digits}f}"

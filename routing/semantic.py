@@ -35,6 +35,7 @@ import numpy as np
 
 from routing.confidence import (
     LLM_CONFIDENCE,
+    NEAREST_COUNTED,
     ConfidenceModel,
     Spread,
     declined,
@@ -99,6 +100,12 @@ class ExemplarIndex:
         self.matrix = np.ascontiguousarray(vectors, dtype=np.float32)
         if self.matrix.shape[0] != len(self.texts):
             raise ValueError("one vector per exemplar")
+        # Each row's label, by index into `labels` (for counting the nearest rows' labels).
+        counts = np.diff([*self.starts, len(self.texts)]).astype(int)
+        self._row_label = np.repeat(np.arange(len(self.labels)), counts)
+        # How many of the nearest a label could hold at most: a user's route of two
+        # exemplars, both among the nearest, is as much the neighbourhood as a full one.
+        self._nearest_room = np.minimum(counts, NEAREST_COUNTED)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -118,7 +125,16 @@ class ExemplarIndex:
             offset = start + int(np.argmax(scores[start:end]))
             best.append((label, self.texts[offset], float(scores[offset])))
         best.sort(key=lambda item: item[2], reverse=True)
-        return best, Spread(float(scores.mean()), float(scores.std()))
+        counted = min(NEAREST_COUNTED, len(scores))
+        nearest = np.argpartition(-scores, counted - 1)[:counted]
+        held = np.bincount(self._row_label[nearest], minlength=len(self.labels))
+        shares = held / np.minimum(self._nearest_room, counted)
+        spread = Spread(
+            float(scores.mean()),
+            float(scores.std()),
+            {label: float(share) for label, share in zip(self.labels, shares, strict=True)},
+        )
+        return best, spread
 
 
 class LabelClassifier:

@@ -16,15 +16,19 @@ from bench import routing_quality as rq
 from routing.confidence import (
     FULL_FEATURES,
     KEYWORD_FEATURES,
+    NEAREST_COUNTED,
     SPREAD_FLOOR,
     ConfidenceModel,
     Spread,
+    declined,
     features,
     load_model,
+    single,
 )
 from routing.events import route_log
 from routing.intents import KeywordStage
 from routing.keyword import KeywordRules
+from routing.semantic import ExemplarIndex
 from routing.types import ResolveContext
 from search.config import Config
 from search.service import SearchOutcome, Service
@@ -126,7 +130,7 @@ async def test_a_keyword_tie_is_recorded_and_declined() -> None:
 
 async def test_min_confidence_from_config_and_the_default_says_low_confidence() -> None:
     config = scripted_config(
-        {"ha": {}, "web": {}}, {"ha": ["lights"], "web": ["news"]}, min_confidence=0.99
+        {"ha": {}, "web": {}}, {"ha": ["lights"], "web": ["news"]}, min_confidence=0.999
     )
     svc = Service(config)
     await svc.start(sources=False)
@@ -135,7 +139,7 @@ async def test_min_confidence_from_config_and_the_default_says_low_confidence() 
     finally:
         await svc.aclose()
     keyword, default = intents(outcome)
-    assert keyword["decision"] is None and keyword["declined"].endswith("< 0.99")
+    assert keyword["decision"] is None and keyword["declined"].endswith("< 0.999")
     assert default["reason"] == "low_confidence" and default["decision"] == "ha"
     assert outcome.results[0].stage == "intent_default"
 
@@ -202,9 +206,11 @@ def test_a_fit_from_before_a_feature_existed_still_loads_as_it_was_fitted() -> N
     current = load_model().to_json()
     older = {**current, "full": dict(current["full"])}
     del older["full"]["similarity_z"], older["full"]["similarity_z_lead"]
+    del older["full"]["nearest_share"]
     model = ConfidenceModel.from_json(older)
     weights = dict(zip(FULL_FEATURES, model.full_weights, strict=True))
     assert weights["similarity_z"] == weights["similarity_z_lead"] == 0.0
+    assert weights["nearest_share"] == 0.0
     assert weights["similarity"] == current["full"]["similarity"]
 
 
@@ -222,3 +228,34 @@ def test_similarity_is_also_measured_against_the_querys_spread() -> None:
     tiny = features(labels, {}, sims, {}, Spread(mean=0.25, std=0.001))
     assert tiny[0, lead] == pytest.approx(0.1 / SPREAD_FLOOR)
     assert features(labels, {}, sims, {})[0, z] == 0.0  # unknown without a spread
+
+
+def test_the_nearest_exemplars_are_counted_per_route() -> None:
+    """One stray exemplar near the query is its nearest; the neighbourhood is the share of
+    its NEAREST_COUNTED nearest exemplars each route holds."""
+    axis = np.eye(3, dtype=np.float32)
+    kiwix = [axis[0] * 0.9 + axis[2] * 0.1] * 4
+    web = [axis[0], axis[1], axis[1], axis[1]]  # one web exemplar lies on the query itself
+    index = ExemplarIndex(
+        {"kiwix": ["k1", "k2", "k3", "k4"], "web": ["w0", "w1", "w2", "w3"]},
+        np.asarray([v / np.linalg.norm(v) for v in [*kiwix, *web]]),
+    )
+    best, spread = index.match(axis[0])
+    assert best[0][:2] == ("web", "w0")  # the nearest is web's stray exemplar
+    assert spread is not None and NEAREST_COUNTED == 5
+    assert spread.nearest == {"kiwix": 1.0, "web": 0.25}  # of the four each route has
+    share = FULL_FEATURES.index("nearest_share")
+    rows = features(["kiwix", "web"], {}, {r: s for r, _, s in best}, {}, spread)
+    assert rows[0, share] == 1.0 and rows[1, share] == 0.25
+    # a route of two exemplars, both among the nearest, holds all it can
+    small = ExemplarIndex(
+        {"kiwix": ["k1", "k2"], "web": ["w0", "w1", "w2", "w3"]}, index.matrix[2:]
+    )
+    assert small.match(axis[0])[1].nearest == {"kiwix": 1.0, "web": 0.75}
+    assert features(["kiwix"], {}, {"kiwix": 0.5}, {})[0, share] == 0.0  # unknown: none counted
+
+
+def test_a_decline_shows_the_threshold_as_it_was_set() -> None:
+    assert declined("keyword", single("ha", 0.9931), 0.999) == "keyword 0.993 < 0.999"
+    assert declined("semantic", single("ha", 0.41), 0.55) == "semantic 0.41 < 0.55"
+    assert declined("semantic", single("ha", 0.5496), 0.55) == "semantic 0.5496 < 0.5500"

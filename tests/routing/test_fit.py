@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from routing import fit
 
@@ -46,3 +47,35 @@ def test_when_no_threshold_meets_the_cap_the_most_accurate_one_is_taken() -> Non
 
 def test_no_threshold_lets_a_coin_flip_decide() -> None:
     assert min(fit.THRESHOLDS) > 0.5  # two routes tied on the same words score about 0.5
+
+
+def test_each_corpus_and_then_each_route_weighs_the_same() -> None:
+    # corpus "a": three kiwix rows, two none rows (one of them weighted 3, as a household
+    # label is); corpus "b": one none row
+    examples = _examples([0, 0, 0, 1, 1, 1], ["a", "a", "a", "a", "a", "b"])
+    examples.weight = np.asarray([1.0, 1.0, 1.0, 3.0, 1.0, 1.0])
+    weight = fit.balanced_weights(examples)
+    kiwix, none = weight[:3].sum(), weight[3:].sum()
+    assert kiwix == pytest.approx(none)  # the routes, whatever the corpora asked about
+    assert weight[3] == pytest.approx(3 * weight[4])  # a row's own weight, within its corpus
+    assert weight[5] > weight[4]  # corpus "b" has one row; it counts as much as all of "a"'s
+    assert weight.sum() == pytest.approx(len(weight))
+    # computed on the rows a fit has: leaving "b" out balances what is left
+    rest = fit.balanced_weights(examples.subset(np.asarray([True] * 5 + [False])))
+    assert rest[:3].sum() == pytest.approx(rest[3:].sum())
+
+
+def test_evidence_for_a_route_never_gets_a_negative_weight() -> None:
+    """Two collinear features (as similarity and its z-score are over the shipped
+    exemplars): unconstrained, the fit may give one a negative weight; as evidence it is
+    held at 0 and the other carries it."""
+    rng = np.random.default_rng(0)
+    rows, labels = 400, 2
+    signal = rng.normal(size=(rows, labels))
+    x = np.stack([signal, 2 * signal + 0.05 * rng.normal(size=(rows, labels))], axis=2)
+    target = (signal + 0.5 * rng.normal(size=(rows, labels))).argmax(axis=1)
+    x[:, :, 0] -= 0.3 * (np.arange(labels) == target[:, None])  # the first misleads a little
+    free = fit.fit_weights(x, target, np.ones(rows))
+    assert free.min() < 0
+    held = fit.fit_nonnegative(x, target, np.ones(rows), [0, 1])
+    assert held.min() >= 0 and held[1] > 0
