@@ -7,6 +7,8 @@ real wheel and reads the data from where it is installed.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from routing.stages import resolved_routes, semantic_stage
 from search.config import ConfigError, parse_config
 from search.service import Service
 from tests.support import scripted
+from tests.support.require import missing_data
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"forecast", "ha", "kiwix", "web", NONE}
@@ -312,3 +315,33 @@ def test_the_commented_override_example_in_config_yaml_is_valid() -> None:
             assert added in routes[name].keywords
         for dropped in override.get("disable_keywords", []):
             assert dropped not in routes[name].keywords
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
+
+
+def test_no_shipped_exemplar_is_a_sentence_of_a_labelled_set() -> None:
+    """The shipped exemplars are the project's own sentences: none is one of an evaluation
+    set, nor of OpenTriviaQA (whose left-out figure would otherwise not be one). Compared
+    as words, ignoring case and punctuation. (Keyword rules are phrases: "what time is it"
+    is a rule and, whole, a test sentence of Home Assistant's; that is vocabulary.)"""
+    from bench.routing_quality import default_eval_dir
+
+    eval_dir = default_eval_dir()
+    if not eval_dir.is_dir():
+        missing_data("the evaluation sets", f"none in {eval_dir} (set ROUTING_EVAL_DIR)")
+    sentences = {
+        _plain(json.loads(line)["text"])
+        for path in [*eval_dir.glob("*.jsonl"), ROOT / "routing/fit_data/opentriviaqa.jsonl"]
+        for line in path.read_text("utf-8").splitlines()
+        if line.strip()
+    }
+    assert len(sentences) > 1500
+    copied = [
+        (route.name, text)
+        for route in shipped_routes().values()
+        for text in route.exemplars
+        if _plain(text) in sentences
+    ]
+    assert copied == []
