@@ -396,8 +396,17 @@ def render(model: ConfidenceModel, report: dict[str, Any]) -> str:
             f"{f} {w:+.3f}" for f, w in zip(KEYWORD_FEATURES, model.keyword_weights, strict=True)
         )
     )
+    held = [
+        f
+        for f, w in zip(FULL_FEATURES, model.full_weights, strict=True)
+        if f in EVIDENCE and w == 0
+    ]
     lines.append(
         "         full    "
         + ", ".join(f"{f} {w:+.3f}" for f, w in zip(FULL_FEATURES, model.full_weights, strict=True))
     )
+    if held:
+        lines.append(
+            f"         held at 0 (fitted, they would weigh against their route): {', '.join(held)}"
+        )
     return "\n".join(lines)

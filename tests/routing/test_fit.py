@@ -79,3 +79,32 @@ def test_evidence_for_a_route_never_gets_a_negative_weight() -> None:
     assert free.min() < 0
     held = fit.fit_nonnegative(x, target, np.ones(rows), [0, 1])
     assert held.min() >= 0 and held[1] > 0
+
+
+def test_the_report_names_the_evidence_held_at_zero() -> None:
+    rng = np.random.default_rng(1)
+    rows, labels = 120, ["kiwix", "none"]
+    x = rng.normal(size=(rows, 2, len(fit.FULL_FEATURES)))
+    target = rng.integers(0, 2, rows)
+    examples = fit.Examples(
+        labels,
+        np.zeros((rows, 2, len(fit.KEYWORD_FEATURES))),
+        x,
+        target,
+        np.ones(rows),
+        ["a"] * 60 + ["b"] * 60,
+    )
+    model, report = fit.fit_described(examples)
+    held = [
+        f
+        for f, w in zip(fit.FULL_FEATURES, model.full_weights, strict=True)
+        if f in fit.EVIDENCE and w == 0
+    ]
+    assert all(
+        w >= 0
+        for f, w in zip(fit.FULL_FEATURES, model.full_weights, strict=True)
+        if f in fit.EVIDENCE
+    )
+    text = fit.render(model, report)
+    assert held  # noise features: most would weigh against their route
+    assert f"held at 0 (fitted, they would weigh against their route): {', '.join(held)}" in text
