@@ -153,8 +153,9 @@ async def describe(config: Any, rows: Sequence[Labelled]) -> Examples:
 
 
 def balanced_weights(examples: Examples) -> np.ndarray:
-    """What each row counts for in a fit of exactly these rows: each corpus equally (a row
-    by its own weight within it), and then each route equally.
+    """What each row counts for in a fit of exactly these rows: each corpus as much as its
+    rows' mean own weight (a shipped corpus 1, a household's labels at weight 3 three
+    times that), whatever its size; and then each route equally.
 
     Why routes too: which routes a corpus asks about is the corpus's choice, not the
     users'. Without the quiz corpus, encyclopedia questions are 3% of what is left (a few
