@@ -88,11 +88,7 @@ class RouteLog:
 
     def freeze(self) -> RecordedChain:
         """The chain so far, fixed; its event dicts are built on first read."""
-        chain = object.__new__(RecordedChain)  # as RecordedChain(), without its Python frame
-        chain.entries = self.entries[:]
-        chain.started = self.started
-        chain._events = None
-        return chain
+        return RecordedChain(self.entries[:], self.started)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """A copy of the chain so far as event dicts, in seq order."""

@@ -127,8 +127,11 @@ class ExemplarIndex:
         best.sort(key=lambda item: item[2], reverse=True)
         counted = min(NEAREST_COUNTED, len(scores))
         nearest = np.argpartition(-scores, counted - 1)[:counted]
-        held = np.bincount(self._row_label[nearest], minlength=len(self.labels))
-        shares = held / np.minimum(self._nearest_room, counted)
+        # A label holds at most as many of the nearest as it has exemplars (`_nearest_room`;
+        # with fewer than NEAREST_COUNTED exemplars in all, every one of them is counted).
+        shares = (
+            np.bincount(self._row_label[nearest], minlength=len(self.labels)) / self._nearest_room
+        )
         spread = Spread(
             float(scores.mean()),
             float(scores.std()),
