@@ -163,7 +163,7 @@ def balanced_weights(examples: Examples) -> np.ndarray:
     is most likely something no source serves. Computed per fit, so a fit that leaves a
     corpus out balances what it has.
     """
-    weight = examples.weight.astype(np.float64).copy()
+    weight = examples.weight.astype(np.float64)  # a copy
     corpora = np.asarray(examples.corpus)
     for corpus in set(examples.corpus):
         inside = corpora == corpus
