@@ -392,12 +392,21 @@ class SemanticStage:
         keyword = context.keyword.scores if context.keyword is not None else {}
         labels = [*self.labels(), *(r for r in keyword if r in self.routes or r == NONE)]
         labels = list(dict.fromkeys(labels))
-        confidence = self.model.full(
-            labels,
-            keyword,
-            {c.route: c.score for c in ranked},
-            {c.route: c.probability for c in ranked if c.probability is not None},
-            spread,
+        unknown = self._unknown_words(query) if context.keyword is None else 0
+        # Not one word the model knows: its similarities are between fragments of letters,
+        # not evidence, so the confidence is the fit's own with no evidence at all (the
+        # candidates, all equal, in the order of their nearest exemplars).
+        nearness = {c.route: i for i, c in enumerate(ranked)}
+        confidence = (
+            self.model.keyword(sorted(labels, key=lambda r: nearness.get(r, len(nearness))), {})
+            if unknown
+            else self.model.full(
+                labels,
+                keyword,
+                {c.route: c.score for c in ranked},
+                {c.route: c.probability for c in ranked if c.probability is not None},
+                spread,
+            )
         )
         events = []
         for entry in confidence.candidates(self.config.top_k):
@@ -420,7 +429,6 @@ class SemanticStage:
             "candidates": events,
             "threshold": self.min_confidence,
         }
-        unknown = self._unknown_words(query) if context.keyword is None else 0
         sure = confidence.confidence >= self.min_confidence and not unknown
         if sure and confidence.winner != NONE:
             record(

@@ -78,6 +78,24 @@ async def test_gibberish_is_declined_with_its_candidates(service: Service, text:
     ]
 
 
+async def test_a_query_of_no_known_word_has_the_confidence_of_no_evidence(
+    service: Service,
+) -> None:
+    """Similarities between fragments of letters are not evidence: the stage states the
+    fit's confidence with nothing to go on (every route equal), not what the fragments
+    would make of it, and lists the routes by their nearest exemplar."""
+    outcome = await route(service, "qwertz uiop asdf")
+    [semantic] = [e for e in intents(outcome) if e["step"] == "intent_semantic"]
+    assert semantic["declined"] == "semantic: none of its 3 words is a word the model knows"
+    shown = semantic["candidates"]
+    stage = service.resolver.stage("intent_semantic")
+    nothing = load_model().keyword(stage.labels(), {})  # type: ignore[union-attr]
+    assert {c["confidence"] for c in shown} == {round(nothing.confidence, 4)}
+    assert semantic["confidence"] < semantic["threshold"]
+    nearness = [c["similarity"] for c in shown]
+    assert nearness == sorted(nearness, reverse=True)
+
+
 async def test_a_confident_decision_and_an_unserved_one(service: Service) -> None:
     lights = await route(service, "turn on the kitchen lights")
     assert [(r.route, r.stage) for r in lights.results] == [("ha", "intent_keyword")]
