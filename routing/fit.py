@@ -1,7 +1,7 @@
 """`search fit`: learn the confidence weights from labelled utterances, and say how well.
 
 Inputs: routing/fit_data/*.jsonl (public corpora, see its NOTICE.md) and any `extra` rows
-a caller adds: `fit(config, extra=[Labelled(text, route, weight=3.0, corpus="household")])`
+a caller adds: `fit(config, extra=[Labelled(text, route, weight=3.0, corpus=HOUSEHOLD)])`
 is how a household's own corrections can count above the shipped corpus.
 
 Each utterance is described the way routing will see it (routing/confidence.py: keyword
@@ -51,7 +51,16 @@ CORPUS_OF = {
     "opentriviaqa": "opentriviaqa",
     "snips": "snips",
 }
+HOUSEHOLD = "household"  # the corpus of a household's own labels (`search fit`)
 L2 = 1e-2
+# The share of rows whose label is taken to be wrong, whatever they say (`fit_examples`).
+# Relabelling a public corpus to these routes leaves a few percent of rows with a
+# debatable label; held out, a fit that believes every label is too unsure of clean data
+# (quiz questions: right 92%, confident 87%). Chosen by the held-out figures: 0.005
+# measures the same within a point; 0.002 leaves the quiz questions under-confident; from
+# 0.02 the fit is sure enough that a fold's threshold rises to 0.7, declining more.
+LABEL_NOISE = 0.01
+NOISE_ROUNDS = 50  # at most; EM stops when no weight moves by 1e-4
 # Measured evidence for a route, whose weight is fitted at 0 or above: more similarity
 # never makes the route less likely. Unconstrained, the fit learnt raw similarity at -3
 # (and its z-score at +0.5) because over the shipped exemplars the two move together;
@@ -176,11 +185,31 @@ def balanced_weights(examples: Examples) -> np.ndarray:
 
 def fit_examples(examples: Examples, keyword: bool = False) -> np.ndarray:
     """The full (or keyword-only) weights fitted on `examples`, balanced, the measured
-    evidence kept non-negative."""
+    evidence kept non-negative, allowing for LABEL_NOISE.
+
+    The likelihood is that of a label right with probability 1 - LABEL_NOISE and otherwise
+    any label at random, maximised by EM: each row counts as much as the model finds its
+    label plausible against chance. A row whose label the others contradict (SLURP's
+    "what's trump been on about this week" filed as a question for the encyclopedia) then
+    pulls the weights far less than a plain likelihood lets it, which would spread its
+    doubt over every route's confidence. A household's own labels (corpus HOUSEHOLD) are
+    taken as given: a correction is the user's word, and exactly a label the evidence
+    contradicts.
+    """
     names = KEYWORD_FEATURES if keyword else FULL_FEATURES
     x = examples.keyword if keyword else examples.full
     evidence = [i for i, name in enumerate(names) if name in EVIDENCE]
-    return fit_nonnegative(x, examples.target, balanced_weights(examples), evidence)
+    balanced = balanced_weights(examples)
+    w = fit_nonnegative(x, examples.target, balanced, evidence)
+    chance = LABEL_NOISE / x.shape[1]
+    given = np.asarray(examples.corpus) == HOUSEHOLD
+    for _ in range(NOISE_ROUNDS):
+        right = predict(x, w)[np.arange(len(x)), examples.target] * (1 - LABEL_NOISE)
+        plausible = np.where(given, 1.0, right / (right + chance))
+        last, w = w, fit_nonnegative(x, examples.target, balanced * plausible, evidence)
+        if np.abs(w - last).max() < 1e-4:
+            break
+    return w
 
 
 def fit_nonnegative(

@@ -66,7 +66,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     finally:
         if store is not None:
             store.close_sync()
-    extra = [fit.Labelled(r.text, r.route, corpus="household", weight=r.weight) for r in rows]
+    extra = [fit.Labelled(r.text, r.route, corpus=fit.HOUSEHOLD, weight=r.weight) for r in rows]
     model, report = asyncio.run(fit.fit(config, extra=extra))
     if args.json:
         print(json.dumps({**report, "labels": label_lines}, indent=2))

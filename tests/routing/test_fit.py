@@ -108,3 +108,59 @@ def test_the_report_names_the_evidence_held_at_zero() -> None:
     text = fit.render(model, report)
     assert held  # noise features: most would weigh against their route
     assert f"held at 0 (fitted, they would weigh against their route): {', '.join(held)}" in text
+
+
+def _one_signal(signal: np.ndarray, target: np.ndarray) -> fit.Examples:
+    """Two routes told apart by one measured feature (the classifier's log-probability)."""
+    rows = len(target)
+    full = np.zeros((rows, 2, len(fit.FULL_FEATURES)))
+    full[:, :, fit.FULL_FEATURES.index("log_probability")] = signal
+    return fit.Examples(
+        ["kiwix", "web"],
+        np.zeros((rows, 2, len(fit.KEYWORD_FEATURES))),
+        full,
+        target,
+        np.ones(rows),
+        ["a"] * rows,
+    )
+
+
+def test_a_label_the_evidence_contradicts_pulls_the_fit_less(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A few rows filed under the wrong route, against strong evidence (a relabelled public
+    corpus has some): a plain likelihood lowers the weight of that evidence for every row;
+    allowing for label noise, the fit stays nearer the one the clean rows alone give."""
+    rng = np.random.default_rng(2)
+    rows = 400
+    signal = rng.normal(scale=2.0, size=(rows, 2))
+    clean = (signal + rng.normal(size=(rows, 2))).argmax(axis=1)
+    dirty = clean.copy()
+    strongest = np.argsort(-np.abs(signal[:, 0] - signal[:, 1]))[:12]
+    dirty[strongest] = 1 - dirty[strongest]  # 3% mislabelled, each against clear evidence
+    evidence = fit.FULL_FEATURES.index("log_probability")
+
+    def weight(target: np.ndarray, noise: float) -> float:
+        monkeypatch.setattr(fit, "LABEL_NOISE", noise)
+        return float(fit.fit_examples(_one_signal(signal, target))[evidence])
+
+    truth, plain, allowing = weight(clean, 0.0), weight(dirty, 0.0), weight(dirty, 0.01)
+    assert plain < allowing < truth * 1.05
+    assert truth - allowing < (truth - plain) / 2
+
+
+def test_a_households_own_labels_are_taken_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A correction is the user's word, and a label the evidence contradicts: the noise
+    allowance never weighs it down."""
+    rng = np.random.default_rng(3)
+    signal = rng.normal(scale=2.0, size=(200, 2))
+    target = signal.argmax(axis=1)
+    target[:6] = 1 - target[:6]  # six corrections against what the evidence says
+    examples = _one_signal(signal, target)
+    examples.corpus = ["a"] * 200
+    public = fit.fit_examples(examples)  # the same rows from a public corpus: weighed down
+    examples.corpus = [fit.HOUSEHOLD] * 200
+    given = fit.fit_examples(examples)
+    monkeypatch.setattr(fit, "LABEL_NOISE", 0.0)
+    np.testing.assert_allclose(given, fit.fit_examples(examples))
+    assert not np.allclose(given, public)
