@@ -9,7 +9,8 @@ with its request. Soft ones
 "turn off the lights and what's the weather" splits. A request opens with a question word,
 an imperative, a wake word ("olly, ..."), a request's topic ("weather in Oslo", "the
 latest tech headlines", "the five day forecast") or a superlative ("best bar in town",
-"tallest building"; not "the fastest and cheapest way"); after "and", a condition with its
+"tallest building"); two superlatives or two paired modifiers joined ("the fastest and
+cheapest way", "the upper and lower falls") are one phrase. After "and", a condition with its
 consequence ("and if it rains close the windows") opens one too, while a verb and a
 pronoun ("and use it", ", turn it up") continue the request before; after a
 comma, any clause of three words or more that doesn't continue the previous one
@@ -47,6 +48,7 @@ _TOPIC_MODIFIERS = _WORDS.topic_modifiers
 _ARTICLES = _WORDS.articles
 # A superlative heads a request of its own: "best bar in town", "tallest building".
 _SUPERLATIVES = _WORDS.superlatives
+_PAIRED = _WORDS.paired_modifiers
 # "ten day forecast", "3 hour forecast": a count and a unit before a topic.
 _NUMBERS = _WORDS.numbers
 _PERIODS = _WORDS.periods
@@ -216,9 +218,17 @@ def _can_stand_alone(left: str) -> bool:
 
 
 def _coordinated(left: str, right: str) -> bool:
-    """Two superlatives joined ("the fastest and cheapest way"): one phrase, not two requests."""
+    """Two superlatives joined ("the fastest and cheapest way"), or two modifiers of a pair
+    ("the upper and lower peninsulas"): one phrase, not two requests. A modifier that is
+    also a verb opens a request when an article or a pronoun follows it, as its object
+    ("... the front door and open the window")."""
     before, after = _words(left), _words(right)
-    return bool(before and after) and before[-1] in _SUPERLATIVES and after[0] in _SUPERLATIVES
+    if not (before and after):
+        return False
+    if before[-1] in _SUPERLATIVES and after[0] in _SUPERLATIVES:
+        return True
+    takes_object = len(after) > 1 and (after[1] in _ARTICLES or after[1] in _PRONOUNS)
+    return before[-1] in _PAIRED and after[0] in _PAIRED and not takes_object
 
 
 _PRONOUNS = _WORDS.pronouns
