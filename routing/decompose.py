@@ -63,6 +63,7 @@ _INTRODUCTIONS = _WORDS.introductions
 _IN_PLACE_QUESTIONS = _WORDS.in_place_questions
 _RELATIVES = _WORDS.relatives
 _PARTICIPLES = _WORDS.participles
+_SPEECH_VERBS = _WORDS.speech_verbs
 
 _HARD = r";|\band\s+(?:also|then)\b"
 # A sentence end: "?" or "!", or a full stop after a number or two letters ("a score of 5.",
@@ -217,6 +218,13 @@ def _can_stand_alone(left: str) -> bool:
     return True
 
 
+def _quotes(left: str) -> bool:
+    """The text before a comma ends with a verb of saying ("what rapper once said, ..."):
+    what follows is the quotation, part of the same request."""
+    words = _words(left)
+    return bool(words) and words[-1] in _SPEECH_VERBS
+
+
 def _coordinated(left: str, right: str) -> bool:
     """Two superlatives joined ("the fastest and cheapest way"), or two modifiers of a pair
     ("the upper and lower peninsulas"): one phrase, not two requests. A modifier that is
@@ -331,6 +339,7 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
             accept = _two_requests(left, right)
         elif (
             not _can_stand_alone(left)
+            or (match.group("soft") == "," and _quotes(left))
             or _coordinated(left, right)
             or _refers_back(right)
             or _asks_in_place(_rest_of_sentence(query, match.end()))

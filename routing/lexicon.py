@@ -48,6 +48,7 @@ class DecomposeWords(_Section):
     in_place_questions: Words
     relatives: Words
     participles: Words
+    speech_verbs: Words
     condition_openers: Words
     pronouns: Words
     particles: Words

@@ -23,6 +23,7 @@ from routing.decompose import decompose, decompose_claimed, is_complete_request
         ("dim the lights; any news from kenya", ["dim the lights", "any news from kenya"]),
         # a paired modifier that is a verb with its object ("open the window") opens one
         ("lock the front door and open the window", ["lock the front door", "open the window"]),
+        ("what did he say and what did she say", ["what did he say", "what did she say"]),
         ("Who wrote Hamlet? Is it raining?", ["Who wrote Hamlet", "Is it raining"]),
         # soft separators split between two requests
         (
@@ -138,6 +139,8 @@ def test_compound_queries_split(query: str, parts: list[str]) -> None:
         "who is the best and worst president",
         "what connects the upper and lower parts of the lake",  # paired modifiers
         "which months are warm and dry in spain",
+        # a comma after a verb of saying opens a quotation
+        "which president said, ask not what your country can do for you",
         "turn on the lights if it's dark and if it's after six",  # a bare second condition
         "what's the relationship between inflation and interest rates",
         # a verb and a pronoun continue the request before: alone, they name nothing
