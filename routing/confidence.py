@@ -9,7 +9,8 @@ classifier's log-probability, and whether it is `none`. The
 confidence of a route is a softmax over the candidates of one weighted sum of those
 numbers (a conditional logit). The weights are shared by every route, so they
 hold for a route the fit never saw (a user's `recipes`), and they are fitted by maximum
-likelihood on labelled utterances (routing/fit.py), which makes the softmax a calibrated
+likelihood on labelled utterances, a few of whose labels it takes to be wrong
+(routing/fit.py), which makes the softmax a calibrated
 probability: of the decisions made at 0.8, about 80% are right on data the fit did not see
 (`search fit` prints the calibration error it measured by leaving each corpus out).
 

@@ -7,7 +7,8 @@ is how a household's own corrections can count above the shipped corpus.
 Each utterance is described the way routing will see it (routing/confidence.py: keyword
 scores from the resolved routes' rules, similarities to their exemplars, the exemplar
 classifier's probabilities), and two conditional-logit weight vectors are fitted by
-Newton's method (a handful of weights: fast, deterministic, convex). Each corpus counts
+Newton's method (a handful of weights: fast, deterministic, convex), allowing for a
+share of wrong labels (`LABEL_NOISE`, by EM: each round a convex refit). Each corpus counts
 equally, whatever its size, so one big corpus does not set the scale for the others; and
 then each route counts equally (`balanced_weights`), so a route that the corpora at hand
 happen to ask little about is not learnt as a rare one.
