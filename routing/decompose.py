@@ -209,6 +209,8 @@ def _can_stand_alone(left: str) -> bool:
     words = _words(left)
     if len(words) < 2 or all(w in _FILLERS for w in words) or _introduces(words):
         return False
+    if is_greeting(words):
+        return False  # "sorry, one more thing, ..."
     if words[0] in {"when", "whenever"} and words[1] in QUESTION_AFTER_WHEN:
         return True  # "when will it be hot here": a question, not a condition
     if words[0] in CONDITION_OPENERS:

@@ -82,7 +82,7 @@ def first_person_request(words: list[str]) -> bool:
 def asks(words: list[str]) -> bool:
     """A request follows the subject: "I need a taxi", "I'd like the news", "I want to
     know ...", "I want to book a table". Not "I like jazz" nor "I want to go to the beach"
-    (a plan, context for the request beside it)."""
+    (a plan, context for the request beside it), nor "I wonder." with nothing after it."""
     for start in range(1, min(len(words), 1 + _REACH)):
         for phrase in _REQUESTS:
             if tuple(words[start : start + len(phrase)]) != phrase:
@@ -90,6 +90,8 @@ def asks(words: list[str]) -> bool:
             if phrase[0] in _WISHES and words[start - 1] not in _WISH_OPENERS:
                 continue  # "I like jazz", "we love hiking"
             after = words[start + len(phrase) :]
+            if not after:
+                return False  # "I wonder.", "I'm curious.": nothing asked yet
             if phrase == ("wanna",):
                 after = ["to", *after]
             if after[:1] == ["to"]:

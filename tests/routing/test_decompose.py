@@ -280,6 +280,11 @@ def test_a_sentence_of_context_stays_with_its_request(context: str, request_: st
         # a greeting is not a request of its own
         ("Hi. What is the weather?", ["Hi. What is the weather"]),
         ("Good morning! Turn on the lights.", ["Good morning! Turn on the lights"]),
+        ("Sorry, one more thing. Will it snow?", ["Sorry, one more thing. Will it snow"]),
+        ("one more thing, turn off the tv", ["one more thing, turn off the tv"]),
+        # a wish with nothing after it asks nothing yet
+        ("Hmm, I wonder. How deep is the sea?", ["Hmm, I wonder. How deep is the sea"]),
+        ("I need help. Is the pharmacy open?", ["I need help", "Is the pharmacy open"]),
         # the asker after a time is context too
         (
             "This weekend I'm free. Find me a concert nearby.",
