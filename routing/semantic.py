@@ -396,18 +396,18 @@ class SemanticStage:
         # Not one word the model knows: its similarities are between fragments of letters,
         # not evidence, so the confidence is the fit's own with no evidence at all (the
         # candidates, all equal, in the order of their nearest exemplars).
-        nearness = {c.route: i for i, c in enumerate(ranked)}
-        confidence = (
-            self.model.keyword(sorted(labels, key=lambda r: nearness.get(r, len(nearness))), {})
-            if unknown
-            else self.model.full(
+        if unknown:
+            nearness = {c.route: i for i, c in enumerate(ranked)}
+            by_nearness = sorted(labels, key=lambda r: nearness.get(r, len(nearness)))
+            confidence = self.model.keyword(by_nearness, {})
+        else:
+            confidence = self.model.full(
                 labels,
                 keyword,
                 {c.route: c.score for c in ranked},
                 {c.route: c.probability for c in ranked if c.probability is not None},
                 spread,
             )
-        )
         events = []
         for entry in confidence.candidates(self.config.top_k):
             near = by_label.get(entry["route"])
