@@ -260,6 +260,14 @@ def test_a_sentence_of_context_stays_with_its_request(context: str, request_: st
     ("query", "parts"),
     [
         ("Who wrote Hamlet? Is it raining?", ["Who wrote Hamlet", "Is it raining"]),
+        # a joining word that opens a sentence splits as the sentence end would
+        ("Who wrote Hamlet? And is it raining?", ["Who wrote Hamlet", "is it raining"]),
+        ("Who sang it first? Also, will it snow?", ["Who sang it first", "will it snow"]),
+        (
+            "Who built the tower? And when was it built?",
+            ["Who built the tower? And when was it built"],
+        ),
+        ("I'm cold. And turn on the heater.", ["I'm cold. And turn on the heater"]),
         (
             "Turn off the lights. Why is the sky blue?",
             ["Turn off the lights", "Why is the sky blue"],
