@@ -74,7 +74,6 @@ _SOFT_WORDS = frozenset({"also", "and", "then"})
 _SOFT = ",|" + "|".join(rf"\b{word}\b" for word in sorted(_SOFT_WORDS))
 _SEPARATORS = re.compile(rf"(?P<hard>{_HARD})|(?P<stop>{_STOP})|(?P<soft>{_SOFT})", re.IGNORECASE)
 _SENTENCE_ENDS = re.compile(_STOP)
-_ENDS_A_SENTENCE = re.compile(r"(?:[?!]|(?<=\w{2})\.|(?<=\d)\.)\s*$")
 _HARD_SEPARATOR = re.compile(_HARD, re.IGNORECASE)
 # The discourse dependencies that tie a sentence to the one before: "How tall is it?",
 # "What about Friday?" continue the request before them; "Why is the sky blue?" need not.
@@ -333,6 +332,7 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
     segment_start = 0
     for index, match in enumerate(candidates):
         next_start = candidates[index + 1].start() if index + 1 < len(candidates) else len(query)
+        previous = candidates[index - 1] if index else None
         left = query[segment_start : match.start()]
         right = query[match.end() : next_start]
         claimed = None
@@ -340,7 +340,7 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
             accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
         elif match.group("stop") is not None:
             accept = _two_requests(left, right)
-        elif _ENDS_A_SENTENCE.search(left):
+        elif previous is not None and previous.group("stop") and previous.end() == match.start():
             # "Who painted it? And when?", "... in 2018? Also, will it rain?": a joining
             # word that opens a sentence splits as the sentence end would
             accept = _two_requests(left, _rest_of_sentence(query, match.end()).lstrip(" ,"))

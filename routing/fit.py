@@ -40,7 +40,6 @@ from routing.confidence import (
     NONE,
     ConfidenceModel,
     features,
-    softmax,
 )
 
 FIT_DATA = Path(__file__).resolve().parent / "fit_data"
@@ -62,24 +61,15 @@ L2 = 1e-2
 # 0.02 the fit is sure enough that a fold's threshold rises to 0.7, declining more.
 LABEL_NOISE = 0.01
 NOISE_ROUNDS = 50  # at most; EM stops when no weight moves by 1e-4
-# Measured evidence for a route, whose weight is fitted at 0 or above: more similarity
-# never makes the route less likely. Unconstrained, the fit learnt raw similarity at -3
+# Measured evidence for a route (every feature but the keyword terms), whose weight is
+# fitted at 0 or above: more similarity never makes the route less likely.
+# Unconstrained, the fit learnt raw similarity at -3
 # (and its z-score at +0.5) because over the shipped exemplars the two move together;
 # over a household's handful of exemplars they do not, and "set an alarm for 6 am", 0.83
 # near "set an alarm for 7 am", then lost to a route 0.34 near it. The keyword terms stay
 # free: a rule's score is a hand-written weight, and the fit is what says how much a
 # heavier phrase is worth, even that it is worth less.
-EVIDENCE = frozenset(
-    {
-        "similarity",
-        "similarity_lead",
-        "similarity_z",
-        "similarity_z_lead",
-        "nearest_share",
-        "log_probability",
-        "none_similarity",
-    }
-)
+EVIDENCE = frozenset(FULL_FEATURES) - frozenset(KEYWORD_FEATURES)
 # At 0.5 a calibrated winner is as likely wrong as right (two routes tied on the same
 # words score about that): no stage decides there, nor below.
 THRESHOLDS = tuple(round(0.55 + 0.05 * i, 2) for i in range(7))  # 0.55 .. 0.85
@@ -235,9 +225,7 @@ def fit_weights(x: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.nda
     w = np.zeros(d)
     chosen = x[np.arange(n), target]  # (n, d)
     for _ in range(50):
-        logits = x @ w
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
+        p = predict(x, w)
         mean = np.einsum("nl,nld->nd", p, x)
         grad = (weight[:, None] * (chosen - mean)).sum(axis=0) - L2 * w
         second = np.einsum("nl,nld,nle->nde", p, x, x) - np.einsum("nd,ne->nde", mean, mean)
@@ -250,7 +238,10 @@ def fit_weights(x: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.nda
 
 
 def predict(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return np.stack([softmax(row @ w) for row in x])
+    """Each row's softmax over its labels (rows, labels)."""
+    logits = x @ w
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
 
 
 def calibration_error(confidence: np.ndarray, correct: np.ndarray) -> float:

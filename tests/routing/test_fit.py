@@ -112,17 +112,9 @@ def test_the_report_names_the_evidence_held_at_zero() -> None:
 
 def _one_signal(signal: np.ndarray, target: np.ndarray) -> fit.Examples:
     """Two routes told apart by one measured feature (the classifier's log-probability)."""
-    rows = len(target)
-    full = np.zeros((rows, 2, len(fit.FULL_FEATURES)))
-    full[:, :, fit.FULL_FEATURES.index("log_probability")] = signal
-    return fit.Examples(
-        ["kiwix", "web"],
-        np.zeros((rows, 2, len(fit.KEYWORD_FEATURES))),
-        full,
-        target,
-        np.ones(rows),
-        ["a"] * rows,
-    )
+    examples = _examples(list(target), ["a"] * len(target))
+    examples.full[:, :, fit.FULL_FEATURES.index("log_probability")] = signal
+    return examples
 
 
 def test_a_label_the_evidence_contradicts_pulls_the_fit_less(
