@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import emit, env_int, median, order  # noqa: E402
-from routing.events import record, route_log  # noqa: E402
+from routing.chain.events import record, route_log  # noqa: E402
 
 ROUNDS = env_int("BENCH_EVENT_ROUNDS", 400)
 EVENTS = env_int("BENCH_EVENTS", 100)

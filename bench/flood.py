@@ -35,7 +35,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ROOT, emit, env_int, median, order  # noqa: E402
-from routing.embedder import load_embedder  # noqa: E402
+from routing.stages.embedder import load_embedder  # noqa: E402
 from search.config import parse_config  # noqa: E402
 from search.service import Service  # noqa: E402
 from sources import workers  # noqa: E402

@@ -4,7 +4,7 @@ Routes every utterance of `../shared/eval` (dry run, no LLM, the shipped config 
 sources swapped for the scripted kind, as bench/routing_quality.py does) twice, side by
 side: under the shipped config, and with 50 household labels fitted the way `search fit`
 fits them (the weights refitted with the labels in, and the labels added to the routes'
-data, `search.label_fit.with_labels`). Prints the accuracy of each file before and after,
+data, `search.correction.label_fit.with_labels`). Prints the accuracy of each file before and after,
 the difference in points, the utterances whose outcome flipped, and the accuracy on the
 labelled set itself. The labels are corrections a household might make about its own
 places and habits, written for this bench (none is an evaluation sentence).
@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import routing_quality as rq  # noqa: E402
-from search.label_fit import (  # noqa: E402
+from search.correction.label_fit import (  # noqa: E402
     TrainingRow,
     dry_run_router,
     label_accuracy,
@@ -101,7 +101,7 @@ async def main_async(config_path: Path, eval_dir: Path) -> int:
     config = rq.isolated_config(config_path)
     rows = [TrainingRow(text, route, 3.0) for text, route in HOUSEHOLD]
     # As `search fit` does: refit the weights with the labels in, and add them as route data.
-    from routing import fit
+    from routing.fitting import fit
 
     extra = [fit.Labelled(r.text, r.route, corpus="household", weight=r.weight) for r in rows]
     model, _ = await fit.fit(config, extra=extra)

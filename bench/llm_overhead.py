@@ -101,8 +101,8 @@ async def server_times(client: Any, url: str) -> list[float]:
 async def measure(url: str) -> None:
     import httpx
 
-    from routing.events import route_log
-    from routing.llm import build_messages
+    from routing.chain.events import route_log
+    from routing.stages.llm import build_messages
     from routing.types import ResolveContext
     from search.service import Service
 
@@ -261,9 +261,9 @@ REAL_QUERIES = (
 async def measure_real(url: str, model: str) -> None:
     import httpx
 
-    from routing.events import route_log
-    from routing.llm import MAX_TOKENS, NONE, build_messages
-    from routing.llm_format import answer_schema, response_format
+    from routing.chain.events import route_log
+    from routing.stages.llm import MAX_TOKENS, NONE, build_messages
+    from routing.stages.llm_format import answer_schema, response_format
     from routing.types import ResolveContext
     from search.service import Service
 

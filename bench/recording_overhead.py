@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.asgi_call import post_json  # noqa: E402
 from bench.common import count_instructions, emit  # noqa: E402
-from routing.events import NullRouteLog, RouteLog, record, route_log  # noqa: E402
+from routing.chain.events import NullRouteLog, RouteLog, record, route_log  # noqa: E402
 from search.api.app import create_app, settle_heap  # noqa: E402
 from search.config import parse_config  # noqa: E402
 from search.service import Service  # noqa: E402

@@ -62,7 +62,7 @@ SINGLE_TARGET = 0.85
 COMPOUND_TARGET = 0.85
 NONE_CONFIDENT_MAX = 0.10
 ECE_MAX = 0.05
-# Which fit corpus (routing/fit.py's groups) each evaluation file comes from: left out of
+# Which fit corpus (routing/fitting/fit.py's groups) each evaluation file comes from: left out of
 # the fit when that file is judged.
 CORPUS_OF_FILE = {
     "slurp_devel.jsonl": "slurp+hwu64",
@@ -428,7 +428,7 @@ async def leave_one_corpus_out(
     """
     import numpy as np
 
-    from routing import fit
+    from routing.fitting import fit
 
     shipped = fit.shipped_rows()
     examples = await fit.describe(config, shipped)

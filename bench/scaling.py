@@ -8,7 +8,7 @@ scripted source):
   per request, which stays near 200 ms if the parts really run at the same time.
 The part counts are interleaved within each round (rotating which goes first).
 
-Decisions (`routing/decision_cache.py`):
+Decisions (`routing/stages/decision_cache.py`):
 - the cache's own memory (tracemalloc) and lookup time (hits and misses) at 1, 10, 100,
   1,000, 10,000 and 100,000 entries;
 - a whole request answered through `intent_cached` (then the result cache), with the
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.asgi_call import post_json  # noqa: E402
 from bench.common import emit, env_int, median, order, scripted_config  # noqa: E402
-from routing.decision_cache import DecisionCache  # noqa: E402
+from routing.stages.decision_cache import DecisionCache  # noqa: E402
 from search.api.app import create_app  # noqa: E402
 from search.service import Service  # noqa: E402
 

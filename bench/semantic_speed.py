@@ -55,8 +55,8 @@ def percentiles(samples_ms: list[float]) -> tuple[float, float, float]:
 
 
 async def measure_semantic(config_path: str, threads: int, count: int) -> dict[str, tuple]:
-    from routing.events import route_log, run_in_thread
-    from routing.stages import semantic_stage
+    from routing.chain.events import route_log, run_in_thread
+    from routing.stages.build import semantic_stage
     from routing.types import ResolveContext
     from search.config import load_config
 
@@ -89,7 +89,7 @@ async def measure_semantic(config_path: str, threads: int, count: int) -> dict[s
 
 
 def measure_cache(entries: int = 10_000, lookups: int = 100_000) -> tuple[float, float]:
-    from routing.decision_cache import DecisionCache
+    from routing.stages.decision_cache import DecisionCache
 
     cache = DecisionCache(entries, 3600)
     for i in range(entries):
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     t0 = time.perf_counter()
-    from routing.embedder import load_embedder
+    from routing.stages.embedder import load_embedder
 
     load_embedder(threads=1)
     print(f"model import + load: {time.perf_counter() - t0:.1f}s (once per process)")

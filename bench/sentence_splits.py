@@ -2,7 +2,7 @@
 
 The rule before (kept here only to compare) split at every "?", "!" and at a full stop after
 three letters; the rule now splits at a full stop after two letters or digits too ("in nc.",
-"at 8 pm."), but only between two requests (routing/decompose.py, routing/sentences.py).
+"at 8 pm."), but only between two requests (routing/language/decompose.py, routing/language/sentences.py).
 
 Both rules run side by side in one process, on one `Service` (the shipped config, sources
 swapped for the scripted kind, dry run, no LLM), over two sets:
@@ -82,7 +82,7 @@ def one_request_rows() -> list[rq.Row]:
 
 def _every_sentence_end(left: str, right: str) -> bool:
     """The rule before: any sentence end between two non-empty texts splits."""
-    from routing.decompose import CLAUSE_TRIM
+    from routing.language.decompose import CLAUSE_TRIM
 
     return bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
 
@@ -98,7 +98,7 @@ class Rule:
 
 
 def _use(rule: Rule) -> None:
-    import routing.decompose as decompose
+    import routing.language.decompose as decompose
     import routing.pipeline as pipeline
 
     decompose._two_requests = rule.decide  # type: ignore[assignment]
@@ -107,7 +107,7 @@ def _use(rule: Rule) -> None:
 
 
 def _rules() -> dict[str, Rule]:
-    import routing.decompose as decompose
+    import routing.language.decompose as decompose
 
     old = re.compile(
         rf"(?P<hard>{decompose._HARD})|(?P<stop>{_OLD_STOP})|(?P<soft>{decompose._SOFT})",

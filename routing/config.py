@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from routing.route_data import NONE, RouteOverride
+from routing.stages.route_data import NONE, RouteOverride
 
 
 class Strict(BaseModel):
@@ -118,7 +118,7 @@ class RoutingConfig(Strict):
     routes: dict[str, RouteOverride] = Field(
         default_factory=dict,
         description="Per route (or `none`): rules and exemplars to add or disable, a new "
-        "route for a new source. Merged over the shipped routes (see routing/route_data.py).",
+        "route for a new source. Merged over the shipped routes (see routing/stages/route_data.py).",
     )
     keywords: dict[str, list[str]] = Field(
         default_factory=dict,

@@ -6,7 +6,7 @@ answer; the caller decides what a request where every part failed means.
 
 A condition is looked up, never evaluated: its consequence is answered beside it, so a
 consequence that is a command ("if it rains, close the windows") is withheld by the
-control gate (`routing.control`) rather than carried out whatever the weather. A part no
+control gate (`routing.dispatch.control`) rather than carried out whatever the weather. A part no
 source serves ("set an alarm") is answered as such: status "unserved", no source called.
 """
 
@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from routing.conditional import Conditional, extract_conditional
-from routing.control import Circumstances
-from routing.decompose import CONDITION_OPENERS, Claims, decompose_claimed
-from routing.dispatch import Answer, Dispatcher
-from routing.events import part_scope, record
-from routing.intents import Resolver
-from routing.steps import Step
+from routing.chain.events import part_scope, record
+from routing.chain.steps import Step
+from routing.dispatch.control import Circumstances
+from routing.dispatch.dispatcher import Answer, Dispatcher
+from routing.language.conditional import Conditional, extract_conditional
+from routing.language.decompose import CONDITION_OPENERS, Claims, decompose_claimed
+from routing.stages.resolver import Resolver
 from routing.types import ResolveContext
 
 

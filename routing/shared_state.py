@@ -32,9 +32,9 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from routing.breaker import Admission, CircuitBreaker
-from routing.events import current_log, record
-from routing.steps import Step
+from routing.chain.events import current_log, record
+from routing.chain.steps import Step
+from routing.dispatch.breaker import Admission, CircuitBreaker
 from routing.ttl_cache import TTLCache
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The types the intent stages share: a decision, what a stage may look at, a stage.
 
-Apart from `routing.intents` (the stages and the resolver) so that modules the resolver
+Apart from `routing.stages.resolver` (the stages and the resolver) so that modules the resolver
 uses (sessions, the decision cache, the semantic and LLM stages) can name them without
 importing the resolver back.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from routing.confidence import Ranked
-from routing.keyword import KeywordMatch
+from routing.stages.confidence import Ranked
+from routing.stages.keyword_rules import KeywordMatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +21,9 @@ class Decision:
     route: str | None  # None: no configured source serves it (`unserved`)
     stage: str
     # Whether `confidence` cleared routing.min_confidence: the control gate withholds a
-    # state-changing command when it did not (routing/control.py).
+    # state-changing command when it did not (routing/dispatch/control.py).
     confident: bool = True
-    confidence: float | None = None  # calibrated, 0-1 (routing/confidence.py)
+    confidence: float | None = None  # calibrated, 0-1 (routing/stages/confidence.py)
 
     @property
     def unserved(self) -> bool:
@@ -36,7 +36,7 @@ class ResolveContext:
 
     session_id: str | None = None
     dry_run: bool = False
-    read_only: bool = False  # commands must not run (see routing.control)
+    read_only: bool = False  # commands must not run (see routing.dispatch.control)
     # Set by a stage that tried and failed (e.g. "llm_failed"), so the default says why.
     default_reason: str | None = None
     # Extra fields for the `intent_default` event (e.g. the nearest "none" exemplar).

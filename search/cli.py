@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, load_config
+from search.correction.label_cli import add_commands as add_label_commands
 from search.query_text import has_visible_text, query_problem
 from search.terminal import say
 from search.traces.cli import add_commands as add_trace_commands
-from search.traces.label_cli import add_commands as add_label_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("--config")
     COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
     COMMANDS.update(add_label_commands(commands))  # label, check
-    from search.fit_cli import add_fit_command
+    from search.correction.fit_cli import add_fit_command
 
     COMMANDS.update(add_fit_command(commands))  # fit
 
@@ -135,7 +135,7 @@ def _before_loading_model() -> None:
     stays on one thread: torch has the cores, and its thread pool must not be forked (the
     tokenizers library reads this setting from the environment only; the process is ours).
     """
-    from routing.embedder import show_progress
+    from routing.stages.embedder import show_progress
 
     show_progress(sys.stderr.isatty())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

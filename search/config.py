@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from routing.config import RoutingConfig, Strict
-from routing.route_data import RouteDataError, resolve_routes
+from routing.stages.route_data import RouteDataError, resolve_routes
 from sources.registry import KINDS, SourceConfig, kind_module
 
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -297,6 +297,6 @@ def load_config(
     config = parse_config(data)
     if not fitted_labels:
         return config
-    from search.label_fit import with_artefact  # imports this module
+    from search.correction.label_fit import with_artefact  # imports this module
 
     return with_artefact(config)

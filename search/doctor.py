@@ -119,8 +119,8 @@ async def check_one(name: str, entry: Any) -> Finding:
 
 async def check_llm(config: Config) -> Finding:
     """One routing question to the configured chat model, timed."""
-    from routing.llm import LLMFailure, LLMStage, build_messages
-    from routing.stages import route_descriptions
+    from routing.stages.build import route_descriptions
+    from routing.stages.llm import LLMFailure, LLMStage, build_messages
 
     llm = config.routing.llm
     finding = Finding("llm", "chat-completions", bool(llm.base_url))

@@ -51,7 +51,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp
 
-from routing.events import run_in_thread
+from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.config import Config

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing.breaker import CircuitBreaker
-from routing.dispatch import Dispatcher
-from routing.events import RecordedChain, RouteLog, record, route_log
+from routing.chain.events import RecordedChain, RouteLog, record, route_log
+from routing.chain.steps import Step
+from routing.dispatch.breaker import CircuitBreaker
+from routing.dispatch.dispatcher import Dispatcher
 from routing.pipeline import PartResult, Router, TooManyParts
 from routing.shared_state import RedisLink, SharedBreaker, SharedCache
-from routing.stages import build_resolver
-from routing.steps import Step
+from routing.stages.build import build_resolver
 from routing.ttl_cache import TTLCache
 from search.config import Config
 from search.observability.telemetry import current_trace_id

@@ -2,7 +2,7 @@
 
 Modelled on httpx's transport interface: a source is a small object with a name, a
 per-source timeout and one async method, `search`, which only ever reads. Everything else
-(caching, timing, fallback, fusion, event recording) lives in `routing.dispatch`, so a
+(caching, timing, fallback, fusion, event recording) lives in `routing.dispatch.dispatcher`, so a
 source never records events and never needs to know about the explanation chain.
 
 Changing the world is a different operation: an `ActingSource` (Home Assistant) also

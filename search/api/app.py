@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from routing.events import run_in_thread
+from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.api.middleware import BearerTokenMiddleware
@@ -30,6 +30,7 @@ from search.api.request_guard import RequestGuard
 from search.api.schemas import SearchRequest, error_response, first_error
 from search.api.ui_routes import ui_routes
 from search.config import Config
+from search.correction.label_routes import label_routes
 from search.json_codec import FastJSONResponse
 from search.mcp_server import build_mcp_server, http_endpoint
 from search.observability.health import HealthCache
@@ -37,7 +38,6 @@ from search.observability.metrics import MetricsObserver, metrics_route
 from search.observability.telemetry import telemetry_observers
 from search.query_text import query_problem
 from search.service import Service
-from search.traces.label_routes import label_routes
 from search.traces.routes import trace_routes
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from search.api.schemas import json_ref as _json
 from search.api.schemas import openapi_components
-from search.traces.label_routes import label_components, label_paths
+from search.correction.label_routes import label_components, label_paths
 from search.traces.routes import trace_components, trace_paths
 
 

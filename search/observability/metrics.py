@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from routing.steps import Step
+from routing.chain.steps import Step
 from search.traces.records import TraceRecord
 
 __all__ = ["INTENT_STEPS", "MULTIPROCESS_ENV", "MetricsObserver", "metrics_route"]

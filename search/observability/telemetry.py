@@ -40,8 +40,8 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from routing.events import current_part, part_key
-from routing.steps import Step
+from routing.chain.events import current_part, part_key
+from routing.chain.steps import Step
 from search.traces.records import TraceRecord
 
 if TYPE_CHECKING:

@@ -291,7 +291,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 async def _replay_one(
     config: Config, store: SQLiteTraceStore, original: dict[str, Any], as_json: bool
 ) -> int:
-    from search.traces.replay import Replayer, ReplayError
+    from search.correction.replay import Replayer, ReplayError
 
     async with Replayer(config, store) as replayer:
         try:
@@ -378,7 +378,7 @@ def _replay_text(result: Any) -> list[str]:
 async def _replay_all(
     config: Config, store: SQLiteTraceStore, base: TraceFilter, args: argparse.Namespace
 ) -> int:
-    from search.traces.replay import Replayer, ReplayError
+    from search.correction.replay import Replayer, ReplayError
 
     ids = _original_ids(store, base, args.failed_only, args.limit)
     replayed = from_captures = 0

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from routing.control import REASON_WORDS
-from routing.events import part_key
-from routing.steps import Step
+from routing.chain.events import part_key
+from routing.chain.steps import Step
+from routing.dispatch.control import REASON_WORDS
 
 # How a failure reason reads after the source's name.
 _FAILURES = {

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from routing.events import RecordedChain
+from routing.chain.events import RecordedChain
 
 
 class TraceRecord:

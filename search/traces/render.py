@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from routing.steps import Step
+from routing.chain.steps import Step
 from search.terminal import escape_controls
 
 _COLUMNS = ("seq", "t_ms", "part", "step", "source/decision", "outcome", "elapsed", "reason")

@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from routing.events import run_in_thread
-from routing.stages import route_descriptions
+from routing.chain.events import run_in_thread
+from routing.stages.build import route_descriptions
 from search.api.schemas import component_schemas, error_response
 from search.api.schemas import json_ref as _json
 from search.traces.narrative import narrative

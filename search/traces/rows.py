@@ -13,10 +13,10 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from routing.steps import Step
+from routing.chain.steps import Step
+from search.correction.labels import LABELS_SCHEMA
 from search.json_codec import dumps_text
 from search.pseudonym import LEGACY_PREFIX, PREFIX, Pseudonymizer, ephemeral
-from search.traces.labels import LABELS_SCHEMA
 from search.traces.records import TraceRecord
 
 
@@ -123,7 +123,7 @@ COLUMNS = (
 # Schema upgrades, applied in order from the file's `user_version` (the CREATE above is
 # the newest shape, for a new file). Version 3 changes no table: its step, keying the
 # unkeyed digests of older redacted rows, is `rekey_legacy_digests` (it needs the key).
-# Version 4 adds the labels beside the traces (search/traces/labels.py).
+# Version 4 adds the labels beside the traces (search/correction/labels.py).
 MIGRATIONS: dict[int, str] = {
     2: "ALTER TABLE traces ADD COLUMN session_id TEXT;"
     "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "

@@ -39,11 +39,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from routing.events import run_in_thread
+from routing.chain.events import run_in_thread
 from search.config import ConfigError, TraceConfig
+from search.correction.labels import Label, check_label, insert_label, read_labels
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
 from search.query_text import has_visible_text
-from search.traces.labels import Label, check_label, insert_label, read_labels
 from search.traces.records import NullTraceSink, TraceRecord, TraceSink
 from search.traces.rows import (  # noqa: F401 - redact: re-exported for its callers
     MIGRATIONS,

@@ -9,7 +9,7 @@ priority, does the rest on another core.
 Protocol, one JSON array per line on stdin:
 - `["trace", trace_id, started_at, query, status_code, duration_ms, chain, dropped_events,
   error, results, dry_run, replay_of, captures, session_id]`: a finished request, its
-  chain either `["raw", started, entries]` (as `routing.events` recorded it) or
+  chain either `["raw", started, entries]` (as `routing.chain.events` recorded it) or
   `["events", [event, ...]]`;
 - `["now", unix_seconds]`: the server's clock, for retention by age;
 - `["flush", n]`: answered on stdout by `["flushed", n, written, failed]` once every trace
@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from routing.events import RecordedChain
+from routing.chain.events import RecordedChain
 from search.json_codec import dumps
 from search.pseudonym import Pseudonymizer, read_key
 from search.traces.records import TraceRecord

@@ -34,7 +34,7 @@ import httpx
 import pytest
 import yaml
 
-from routing.embedder import load_embedder
+from routing.stages.embedder import load_embedder
 from search.api.app import create_app
 from search.config import parse_config
 from search.service import Service

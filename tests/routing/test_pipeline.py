@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from routing.events import route_log
+from routing.chain.events import route_log
 from routing.pipeline import PartResult, Router, TooManyParts
 from routing.types import Decision, ResolveContext
 from search.service import Service

@@ -633,7 +633,7 @@ def test_two_worker_processes_share_a_routing_decision(
 def test_an_abandoned_probe_is_given_up_after_one_cooldown() -> None:
     """The local breaker (the fallback when Redis is down) cannot stay stuck half-open
     when a probe's request is cancelled before it reports back."""
-    from routing.breaker import CircuitBreaker
+    from routing.dispatch.breaker import CircuitBreaker
 
     clock = [0.0]
     breaker = CircuitBreaker(1, 10.0, now=lambda: clock[0])

@@ -15,7 +15,7 @@ import pytest
 from search.api.app import create_app
 from search.mcp_server import run_search
 from search.service import Service
-from tests.search.traces.test_replay import cli, record, write_config
+from tests.search.correction.test_replay import cli, record, write_config
 from tests.support.app import asgi_client, scripted_config
 
 INVISIBLE_ONLY = [

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from routing.events import part_scope, record, route_log
+from routing.chain.events import part_scope, record, route_log
 from sources.workers import INFERENCE, SOURCES, WorkerPool, pool, source_deadline
 
 WAIT_S = 10.0  # bound on every wait for a thread to get somewhere: never reached when correct

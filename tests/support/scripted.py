@@ -12,8 +12,8 @@ import asyncio
 import time
 from typing import Literal
 
-from routing.events import record
-from routing.steps import Step
+from routing.chain.events import record
+from routing.chain.steps import Step
 from sources.base import ActingSource, Command, Item, Source, SourceError, SourceUnavailable
 from sources.registry import SourceConfig, register_kind
 from sources.workers import run_source_work

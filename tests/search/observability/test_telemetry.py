@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from routing.events import part_scope
+from routing.chain.events import part_scope
 from search.api.app import create_app
 from search.config import ConfigError, parse_config
 from search.observability.telemetry import (

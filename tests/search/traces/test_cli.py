@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.search.traces.test_replay import SOURCES, cli, record, write_config
+from tests.search.correction.test_replay import SOURCES, cli, record, write_config
 
 QUERY = "if it rains in zanzibar tomorrow, are the lights on? and also lights status in quokkaville"
 

@@ -1,0 +1,265 @@
+"""The route-event channel: a per-request log in a ContextVar, appended to where things happen.
+
+The explanation chain is *recorded*, never rebuilt: code that makes a decision, hits a
+cache or calls a source calls `record(step, **fields)` right there. A request opens one
+`RouteLog` with `route_log()` before any fan-out; tasks made by `asyncio.gather` copy the
+context, so they share the same log object, and `run_in_thread` (and the worker pools of
+`sources.workers`) carry the context into worker threads. `part_scope` tags every event
+with the sub-query it belongs to.
+
+Recording is always on. Whether the chain is *returned* is the caller's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import operator
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, ParamSpec, TypeVar
+
+from routing.chain.steps import ALWAYS_KEPT, Step
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DEFAULT_MAX_EVENTS = 1000
+
+_clock = time.perf_counter
+# This module runs on every event of every request, so it keeps Python-level calls out
+# of the hot path: an Entry is built by the C `tuple.__new__` (`Entry(...)` runs a Python
+# __new__), and steps are read by `map` with a C getter rather than a Python loop.
+_new_tuple = tuple.__new__
+_step_of = operator.itemgetter(2)  # Entry.step
+
+
+class RouteLog:
+    """The ordered, bounded list of events of one request.
+
+    Past `max_events` further events are not stored; their steps are kept in
+    `dropped_steps`, so `dropped_events` is exact and the route statistics (`cached`,
+    `fallback_occurred`) stay true even when the chain was truncated.
+
+    Appends come from the event loop and from worker threads without a lock: an entry
+    goes in with one `list.append`, atomic under the GIL, so an event's place in the list
+    *is* its `seq`, the order of recording. An event kept past the bound (an `error`)
+    carries its true ordinal, counting the dropped ones. (Two threads racing at the
+    bound may keep one event more than `max_events`.)
+
+    An append stores a tuple around the caller's own keyword dict; the event dicts of
+    the chain are built only when someone reads it (`snapshot`, `RecordedChain`), so a
+    request nobody explains or stores pays for the recording and nothing else.
+    """
+
+    __slots__ = ("entries", "dropped_steps", "max_events", "started", "captures")
+
+    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+        self.entries: list[Entry] = []
+        self.dropped_steps: list[str] = []
+        self.max_events = max_events
+        self.started = time.perf_counter()
+        # (source, query, items) of every real source answer, for `trace.capture_results`.
+        self.captures: list[tuple[str, str, list[Any]]] = []
+
+    def past_bound(self, step: str, part: str, fields: dict[str, Any]) -> None:
+        """An event past `max_events` (`record` appends the others itself): counted, and
+        kept only if it must be."""
+        if step in ALWAYS_KEPT:  # a failed chain always says why it failed
+            seq = len(self.entries) + len(self.dropped_steps)
+            self.entries.append(Entry(_clock(), part, step, fields, seq))
+        else:
+            self.dropped_steps.append(step)
+
+    @property
+    def dropped_events(self) -> int:
+        return len(self.dropped_steps)
+
+    def happened(self, step: str) -> bool:
+        """Whether `step` was recorded at least once in this request, kept or dropped."""
+        return step in map(_step_of, self.entries) or step in self.dropped_steps
+
+    def steps(self) -> set[str]:
+        """Every step recorded in this request, kept or dropped (the route statistics)."""
+        return {*map(_step_of, self.entries), *self.dropped_steps}
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000.0
+
+    def freeze(self) -> RecordedChain:
+        """The chain so far, fixed; its event dicts are built on first read."""
+        return RecordedChain(self.entries[:], self.started)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """A copy of the chain so far as event dicts, in seq order."""
+        return self.freeze().events()
+
+
+class Entry(NamedTuple):
+    """One recorded event as `record` stores it; the event dict is built only when read."""
+
+    at: float  # perf_counter at recording
+    part: str
+    step: str
+    fields: dict[str, Any]  # the keyword fields given to `record`
+    seq: int | None = None  # set past the bound; before it, seq is the entry's index
+
+
+class RecordedChain:
+    """A finished request's entries; `events()` builds (once) the chain's event dicts.
+
+    Readers that need the chain as dicts (the response when explained, the trace store's
+    writer process) call `events()`; readers that only count steps (the metrics) use
+    `step_fields()`, which builds nothing.
+    """
+
+    __slots__ = ("entries", "started", "_events")
+
+    def __init__(self, entries: list[Entry], started: float) -> None:
+        """`entries` as `RouteLog` holds them (taken as they are: this runs per request)."""
+        self.entries = entries
+        self.started = started
+        self._events: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def from_rows(cls, rows: list[list[Any]], started: float) -> RecordedChain:
+        """A chain from its entries as lists, as they come back from JSON."""
+        return cls([Entry(*row) for row in rows], started)
+
+    def step_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(step, the event's own fields) per event, in order, without building events."""
+        for entry in self.entries:
+            yield entry.step, entry.fields
+
+    def events(self) -> list[dict[str, Any]]:
+        events = self._events
+        if events is None:
+            started = self.started
+            # Microsecond resolution via int(): round(x, 3) costs more than the event.
+            events = [
+                {
+                    "step": entry.step,
+                    "seq": index if entry.seq is None else entry.seq,
+                    "t_ms": int((entry.at - started) * 1_000_000) / 1000.0,
+                    "part": entry.part,
+                    **entry.fields,
+                }
+                for index, entry in enumerate(self.entries)
+            ]
+            self._events = events  # two racing readers build equal lists; either wins
+        return events
+
+
+class NullRouteLog(RouteLog):
+    """A recorder that keeps nothing: the baseline for measuring what recording costs.
+
+    Every event finds it "past its bound" and is thrown away there, so `record` does all
+    its work up to the point of storing the event.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+        super().__init__(0)
+
+    def past_bound(self, step: str, part: str, fields: dict[str, Any]) -> None:
+        return None
+
+
+_log: contextvars.ContextVar[RouteLog | None] = contextvars.ContextVar("route_log", default=None)
+_part: contextvars.ContextVar[str] = contextvars.ContextVar("route_part", default="")
+
+
+def record(step: Step, **fields: Any) -> None:
+    """Append one event to the current request's chain; a no-op outside a request."""
+    log = _log.get()
+    if log is None:
+        return
+    # Inline, no method call: this runs for every event of every request.
+    entries = log.entries
+    if len(entries) < log.max_events:
+        entries.append(_new_tuple(Entry, (_clock(), _part.get(), step, fields, None)))
+    else:
+        log.past_bound(step, _part.get(), fields)
+
+
+def capture(source: str, query: str, items: list[Any]) -> None:
+    """Keep a source's answer with the request (stored only if capture is configured)."""
+    log = _log.get()
+    if log is not None:
+        log.captures.append((source, query, items))
+
+
+def current_log() -> RouteLog | None:
+    return _log.get()
+
+
+def current_part() -> str:
+    return _part.get()
+
+
+def part_key(path: str) -> tuple[int, ...]:
+    """'1.10' after '1.2': part paths in numeric order, parents before their children;
+    the request ('') first."""
+    return tuple(int(p) if p.isdigit() else 0 for p in path.split(".")) if path else ()
+
+
+class route_log:  # noqa: N801 - used as a function: `with route_log() as log:`
+    """Scope a fresh log to the enclosed request. Open it before any fan-out.
+
+    A class rather than a generator-based context manager: it runs on every request,
+    and a generator costs several times as much to enter and leave.
+    """
+
+    __slots__ = ("_log", "_token", "_part_token")
+
+    def __init__(
+        self, max_events: int = DEFAULT_MAX_EVENTS, factory: Callable[[int], RouteLog] = RouteLog
+    ) -> None:
+        self._log = factory(max_events)
+
+    def __enter__(self) -> RouteLog:
+        self._token = _log.set(self._log)
+        self._part_token = _part.set("")
+        return self._log
+
+    def __exit__(self, *exc_info: object) -> None:
+        _part.reset(self._part_token)
+        _log.reset(self._token)
+
+
+class part_scope:  # noqa: N801 - used as a function: `with part_scope("1"):`
+    """Tag events recorded inside with the sub-query path ("0", "1.0", ...)."""
+
+    __slots__ = ("_path", "_token")
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __enter__(self) -> None:
+        self._token = _part.set(self._path)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _part.reset(self._token)
+
+
+async def run_in_thread(func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run blocking work in a worker thread *with the request's context*.
+
+    For occasional blocking work (start-up, the trace store): `asyncio.to_thread` copies
+    the context, so events recorded in the thread reach the request's log and part.
+    (`loop.run_in_executor` does not copy it; never use it directly.) Source calls and
+    model inference have bounded pools of their own (`sources.workers`), so neither can
+    queue behind the other.
+    """
+    return await asyncio.to_thread(func, *args, **kwargs)
+
+
+def bind_context(func: Callable[P, T]) -> Callable[P, T]:
+    """Wrap `func` to run in a copy of the *current* context, for executors that don't."""
+    context = contextvars.copy_context()
+
+    def bound(*args: P.args, **kwargs: P.kwargs) -> T:
+        return context.run(func, *args, **kwargs)
+
+    return bound

@@ -1,0 +1,1 @@
+"""Calling sources: the dispatcher, the control gate, fusion, circuit breakers."""

@@ -1,0 +1,406 @@
+"""Calling sources: result cache, timed calls, fallback chains and fusion.
+
+Every event here is recorded where the thing happens: `result_cache_hit` at the lookup
+that hit, `source_invoked` around the awaited call itself, `fallback` when the chain
+moves on, `fusion` when a fusion route fans out.
+
+With shared state (`cache.redis_url`), a local result-cache miss asks the Redis tier and
+the circuit breakers are asked through Redis (`routing.shared_state`); without it these
+paths are the plain local ones, with nothing awaited.
+
+A part whose words are a command to an acting source goes through `_command`, the only
+place that calls `act`: the control gate (`routing.dispatch.control`) decides first, and a
+command is never answered from the result cache, never fused and never sent down a
+fallback chain (an unlock that failed must not turn into a web search). A command that ran
+drops that source's cached answers, here and in the shared tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+from routing.chain.events import capture, record
+from routing.chain.steps import Step
+from routing.dispatch.breaker import CircuitBreaker
+from routing.dispatch.control import (
+    REASON_WORDS,
+    Circumstances,
+    deferral,
+    withheld_reasons,
+    without_deferral,
+)
+from routing.dispatch.fusion import reciprocal_rank_fusion
+from routing.language.text import normalise
+from routing.shared_state import SharedBreaker, SharedCache
+from routing.ttl_cache import TTLCache
+from sources.base import ActingSource, Command, Item, Source, SourceDisabled, SourceError
+from sources.workers import source_deadline
+
+
+@dataclass(slots=True)
+class Answer:
+    """What a route produced for one part."""
+
+    source: str | None
+    status: str  # "ok" | "empty" | "error" | "withheld"
+    items: list[Item] = field(default_factory=list)
+    error: dict[str, str] | None = None
+    withheld: dict[str, object] | None = None  # why a command did not run, and what it was
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    outcome: str  # ok | empty | error | timeout
+    items: list[Item]
+    reason: str
+    message: str
+
+
+def expand_chain(name: str, fallbacks: dict[str, list[str]]) -> list[str]:
+    """`name` then its fallbacks, depth first, each source once (config rejects cycles)."""
+    chain: list[str] = []
+
+    def visit(node: str) -> None:
+        if node in chain:
+            return
+        chain.append(node)
+        for nxt in fallbacks.get(node, []):
+            visit(nxt)
+
+    visit(name)
+    return chain
+
+
+class Dispatcher:
+    """Answers a part from a route: one source with its fallback chain, or a fusion."""
+
+    def __init__(
+        self,
+        sources: dict[str, Source],
+        fallbacks: dict[str, list[str]],
+        fusion: dict[str, list[str]],
+        result_cache: TTLCache[tuple[str, str], list[Item]],
+        enabled: dict[str, bool] | None = None,
+        max_concurrency: dict[str, int] | None = None,
+        breakers: dict[str, CircuitBreaker] | None = None,
+        cache_ttl_s: dict[str, float | None] | None = None,
+        shared_results: SharedCache[tuple[str, str], list[Item]] | None = None,
+        shared_breakers: dict[str, SharedBreaker] | None = None,
+        acting: bool = True,
+    ) -> None:
+        """`shared_results` is the Redis tier behind `result_cache`; `shared_breakers`
+        hold the same local breakers as `breakers`, with their state in Redis. With
+        `acting` false (a replay) no command ever runs."""
+        self.sources = sources
+        self.fusion = fusion
+        self.result_cache = result_cache
+        self.enabled = enabled or {name: True for name in sources}
+        self.chains = {name: expand_chain(name, fallbacks) for name in self.enabled}
+        limits = max_concurrency or {}
+        self._slots = {name: asyncio.Semaphore(limits.get(name, 8)) for name in sources}
+        self.breakers = breakers or {}
+        self.cache_ttl_s = cache_ttl_s or {}
+        self.shared_results = shared_results
+        self.shared_breakers = shared_breakers or {}
+        self.acting = acting
+
+    def reset(self) -> None:
+        """Empty the result cache and close every circuit: as at start-up."""
+        self.result_cache.clear()
+        for breaker in self.breakers.values():
+            breaker.reset()
+
+    def routes(self) -> list[str]:
+        return [*self.enabled, *self.fusion]
+
+    def command_for(self, route: str, query: str) -> tuple[str, Command, str | None] | None:
+        """(source, command, time qualifier) when `query` asks the route's source to change
+        something; None for a question, a fusion route or a source that cannot act."""
+        source = self.sources.get(route)
+        if source is None or route in self.fusion or type(source).command is Source.command:
+            return None  # a source that reads no commands: nothing to parse on the hot path
+        command = source.command(query)
+        when = deferral(query)
+        if command is None and when is not None:  # "in ten minutes, turn off the oven"
+            command = source.command(without_deferral(query))
+        if command is None:
+            return None
+        return route, command, when
+
+    def withhold_plan(self, route: str, query: str, circumstances: Circumstances) -> bool:
+        """On a dry run: record why a command in the plan would not run now; True if any."""
+        found = self.command_for(route, query)
+        if found is None:
+            return False
+        self._withheld(*found, query, circumstances)
+        return True
+
+    async def answer(
+        self, route: str, query: str, circumstances: Circumstances | None = None
+    ) -> Answer:
+        found = self.command_for(route, query)
+        if found is not None:
+            return await self._command(*found, query, circumstances or Circumstances())
+        if route in self.fusion:
+            return await self._fuse(route, query)
+        return await self._with_fallback(route, query)
+
+    def _withheld(
+        self,
+        name: str,
+        command: Command,
+        when: str | None,
+        query: str,
+        circumstances: Circumstances,
+    ) -> Answer | None:
+        """The gate: records `control_withheld` and answers "withheld", or None to act."""
+        # What the user's config says (a replay's wrapped source reports it too); whether
+        # the source can act at all is checked again before `act`.
+        allowed = bool(getattr(self.sources[name], "allow_control", False))
+        reasons = withheld_reasons(
+            allowed=allowed,
+            acting=self.acting,
+            deferred=when is not None,
+            circumstances=circumstances,
+        )
+        if not reasons:
+            return None
+        fields: dict[str, object] = {"when": when} if when is not None else {}
+        record(
+            Step.CONTROL_WITHHELD,
+            query=query,
+            source=name,
+            reason=reasons[0].value,
+            reasons=[r.value for r in reasons],
+            command=command.to_dict(),
+            **fields,
+        )
+        words = "; ".join(REASON_WORDS[r] for r in reasons)
+        item = Item(
+            title="Not carried out",
+            text=f"Would {command.describe()} with {name}, but did nothing: {words}.",
+        )
+        return Answer(
+            name,
+            "withheld",
+            [item],
+            withheld={
+                "reason": reasons[0].value,
+                "reasons": [r.value for r in reasons],
+                "command": command.to_dict(),
+            },
+        )
+
+    async def _command(
+        self,
+        name: str,
+        command: Command,
+        when: str | None,
+        query: str,
+        circumstances: Circumstances,
+    ) -> Answer:
+        """A command through the gate: once, never cached, fused or fallen back from."""
+        withheld = self._withheld(name, command, when, query, circumstances)
+        if withheld is not None:
+            return withheld
+        source = self.sources[name]
+        if not isinstance(source, ActingSource):  # reads commands but has no way to act
+            return self._cannot_act(name, command, query)
+        if not self.enabled.get(name, True):
+            record(Step.SOURCE_SKIPPED, source=name, query=query, reason="disabled")
+            return Answer(
+                None, "error", [], {"type": "disabled", "message": f"{name} is disabled in config"}
+            )
+        async with self._slots[name]:
+            started = time.perf_counter()
+            error: SourceError | None = None
+            items: list[Item] = []
+            try:
+                async with source_deadline(source.timeout_s):
+                    items = await source.act(command)
+                outcome = "ok" if items else "empty"
+            except TimeoutError:
+                outcome, error = "timeout", SourceError(f"{name} took over {source.timeout_s}s")
+            except SourceError as exc:
+                outcome, error = ("timeout" if exc.reason == "timeout" else "error"), exc
+            except Exception as exc:  # noqa: BLE001 - a buggy source must not take the request down
+                outcome, error = "error", SourceError(f"{type(exc).__name__}: {exc}")
+            elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
+        reason = "timeout" if outcome == "timeout" else (error.reason if error else "")
+        fields: dict[str, object] = {}
+        if error is not None:
+            fields = {"reason": reason, "message": str(error)}
+        record(
+            Step.SOURCE_INVOKED,
+            source=name,
+            query=query,
+            elapsed_ms=elapsed_ms,
+            outcome=outcome,
+            result_count=len(items),
+            operation="act",
+            command=command.to_dict(),
+            **fields,
+        )
+        # Even a call that failed or came late may have changed something: what was read
+        # of this source before is no longer to be trusted.
+        await self.forget(name)
+        if error is not None:
+            return Answer(None, "error", [], {"type": reason, "message": str(error)})
+        return Answer(name, outcome, items)
+
+    def _cannot_act(self, name: str, command: Command, query: str) -> Answer:
+        record(
+            Step.CONTROL_WITHHELD,
+            query=query,
+            source=name,
+            reason="not_allowed",
+            reasons=["not_allowed"],
+            command=command.to_dict(),
+        )
+        return Answer(
+            name,
+            "withheld",
+            [Item("Not carried out", f"{name} cannot act.")],
+            withheld={
+                "reason": "not_allowed",
+                "reasons": ["not_allowed"],
+                "command": command.to_dict(),
+            },
+        )
+
+    async def forget(self, name: str) -> None:
+        """Drop every cached answer of source `name` (this process and the shared tier)."""
+        self.result_cache.discard_where(lambda key: key[0] == name)
+        if self.shared_results is not None:
+            await self.shared_results.discard_prefix(
+                "[" + json.dumps(name, ensure_ascii=False) + ","
+            )
+
+    async def _with_fallback(self, name: str, query: str) -> Answer:
+        chain = self.chains[name]
+        empty_from: str | None = None
+        last = _Outcome("error", [], "error", "no source tried")
+        for position, source_name in enumerate(chain):
+            if position > 0:
+                record(
+                    Step.FALLBACK,
+                    from_source=chain[position - 1],
+                    to_source=source_name,
+                    query=query,
+                    reason=last.reason,
+                )
+            last = await self._call(source_name, query)
+            if last.outcome == "ok":
+                return Answer(source_name, "ok", last.items)
+            if last.outcome == "empty":
+                empty_from = source_name
+        if empty_from is not None:
+            return Answer(empty_from, "empty", [])
+        return Answer(None, "error", [], {"type": last.reason, "message": last.message})
+
+    async def _call(self, name: str, query: str) -> _Outcome:
+        """One source's `search` (it only reads), through the result cache, timed around
+        the call itself. The words of a command are never cached even here (a fusion member
+        reading them): their answer describes a state that is about to change.
+        """
+        key = (name, normalise(query))
+        source = self.sources.get(name)
+        cacheable = source is not None and source.command(query) is None
+        # A source that may act is read from the shared tier alone when there is one: a
+        # command run by another worker drops the shared copy, not this process's.
+        local = cacheable and not (
+            self.shared_results is not None and getattr(source, "allow_control", False)
+        )
+        cached = self.result_cache.get(key) if local else None
+        if cached is not None:
+            record(Step.RESULT_CACHE_HIT, source=name, query=query, result_count=len(cached))
+            return _Outcome("ok", cached, "", "")
+        if cacheable and self.shared_results is not None:
+            cached = await self.shared_results.fetch(
+                key, self.cache_ttl_s.get(name), keep_locally=local
+            )
+            if cached is not None:  # another worker or replica fetched it
+                record(
+                    Step.RESULT_CACHE_HIT,
+                    source=name,
+                    query=query,
+                    result_count=len(cached),
+                    tier="shared",
+                )
+                return _Outcome("ok", cached, "", "")
+        if source is None or not self.enabled.get(name, True):
+            error = SourceDisabled(f"{name} is disabled in config")
+            record(Step.SOURCE_SKIPPED, source=name, query=query, reason=error.reason)
+            return _Outcome("error", [], error.reason, str(error))
+        breaker = self.breakers.get(name)
+        shared = self.shared_breakers.get(name) if self.shared_breakers else None
+        if breaker is not None:
+            admission = breaker.admit() if shared is None else await shared.admit()
+            if not admission.allowed:
+                record(
+                    Step.SOURCE_SKIPPED,
+                    source=name,
+                    query=query,
+                    reason="circuit_open",
+                    time_left_s=admission.time_left_s,
+                )
+                return _Outcome("error", [], "circuit_open", f"{name}'s circuit is open")
+        async with self._slots[name]:
+            started = time.perf_counter()
+            try:
+                # paused while the call waits for a local worker: the source is timed, not us
+                async with source_deadline(source.timeout_s):
+                    items = await source.search(query)
+                outcome = _Outcome("ok" if items else "empty", items, "" if items else "empty", "")
+            except TimeoutError:
+                outcome = _Outcome(
+                    "timeout", [], "timeout", f"{name} took over {source.timeout_s}s"
+                )
+            except SourceError as exc:
+                kind = "timeout" if exc.reason == "timeout" else "error"
+                outcome = _Outcome(kind, [], exc.reason, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a buggy source must not take the request down
+                outcome = _Outcome("error", [], "error", f"{type(exc).__name__}: {exc}")
+            elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
+        fields: dict[str, object] = {}
+        if outcome.outcome in ("error", "timeout"):
+            fields = {"reason": outcome.reason, "message": outcome.message}
+        record(
+            Step.SOURCE_INVOKED,
+            source=name,
+            query=query,
+            elapsed_ms=elapsed_ms,
+            outcome=outcome.outcome,
+            result_count=len(outcome.items),
+            **fields,
+        )
+        if shared is not None:
+            await (shared.succeeded() if outcome.outcome in ("ok", "empty") else shared.failed())
+        elif breaker is not None:
+            if outcome.outcome in ("ok", "empty"):
+                breaker.succeeded()
+            else:
+                breaker.failed()
+        if outcome.outcome in ("ok", "empty"):
+            capture(name, query, outcome.items)
+        if outcome.outcome == "ok" and cacheable:
+            if local:
+                self.result_cache.set(key, outcome.items, self.cache_ttl_s.get(name))
+            if self.shared_results is not None:
+                self.shared_results.publish(key, outcome.items, self.cache_ttl_s.get(name))
+        return outcome
+
+    async def _fuse(self, route: str, query: str) -> Answer:
+        members = self.fusion[route]
+        record(Step.FUSION, query=query, sources=list(members), route=route, method="rrf")
+        outcomes = await asyncio.gather(*(self._call(name, query) for name in members))
+        lists = [o.items for o in outcomes if o.outcome == "ok"]
+        if lists:
+            return Answer(route, "ok", reciprocal_rank_fusion(lists))
+        if any(o.outcome == "empty" for o in outcomes):
+            return Answer(route, "empty", [])
+        last = outcomes[-1]
+        return Answer(None, "error", [], {"type": last.reason, "message": last.message})

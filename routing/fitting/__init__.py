@@ -1,0 +1,1 @@
+"""Fitting the confidence weights from labelled utterances."""

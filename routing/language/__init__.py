@@ -1,0 +1,1 @@
+"""The language of a query: sentences, conditions, discourse, decomposition, follow-ups."""

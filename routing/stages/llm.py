@@ -1,0 +1,436 @@
+"""The LLM stage: ask a chat model which source should answer, when nothing cheaper knew.
+
+Speaks the OpenAI-compatible chat-completions API (`POST {base_url}/chat/completions`),
+which Ollama, llama.cpp's server, vLLM and OpenAI all serve; `base_url` includes the
+version prefix (`http://127.0.0.1:11434/v1`). One pooled httpx client, opened in
+`start()`, and one deadline (`timeout_s`) around each decision, negotiation included.
+
+The answer is constrained where the server can: a JSON schema whose enum is the configured
+routes plus "none", in whichever `response_format` spelling the server takes (negotiated
+once per server, `routing.stages.llm_format`); the event says which (`response_format`). The
+instructions go in the user message, not a system message: some chat templates (Gemma's,
+as llama-cpp-python applies it) drop the system message, and the model would never see
+the routes. The answer is still validated against the routes (a server may ignore the
+constraint); JSON wrapped in prose or a code fence is tolerated.
+
+A small model may name one route whatever it is asked. With `bias_check` (the default),
+the first decision against a server also asks queries with no content (`CONTENT_FREE`);
+a route named for them is a habit, and an answer naming it is declined (`llm_unusable`):
+such a model then leaves routing as it was without it, instead of making it worse.
+
+What went wrong decides the default's reason: `llm_failed` (connection error, timeout,
+HTTP error) or `llm_unusable` (no JSON, no source, an unknown source, a habit). A fresh
+decision is cached exactly (decision cache) and semantically (reused for paraphrases by
+the semantic stage), unless the query leans on the conversation.
+
+The prompt and raw answer go into events only with `trace.capture_prompts: true`: they
+can carry personal data. The API key is only ever in the Authorization header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from routing.chain.events import record
+from routing.chain.steps import Step
+from routing.stages.confidence import LLM_CONFIDENCE, single
+from routing.stages.llm_format import (
+    Form,
+    FormMemory,
+    answer_schema,
+    is_form_refusal,
+    response_format,
+)
+from routing.types import Decision, ResolveContext
+
+if TYPE_CHECKING:
+    from routing.config import LLMConfig
+    from routing.stages.decision_cache import DecisionCache
+    from routing.stages.semantic import LearnedDecisions, SemanticStage
+    from routing.stages.sessions import SessionStore
+
+NONE = "none"
+# Enough for `{"source": "<name>"}` even wrapped in a sentence or a code fence; a model that
+# rambles past it is cut off instead of spending the whole deadline.
+MAX_TOKENS = 100
+# Queries with no content (as in "contextual calibration", Zhao et al. 2021): a route a
+# model names for them is its bias, and the same name for a real query says nothing.
+CONTENT_FREE = ("N/A", "", "[MASK]")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+_DECODER = json.JSONDecoder()
+
+
+class LLMFailure(Exception):
+    """The LLM gave no usable decision; `reason` is the default's reason code."""
+
+    def __init__(
+        self, reason: str, detail: str, raw: str | None = None, form: Form | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.reason = reason  # llm_failed | llm_unusable
+        self.detail = detail
+        self.raw = raw
+        self.form = form  # the response_format of the last attempt, if one was made
+
+
+@dataclass(frozen=True, slots=True)
+class LLMAnswer:
+    route: str | None  # None: the model said no source fits
+    raw: str
+    elapsed_ms: float
+    form: Form = "prompt"  # how the answer was constrained
+    usage: dict[str, Any] = field(default_factory=dict)  # what the server reported of itself
+
+
+def extract_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in `text`, even inside prose or a ```json fence."""
+    position = text.find("{")
+    while position >= 0:
+        try:
+            value, _ = _DECODER.raw_decode(text, position)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict):
+            return value
+        position = text.find("{", position + 1)
+    return None
+
+
+def build_messages(
+    routes: dict[str, str], query: str, previous: tuple[str, str] | None = None
+) -> list[dict[str, str]]:
+    """The chat messages asking for one route; `previous` is (query, route) of the last turn.
+
+    One user message holding the instructions and the query: a system message is not
+    kept by every chat template, a user message is.
+    """
+    lines = [f"- {name}: {description or name}" for name, description in routes.items()]
+    lines.append(
+        f"- {NONE}: none of the above can answer it (alarms, timers, music, messages, "
+        "calendars, small talk, arithmetic)."
+    )
+    names = ", ".join([*routes, NONE])
+    instructions = (
+        "You route search queries. Choose the ONE source below that can best answer the "
+        "query.\n\nSources:\n" + "\n".join(lines) + "\n\n"
+        'Reply with a JSON object and nothing else: {"source": "<name>"}, where <name> is '
+        f"one of: {names}."
+    )
+    if previous is not None:
+        query_lines = (
+            f"Previous query (answered by {previous[1]}): {previous[0]}\n"
+            f"Query (it may refer to the previous one): {query}"
+        )
+    else:
+        query_lines = f"Query: {query}"
+    return [{"role": "user", "content": instructions + "\n\n" + query_lines}]
+
+
+def parse_answer(raw: str, routes: dict[str, str]) -> str | None:
+    """The route the answer names (None for "none"); LLMFailure(llm_unusable) otherwise."""
+    data = extract_json_object(raw)
+    if data is None:
+        raise LLMFailure("llm_unusable", "the answer holds no JSON object", raw)
+    value = data.get("source", data.get("route"))
+    if not isinstance(value, str) or not value.strip():
+        raise LLMFailure("llm_unusable", "the answer names no source", raw)
+    name = value.strip()
+    if name.lower() == NONE:
+        return None
+    by_lower = {route.lower(): route for route in routes}
+    route = name if name in routes else by_lower.get(name.lower())
+    if route is None:
+        shown = repr(name) if _NAME.match(name) else "(not a name)"
+        raise LLMFailure("llm_unusable", f"the answer names an unknown source {shown}", raw)
+    return route
+
+
+def server_usage(payload: Any) -> dict[str, Any]:
+    """What the server said of its own work: `prompt_tokens` (OpenAI `usage`) and
+    `server_ms` (llama.cpp's `timings`), where it said so."""
+    found: dict[str, Any] = {}
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+        found["prompt_tokens"] = usage["prompt_tokens"]
+    timings = payload.get("timings") if isinstance(payload, dict) else None
+    if isinstance(timings, dict):
+        parts = [timings.get("prompt_ms"), timings.get("predicted_ms")]
+        numbers = [p for p in parts if isinstance(p, int | float)]
+        if len(numbers) == len(parts):
+            found["server_ms"] = round(float(sum(numbers)), 3)
+    return found
+
+
+class LLMStage:
+    """Fresh routing decisions from a chat model."""
+
+    name = "intent_llm"
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        routes: dict[str, str],
+        *,
+        capture_prompts: bool = False,
+        decision_cache: DecisionCache | None = None,
+        learned: LearnedDecisions | None = None,
+        semantic: SemanticStage | None = None,
+        sessions: SessionStore | None = None,
+    ) -> None:
+        self.config = config
+        self.routes = routes
+        self.capture_prompts = capture_prompts
+        self.decision_cache = decision_cache
+        self.learned = learned
+        self.semantic = semantic
+        self.sessions = sessions
+        self.base_url = config.base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
+        self.forms = FormMemory()
+        # base URL -> {content-free query: the route the model named (None: "none")}
+        self._probes: dict[str, dict[str, str | None]] = {}
+        self._client: httpx.AsyncClient | None = None
+
+    async def start(self) -> None:
+        if self._client is None:
+            headers = {"Content-Type": "application/json"}
+            if self.config.api_key is not None and self.config.api_key.get_secret_value():
+                headers["Authorization"] = f"Bearer {self.config.api_key.get_secret_value()}"
+            self._client = httpx.AsyncClient(
+                headers=headers,
+                timeout=httpx.Timeout(self.config.timeout_s),
+                limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),
+                follow_redirects=False,
+            )
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def ask(self, messages: list[dict[str, str]], deadline: float | None = None) -> LLMAnswer:
+        """One chat completion -> the named route; LLMFailure on anything unusable.
+
+        Asks in the form this server accepted before (the first form for a new server);
+        a refused form is recorded (`llm_format_refused`) and the next one tried at once,
+        all before `deadline` (loop time; default `timeout_s` from now).
+        """
+        await self.start()
+        assert self._client is not None
+        schema = answer_schema([*self.routes, NONE])
+        form = self.forms.first(self.base_url)
+        started = time.perf_counter()
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self.config.timeout_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    body: dict[str, Any] = {
+                        "model": self.config.model,
+                        "messages": messages,
+                        "temperature": 0,
+                        "max_tokens": MAX_TOKENS,
+                    }
+                    constraint = response_format(form, schema)
+                    if constraint is not None:
+                        body["response_format"] = constraint
+                    response = await self._client.post(self.url, json=body)
+                    following = self.forms.after(form)
+                    if (
+                        following is None
+                        or response.status_code == 200
+                        or not is_form_refusal(response.status_code, response.text[:4000])
+                    ):
+                        break
+                    record(
+                        Step.LLM_FORMAT_REFUSED,
+                        response_format=form,
+                        status=response.status_code,
+                        next=following,
+                    )
+                    form = following
+        except (TimeoutError, httpx.TimeoutException):
+            raise LLMFailure(
+                "llm_failed", f"no answer within {self.config.timeout_s:g}s", form=form
+            ) from None
+        except httpx.HTTPError as exc:
+            raise LLMFailure(
+                "llm_failed", f"request failed: {type(exc).__name__}", form=form
+            ) from None
+        elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
+        if response.status_code != 200:
+            raise LLMFailure(
+                "llm_failed", f"HTTP {response.status_code} from the LLM server", form=form
+            )
+        self.forms.accepted(self.base_url, form)
+        try:
+            payload = response.json()
+            raw = payload["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise LLMFailure("llm_unusable", "not a chat-completions response", form=form) from None
+        if not isinstance(raw, str):
+            raise LLMFailure("llm_unusable", "the answer has no text content", form=form)
+        try:
+            route = parse_answer(raw, self.routes)
+        except LLMFailure as failure:
+            failure.form = form
+            raise
+        return LLMAnswer(route, raw, elapsed_ms, form, server_usage(payload))
+
+    async def _previous(self, context: ResolveContext) -> tuple[str, str] | None:
+        if context.discourse is None or self.sessions is None:
+            return None
+        turn = await self.sessions.recall(context.session_id)
+        return (turn.query, turn.route) if turn is not None else None
+
+    async def _habits(self, deadline: float) -> frozenset[str]:
+        """The routes this model names for queries with no content, asked once per server
+        (empty for a model that answers "none" to them, as one that reads the query does).
+        A route named for "N/A" is the model's habit, not a reading of the query. Each
+        answer is kept as it arrives, so a slow model's probes finish over several
+        decisions rather than starting again in each."""
+        answered = self._probes.setdefault(self.base_url, {})
+        for query in CONTENT_FREE:
+            if query in answered:
+                continue
+            try:
+                answer = await self.ask(build_messages(self.routes, query), deadline)
+            except LLMFailure as failure:
+                if failure.reason != "llm_unusable":
+                    raise  # no answer (timeout, HTTP error): asked again next time
+                # An answer that names no route shows no habit either.
+                record(
+                    Step.LLM_BIAS_PROBE,
+                    probe=query,
+                    answer=None,
+                    detail=failure.detail,
+                    response_format=failure.form,
+                )
+                answered[query] = None
+                continue
+            record(
+                Step.LLM_BIAS_PROBE,
+                probe=query,
+                answer=answer.route or NONE,
+                response_format=answer.form,
+            )
+            answered[query] = answer.route
+        return frozenset(route for route in answered.values() if route is not None)
+
+    async def _consult(
+        self, query: str, context: ResolveContext, escalated: bool
+    ) -> LLMAnswer | None:
+        """Ask, recording the outcome; None when the LLM failed (event recorded)."""
+        messages = build_messages(self.routes, query, await self._previous(context))
+        started = time.perf_counter()
+        # One deadline for the whole decision, the first request's probes included.
+        deadline = asyncio.get_running_loop().time() + self.config.timeout_s
+        habits: frozenset[str] = frozenset()
+        try:
+            if self.config.bias_check:
+                habits = await self._habits(deadline)
+            answer = await self.ask(messages, deadline)
+        except LLMFailure as failure:
+            fields: dict[str, Any] = {}
+            if failure.form is not None:
+                fields["response_format"] = failure.form
+            if self.capture_prompts:
+                fields.update(prompt=messages, raw_answer=failure.raw)
+            record(
+                Step.LLM_ERROR,
+                query=query,
+                reason=failure.reason,
+                detail=failure.detail,
+                discourse_escalated=escalated,
+                **fields,
+            )
+            context.default_reason = failure.reason
+            return None
+        elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
+        fields = {
+            "model": self.config.model,
+            "elapsed_ms": elapsed_ms,
+            "response_format": answer.form,
+            **answer.usage,
+        }
+        if self.capture_prompts:
+            fields.update(prompt=messages, raw_answer=answer.raw)
+        if answer.route is not None and answer.route in habits:
+            record(
+                Step.LLM_ERROR,
+                query=query,
+                reason="llm_unusable",
+                detail=f"the model names {answer.route} even for a query with no "
+                "content: that answer says nothing about this query",
+                discourse_escalated=escalated,
+                answer=answer.route,
+                habits=sorted(habits),
+                **fields,
+            )
+            context.default_reason = "llm_unusable"
+            return None
+        if answer.route is None:
+            record(
+                Step.INTENT_LLM,
+                query=query,
+                decision=None,
+                discourse_escalated=escalated,
+                matched=False,
+                outcome="no_source",
+                confidence=LLM_CONFIDENCE,
+                candidates=single("none", LLM_CONFIDENCE).candidates(),
+                **fields,
+            )
+        else:
+            record(
+                Step.INTENT_LLM,
+                query=query,
+                decision=answer.route,
+                discourse_escalated=escalated,
+                matched=True,
+                confidence=LLM_CONFIDENCE,
+                candidates=single(answer.route, LLM_CONFIDENCE).candidates(),
+                **fields,
+            )
+        return answer
+
+    async def _remember(self, query: str, route: str, context: ResolveContext) -> None:
+        if context.discourse is not None:
+            return  # the decision depends on the conversation, not just the words
+        if self.decision_cache is not None:
+            self.decision_cache.put(query, route, self.name, LLM_CONFIDENCE)
+        if self.learned is not None:
+            vector = context.embedding
+            if vector is None and self.semantic is not None:
+                vector = await self.semantic.embed(query)
+            if vector is not None:
+                self.learned.add(query, route, vector)
+
+    async def decide(self, query: str, context: ResolveContext) -> Decision | None:
+        if context.unserved:
+            return None
+        answer = await self._consult(query, context, escalated=False)
+        if answer is None:
+            return None
+        if answer.route is None:
+            context.unserved = True
+            context.default_reason = "no_match"
+            return None
+        await self._remember(query, answer.route, context)
+        return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)
+
+    async def escalate(
+        self, query: str, context: ResolveContext, keyword_route: str
+    ) -> Decision | None:
+        """A keyword matched a discourse-dependent query: let the LLM (with context) decide."""
+        answer = await self._consult(query, context, escalated=True)
+        if answer is None or answer.route is None:
+            return None  # the keyword's decision stands
+        return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)

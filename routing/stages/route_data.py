@@ -1,0 +1,190 @@
+"""Routes are shipped data; the user's config.yaml only overrides them.
+
+Each route the package knows ships as one YAML file, `routing/routes/<name>.yaml`, so an
+upgrade of the package improves routing for everyone who never edited a rule. A file holds
+
+    description: "What the route's source answers"   # for the LLM and the MCP tool list
+    keywords:               # keyword rules, the syntax of routing/stages/keyword_rules.py
+      - weather
+      - current temperature ^2
+    exemplars:              # example requests, for the semantic stage
+      - will it rain tomorrow
+
+No route ships a threshold: whether a stage decides is its calibrated confidence against
+`routing.min_confidence` (routing/stages/confidence.py); a configured `threshold` is still parsed
+(old configs keep loading) and shown on candidates, but decides nothing.
+
+`none.yaml` is the pseudo-route of requests no source serves (alarms, email, music): its
+matches end a part at a low-confidence default; it is never routed to.
+
+The user's `routing.routes.<name>` is merged over the shipped route the way Home
+Assistant merges `custom_sentences` over its shipped intents: what it lists is *added*.
+
+    routing:
+      routes:
+        ha:
+          keywords: ["sauna ^2"]             # appended to the shipped rules
+          exemplars: [is the sauna warm yet]
+          disable_keywords: [scene]          # a shipped rule, by its text (weight optional)
+          disable_exemplars: [what scenes do i have]
+          threshold: 0.35                    # accepted, no longer decides (see below)
+          description: "..."                 # replaces the shipped one
+        sauna:                               # a new route, for a source named `sauna`
+          keywords: [sauna]
+          exemplars: [heat up the sauna]
+
+A shipped rule is named by its text: case, spacing and a `^weight` don't matter, so
+`disable_keywords: ["current temperature"]` disables `current temperature ^2`. Naming one
+that isn't shipped is an error (a typo would otherwise disable nothing, silently).
+A shipped route whose source isn't configured is left out; an override of a route that
+is neither configured nor `none` is an error. `routing.shipped_routes: false` starts from
+nothing instead of the shipped files (for a fully hand-made rule set, and for tests).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+NONE = "none"  # requests no source serves; never a route
+# libyaml's safe loader where PyYAML has it: the pure-Python one takes ~0.2 s for the routes
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class RouteFile(BaseModel):
+    """One shipped `routing/routes/<name>.yaml`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    threshold: float | None = Field(default=None, ge=-1, le=1)
+    keywords: list[str] = Field(default_factory=list)
+    exemplars: list[str] = Field(default_factory=list)
+
+
+class RouteOverride(BaseModel):
+    """`routing.routes.<name>` in config.yaml: additions to (or a new) route."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str | None = Field(default=None, description="Replaces the shipped one.")
+    threshold: float | None = Field(
+        default=None, ge=-1, le=1, description="Replaces the shipped semantic threshold."
+    )
+    keywords: list[str] = Field(default_factory=list, description="Appended keyword rules.")
+    exemplars: list[str] = Field(default_factory=list, description="Appended exemplars.")
+    disable_keywords: list[str] = Field(
+        default_factory=list, description="Shipped keyword rules to drop, by their text."
+    )
+    disable_exemplars: list[str] = Field(
+        default_factory=list, description="Shipped exemplars to drop, by their text."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A route as routing uses it: shipped data with the user's overrides applied."""
+
+    name: str
+    description: str = ""
+    threshold: float | None = None
+    keywords: tuple[str, ...] = ()
+    exemplars: tuple[str, ...] = ()
+
+
+class RouteDataError(ValueError):
+    """A shipped route file or a user override is invalid; the message names the key."""
+
+
+_WEIGHT = re.compile(r"\s*\^\s*[0-9]+(?:\.[0-9]+)?\s*$")
+_SPACE = re.compile(r"\s+")
+
+
+def rule_key(text: str) -> str:
+    """What names a rule or exemplar: its text without weight, case or extra spacing."""
+    return _SPACE.sub(" ", _WEIGHT.sub("", text).replace("’", "'").lower()).strip()
+
+
+def _parse_file(name: str, text: str) -> Route:
+    try:
+        data = RouteFile.model_validate(yaml.load(text, Loader=_LOADER) or {})
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise RouteDataError(f"routing/routes/{name}.yaml: {exc}") from None
+    return Route(
+        name, data.description, data.threshold, tuple(data.keywords), tuple(data.exemplars)
+    )
+
+
+@lru_cache(maxsize=1)
+def shipped_routes() -> dict[str, Route]:
+    """Every shipped route by name, read once from the package (sorted by name)."""
+    folder = resources.files("routing") / "routes"
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name)
+    routes = {}
+    for file in files:
+        name = file.name.removesuffix(".yaml")
+        routes[name] = _parse_file(name, file.read_text(encoding="utf-8"))
+    return routes
+
+
+def _without(
+    shipped: tuple[str, ...], disabled: list[str], where: str, what: str
+) -> tuple[str, ...]:
+    keys = [rule_key(text) for text in shipped]
+    for index, text in enumerate(disabled):
+        if rule_key(text) not in keys:
+            raise RouteDataError(f"{where}[{index}]: {text!r} is not a shipped {what}")
+    drop = {rule_key(text) for text in disabled}
+    return tuple(text for text, key in zip(shipped, keys, strict=True) if key not in drop)
+
+
+def resolve_routes(
+    names: Iterable[str],
+    overrides: Mapping[str, RouteOverride],
+    *,
+    shipped: bool = True,
+    where: str = "routing.routes",
+) -> dict[str, Route]:
+    """The routes of the configured `names` (and `none`), overrides merged over shipped data.
+
+    Order: shipped routes by name, then the others in the order of `overrides`; within a
+    route, shipped rules come first (the keyword stage breaks ties by that order).
+    """
+    active = set(names) | {NONE}
+    for name in overrides:
+        if name not in active:
+            raise RouteDataError(f"{where}.{name}: unknown source or route")
+    base = {n: r for n, r in shipped_routes().items() if n in active} if shipped else {}
+    resolved: dict[str, Route] = {}
+    for name in [*base, *(n for n in overrides if n not in base)]:
+        route = base.get(name, Route(name))
+        extra = overrides.get(name)
+        if extra is None:
+            resolved[name] = route
+            continue
+        keywords = _without(
+            route.keywords,
+            extra.disable_keywords,
+            f"{where}.{name}.disable_keywords",
+            f"keyword rule of {name}",
+        )
+        exemplars = _without(
+            route.exemplars,
+            extra.disable_exemplars,
+            f"{where}.{name}.disable_exemplars",
+            f"exemplar of {name}",
+        )
+        resolved[name] = Route(
+            name,
+            extra.description if extra.description is not None else route.description,
+            extra.threshold if extra.threshold is not None else route.threshold,
+            (*keywords, *extra.keywords),
+            (*exemplars, *extra.exemplars),
+        )
+    return resolved

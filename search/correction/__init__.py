@@ -1,0 +1,1 @@
+"""The correction loop: labels, `search fit`, `replay`, `check`."""

@@ -1,0 +1,212 @@
+"""Labels: a user's correction of one part's routing decision, stored beside its trace.
+
+A label names a trace, one of its parts (the part path of the events, "0", "1.0"), and the
+route that part should have had, or `none` for "no source serves this". It keeps the part's
+query as the trace stored it: the text on a plain store, its keyed pseudonym on a redacted
+one (a redacted store never learns the text back from a label). It also keeps the decision
+the part had, so a list of labels reads as "was X, should be Y".
+
+Conflicts: several labels may name the same query (the same trace relabelled, or the same
+words asked again and labelled differently). The latest label wins: labels are numbered in
+the order they were stored, and for each query (compared after `routing.language.text.normalise`)
+only the highest-numbered one counts, in `effective_labels`, in the export and in a fit.
+A user who changes their mind is believed; the outcome depends on nothing but that order.
+
+A trace that carries a label is never removed by retention (`trace_rows.prune`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from routing.language.text import normalise
+from search.pseudonym import LEGACY_PREFIX, PREFIX
+
+NONE = "none"  # "no configured source serves this"
+INTENT_STEPS = (
+    "intent_keyword",
+    "intent_cached",
+    "intent_semantic",
+    "intent_llm",
+    "intent_session",
+    "intent_default",
+)
+LABELS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS labels (
+    id INTEGER PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    part TEXT NOT NULL,
+    route TEXT NOT NULL,
+    query TEXT NOT NULL,
+    decision TEXT,
+    created_at REAL NOT NULL,
+    redacted INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS labels_trace ON labels(trace_id);
+"""
+LABEL_COLUMNS = ("id", "trace_id", "part", "route", "query", "decision", "created_at", "redacted")
+MAX_PART_CHARS = 64
+
+
+class LabelError(ValueError):
+    """A label that cannot be stored; `field` names what is wrong (HTTP 422, CLI exit 2)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """One stored label."""
+
+    id: int
+    trace_id: str
+    part: str
+    route: str
+    query: str  # as the trace stored it: text, or a pseudonym on a redacted store
+    decision: str | None  # what the part had when it was labelled
+    created_at: float
+    redacted: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label_id": self.id,
+            "trace_id": self.trace_id,
+            "part": self.part,
+            "route": self.route,
+            "query": self.query,
+            "decision": self.decision,
+            "created_at": self.created_at,
+            "time": datetime.fromtimestamp(self.created_at, UTC).isoformat(timespec="milliseconds"),
+            "redacted": self.redacted,
+        }
+
+
+def is_pseudonym(text: str) -> bool:
+    return text.startswith((PREFIX, LEGACY_PREFIX))
+
+
+# --- what a part is -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartDecision:
+    """A labellable part of a trace: its query and the route its intent stages chose."""
+
+    part: str
+    query: str
+    decision: str | None  # None when judged unserved
+    stage: str
+
+
+def part_decisions(chain: Sequence[Mapping[str, Any]]) -> dict[str, PartDecision]:
+    """Each part that was routed, by part path: the last intent event of the part decides
+    (a keyword match escalated to the LLM is decided by the LLM)."""
+    parts: dict[str, PartDecision] = {}
+    for event in chain:
+        if event.get("step") not in INTENT_STEPS:
+            continue
+        decision = event.get("decision")
+        if event.get("step") == "intent_semantic" and not event.get("matched", True):
+            continue  # a miss decides nothing: a later stage (or the default) does
+        query = event.get("query")
+        if not isinstance(query, str):
+            continue
+        parts[str(event.get("part", ""))] = PartDecision(
+            str(event.get("part", "")),
+            query,
+            decision if isinstance(decision, str) else None,
+            str(event["step"]),
+        )
+    return parts
+
+
+def check_label(
+    trace: Mapping[str, Any], part: Any, route: Any, routes: Iterable[str]
+) -> PartDecision:
+    """The part a label `{part, route}` names on `trace`; LabelError names a bad field."""
+    known = sorted({*routes, NONE})
+    if not isinstance(part, str) or not part.strip() or len(part) > MAX_PART_CHARS:
+        raise LabelError("part", 'must be a part path such as "0" or "1.0"')
+    if not isinstance(route, str) or not route.strip():
+        raise LabelError("route", f"must be a route name (one of {', '.join(known)})")
+    parts = part_decisions(trace.get("chain") or [])
+    if part not in parts:
+        have = ", ".join(repr(p) for p in sorted(parts)) or "none"
+        raise LabelError("part", f"{part!r} is not a routed part of this trace (parts: {have})")
+    if route not in known:
+        raise LabelError("route", f"{route!r} is not a route (known: {', '.join(known)})")
+    return parts[part]
+
+
+# --- storing and reading --------------------------------------------------------------
+
+
+def insert_label(
+    conn: sqlite3.Connection,
+    trace_id: str,
+    target: PartDecision,
+    route: str,
+    redacted: bool,
+    now: float | None = None,
+) -> Label:
+    """Store the label only if its trace is still there (retention may have just removed
+    an unlabelled trace); KeyError when it is gone."""
+    created = time.time() if now is None else now
+    cursor = conn.execute(
+        "INSERT INTO labels (trace_id, part, route, query, decision, created_at, redacted) "
+        "SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM traces WHERE trace_id = ?)",
+        (
+            trace_id,
+            target.part,
+            route,
+            target.query,
+            target.decision,
+            created,
+            int(redacted),
+            trace_id,
+        ),
+    )
+    if cursor.rowcount != 1:
+        raise KeyError(trace_id)
+    return Label(
+        int(cursor.lastrowid or 0),
+        trace_id,
+        target.part,
+        route,
+        target.query,
+        target.decision,
+        created,
+        redacted,
+    )
+
+
+def _label(row: Sequence[Any]) -> Label:
+    id_, trace_id, part, route, query, decision, created, redacted = row
+    return Label(int(id_), trace_id, part, route, query, decision, float(created), bool(redacted))
+
+
+def read_labels(conn: sqlite3.Connection, trace_id: str | None = None) -> list[Label]:
+    """Labels in the order they were stored (all of them, or one trace's)."""
+    sql = f"SELECT {', '.join(LABEL_COLUMNS)} FROM labels"
+    args: tuple[Any, ...] = ()
+    if trace_id is not None:
+        sql += " WHERE trace_id = ?"
+        args = (trace_id,)
+    return [_label(tuple(row)) for row in conn.execute(sql + " ORDER BY id", args).fetchall()]
+
+
+def effective_labels(labels: Iterable[Label]) -> list[Label]:
+    """One label per query, the latest stored (highest id); in the order they won."""
+    latest: dict[str, Label] = {}
+    for label in sorted(labels, key=lambda item: item.id):
+        key = label.query if is_pseudonym(label.query) else normalise(label.query)
+        latest.pop(key, None)
+        latest[key] = label
+    return list(latest.values())

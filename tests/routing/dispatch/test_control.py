@@ -1,0 +1,223 @@
+"""The control gate, through the real Service and dispatcher, over scripted sources.
+
+A scripted source with `control_prefix` reads queries starting with it as commands and
+lists every command `act` carried out in `acted`: that list is the world these tests
+watch. The same properties against a real Home Assistant are in
+tests/search/test_control_over_http.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from routing.dispatch.control import Circumstances, deferral, withheld_reasons, without_deferral
+from search.service import Service
+from tests.support import scripted
+from tests.support.app import assert_contract_event, scripted_config
+
+scripted.register()
+
+KEYWORDS = {"ha": ["unlock", "door", "lights"], "kiwix": ["sun", "explodes"], "web": ["rains"]}
+
+
+def home(allow: bool = True, **ha: Any) -> Service:
+    config = scripted_config(
+        {
+            "kiwix": {},
+            "ha": {"control_prefix": "unlock", "allow_control": allow, "fallback": ["web"], **ha},
+            "web": {},
+        },
+        keywords=KEYWORDS,
+    )
+    return Service(config)
+
+
+async def ask(service: Service, query: str, **kwargs: Any) -> dict[str, Any]:
+    outcome = await service.search(query, explain=True, **kwargs)
+    for event in outcome.chain:
+        assert_contract_event(event)
+    return outcome.body
+
+
+def acted(service: Service) -> list[str]:
+    return [c.query for c in service.sources["ha"].acted]  # type: ignore[attr-defined]
+
+
+def withheld(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in body["explanation"] if e["step"] == "control_withheld"]
+
+
+async def test_a_plain_command_with_control_allowed_acts_once_through_the_gate() -> None:
+    service = home()
+    body = await ask(service, "unlock the front door")
+    assert acted(service) == ["unlock the front door"]
+    [result] = body["results"]
+    assert (result["source"], result["status"]) == ("ha", "ok")
+    invoked = [e for e in body["explanation"] if e["step"] == "source_invoked"]
+    assert [(e["operation"], e["command"]) for e in invoked] == [
+        ("act", {"action": "unlock", "target": "the front door"})
+    ]
+    assert withheld(body) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("if the sun explodes today, unlock the front door", "conditional"),
+        ("unless it rains, unlock the front door", "conditional"),
+        ("unlock the front door if the sun explodes", "conditional"),
+        ("unlock the front door in an hour", "deferred"),
+        ("in ten minutes unlock the front door", "deferred"),
+        ("unlock the front door tomorrow at 7", "deferred"),
+        ("unlock the front door tonight", "deferred"),
+        ("unlock the front door when i get home", "deferred"),
+    ],
+)
+async def test_a_command_under_a_condition_or_for_later_is_withheld(
+    query: str, reason: str
+) -> None:
+    service = home()
+    body = await ask(service, query)
+    assert acted(service) == []
+    [event] = withheld(body)
+    assert event["reason"] == reason and event["source"] == "ha"
+    statuses = [r["status"] for r in body["results"]]
+    assert "withheld" in statuses and "ok" not in statuses[-1:]
+    part = next(r for r in body["results"] if r["status"] == "withheld")
+    assert part["withheld"]["reason"] == reason
+    assert "did nothing" in part["items"][0]["text"]
+
+
+async def test_unless_is_recorded_as_a_negated_condition() -> None:
+    body = await ask(home(), "unless it rains, unlock the front door")
+    [found] = [e for e in body["explanation"] if e["step"] == "conditional_detected"]
+    assert (found["condition"], found["negated"]) == ("it rains", True)
+    plain = await ask(home(), "if it rains, unlock the front door")
+    [found] = [e for e in plain["explanation"] if e["step"] == "conditional_detected"]
+    assert found["negated"] is False
+
+
+async def test_not_allowed_dry_run_read_only_and_default_decisions_never_act() -> None:
+    refused = home(allow=False)
+    body = await ask(refused, "unlock the front door")
+    assert withheld(body)[0]["reason"] == "not_allowed" and acted(refused) == []
+    assert body["results"][0]["status"] == "withheld"
+
+    service = home()
+    plan = await ask(service, "unlock the front door", dry_run=True)
+    assert plan["results"][0]["status"] == "planned"
+    assert withheld(plan)[0]["reason"] == "dry_run"
+    tool = await ask(service, "unlock the front door", read_only=True)
+    assert withheld(tool)[0]["reason"] == "read_only"
+    assert acted(service) == []
+
+    # Nothing in the rules names it: the default (ha here) answers, unsure, and must not act.
+    unsure = Service(
+        scripted_config({"ha": {"control_prefix": "unlockx", "allow_control": True}}, keywords={})
+    )
+    body = await ask(unsure, "unlockx the shed")
+    assert [e["step"] for e in body["explanation"]][0] == "intent_default"
+    assert withheld(body)[0]["reason"] == "low_confidence"
+    assert unsure.sources["ha"].acted == []  # type: ignore[attr-defined]
+
+
+async def test_every_reason_that_holds_is_recorded_the_first_names_the_event() -> None:
+    body = await ask(
+        home(allow=False), "if the sun explodes, unlock the door in an hour", dry_run=True
+    )
+    [event] = withheld(body)
+    assert event["reasons"] == ["not_allowed", "dry_run", "conditional", "deferred"]
+    assert event["reason"] == "not_allowed" and event["when"] == "in an hour"
+
+
+async def test_a_service_that_does_not_act_withholds_with_reason_replay() -> None:
+    service = Service(home().config, acting=False)
+    body = await ask(service, "unlock the front door")
+    assert withheld(body)[0]["reasons"] == ["replay"]
+    assert acted(service) == []
+
+
+async def test_a_failed_command_is_never_sent_down_the_fallback_chain() -> None:
+    service = home(fail="error")
+    outcome = await service.search("unlock the front door", explain=True)
+    steps = [e["step"] for e in outcome.chain]
+    assert "fallback" not in steps and steps.count("source_invoked") == 1
+    assert outcome.status_code == 502 and [r.status for r in outcome.results] == ["error"]
+    assert service.sources["web"].calls == 0  # type: ignore[attr-defined]
+
+
+async def test_a_command_is_never_cached_and_drops_its_sources_cached_answers() -> None:
+    service = home(cache_ttl_s=300)
+    first = await ask(service, "door status")
+    again = await ask(service, "door status")
+    assert not first["cached"] and again["cached"]
+    for _ in range(2):
+        body = await ask(service, "unlock the front door")
+        assert not body["cached"]
+    assert len(acted(service)) == 2
+    after = await ask(service, "door status")
+    assert not after["cached"], "a command must drop what was read before it"
+
+
+async def test_a_fusion_route_only_reads() -> None:
+    config = scripted_config(
+        {"ha": {"control_prefix": "unlock", "allow_control": True}, "web": {}},
+        keywords={"everything": ["unlock"]},
+        fusion={"everything": ["ha", "web"]},
+    )
+    service = Service(config)
+    body = await ask(service, "unlock the front door")
+    assert service.sources["ha"].acted == []  # type: ignore[attr-defined]
+    assert [e["step"] for e in body["explanation"]].count("source_invoked") == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("turn off the oven in 10 minutes", "in 10 minutes"),
+        ("lock the door in half an hour", "in half an hour"),
+        ("switch on the heating at 6:30 am", "at 6:30 am"),
+        ("open the blinds at sunrise", "at sunrise"),
+        ("turn the lights off tonight", "tonight"),
+        ("start the vacuum on monday", "on monday"),
+        ("turn on the porch light every evening", "every evening"),
+        ("turn the heating on as soon as i leave", "as soon as i"),
+        ("turn on the lights in the living room", None),
+        ("turn on the kitchen light", None),
+        ("set the thermostat to 21", None),
+        ("turn all the lights off at once", None),
+    ],
+)
+def test_time_qualifiers_are_found_and_room_names_are_not(text: str, found: str | None) -> None:
+    assert deferral(text) == found
+
+
+def test_a_leading_time_qualifier_is_cut_from_the_command_words() -> None:
+    assert without_deferral("in ten minutes, turn off the oven") == "turn off the oven"
+
+
+def test_nothing_in_doubt_means_no_reason() -> None:
+    assert (
+        withheld_reasons(allowed=True, acting=True, deferred=False, circumstances=Circumstances())
+        == []
+    )
+
+
+async def test_a_command_whose_words_came_from_an_earlier_turn_is_withheld() -> None:
+    """'turn them off' after 'turn on the kitchen lights' is rewritten to a full command;
+    the router guessed its words, so it does nothing and says why."""
+    config = scripted_config(
+        {"kiwix": {}, "ha": {"control_prefix": "turn", "allow_control": True}},
+        keywords={"ha": ["turn on", "turn off", "lights"]},
+    )
+    service = Service(config)
+    first = await ask(service, "turn on the kitchen lights", session_id="s1")
+    assert first["results"][0]["status"] == "ok"
+    body = await ask(service, "turn them off", session_id="s1")
+    [result] = body["results"]
+    assert result["rewritten"] == "turn the kitchen lights off"
+    assert result["status"] == "withheld"
+    assert [e["reason"] for e in withheld(body)] == ["rewritten"]
+    assert acted(service) == ["turn on the kitchen lights"]

@@ -1,0 +1,262 @@
+"""Result cache, timed source calls, fallback chains and fusion, as recorded events."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from routing.dispatch.dispatcher import expand_chain
+from routing.dispatch.fusion import reciprocal_rank_fusion
+from routing.ttl_cache import TTLCache
+from search.config import ConfigError
+from search.service import Service
+from sources.base import Item
+from tests.support.app import assert_contract_event, scripted_config
+
+
+def steps(chain: list[dict]) -> list[str]:
+    return [e["step"] for e in chain]
+
+
+async def ask(service: Service, query: str, **kwargs):
+    outcome = await service.search(query, explain=True, **kwargs)
+    for event in outcome.chain:
+        assert_contract_event(event)
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("fault", "outcome", "reason"),
+    [
+        ("error", "error", "error"),
+        ("unavailable", "error", "connection_refused"),
+        ("crash", "error", "error"),
+        ("hang", "timeout", "timeout"),
+        ("empty", "empty", "empty"),
+    ],
+)
+async def test_fallback_fires_on_each_failure(fault: str, outcome: str, reason: str) -> None:
+    config = scripted_config(
+        {
+            "backup": {},
+            "primary": {"fail": fault, "timeout_s": 0.2, "fallback": ["backup"]},
+        },
+        keywords={"primary": ["lights"]},
+    )
+    service = Service(config)
+    await service.start()
+    result = await ask(service, "lights status")
+    assert result.status_code == 200
+    invoked = [e for e in result.chain if e["step"] == "source_invoked"]
+    assert [(e["source"], e["outcome"]) for e in invoked] == [
+        ("primary", outcome),
+        ("backup", "ok"),
+    ]
+    if fault == "hang":
+        assert 150 <= invoked[0]["elapsed_ms"] < 2000
+    (fallback,) = [e for e in result.chain if e["step"] == "fallback"]
+    assert fallback["from_source"] == "primary"
+    assert fallback["to_source"] == "backup"
+    assert fallback["reason"] == reason
+    assert steps(result.chain) == ["intent_keyword", "source_invoked", "fallback", "source_invoked"]
+    assert result.body["fallback_occurred"] is True
+    assert result.body["results"][0]["source"] == "backup"
+
+
+async def test_chains_follow_fallbacks_transitively() -> None:
+    config = scripted_config(
+        {
+            "a": {"fail": "error", "fallback": ["b"]},
+            "b": {"fail": "empty", "fallback": ["c"]},
+            "c": {},
+        }
+    )
+    service = Service(config)
+    result = await ask(service, "anything")
+    moves = [
+        (e["from_source"], e["to_source"], e["reason"])
+        for e in result.chain
+        if e["step"] == "fallback"
+    ]
+    assert moves == [("a", "b", "error"), ("b", "c", "empty")]
+
+
+async def test_an_exhausted_chain_fails_the_part_with_an_error_event_last() -> None:
+    config = scripted_config(
+        {"a": {"fail": "error", "fallback": ["b"]}, "b": {"fail": "unavailable"}}
+    )
+    service = Service(config)
+    result = await ask(service, "anything")
+    assert result.status_code == 502
+    assert result.body["error"]["type"] == "all_parts_failed"
+    assert steps(result.chain)[-1] == "error"
+    assert result.chain[-1]["part"] == ""
+    part_errors = [e for e in result.chain if e["step"] == "error" and e["part"] == "0"]
+    assert part_errors and part_errors[0]["error_type"] == "connection_refused"
+    assert "source_invoked" in steps(result.chain)
+
+
+async def test_only_empty_answers_give_status_empty() -> None:
+    service = Service(scripted_config({"a": {"fail": "empty"}}))
+    result = await ask(service, "anything")
+    assert result.status_code == 200
+    assert result.body["results"][0]["status"] == "empty"
+    assert result.body["results"][0]["items"] == []
+
+
+async def test_a_disabled_source_is_skipped_and_its_chain_used() -> None:
+    config = scripted_config(
+        {"kiwix": {}, "ha": {"enabled": False, "fallback": ["kiwix"]}},
+        keywords={"ha": ["lights"]},
+    )
+    service = Service(config)
+    result = await ask(service, "lights status")
+    assert steps(result.chain) == ["intent_keyword", "source_skipped", "fallback", "source_invoked"]
+    assert result.chain[1]["reason"] == "disabled"
+    assert result.body["results"][0]["source"] == "kiwix"
+
+
+async def test_result_cache_hit_is_recorded_and_reported() -> None:
+    service = Service(scripted_config({"a": {}}))
+    first = await ask(service, "Lights  status")
+    assert first.body["cached"] is False
+    second = await ask(service, "lights status")
+    assert steps(second.chain) == ["intent_default", "result_cache_hit"]
+    assert second.body["cached"] is True
+    assert second.body["results"] == [
+        {**r, "query": "lights status"} for r in first.body["results"]
+    ]
+    assert service.sources["a"].calls == 1
+
+
+def test_the_ttl_cache_expires_and_evicts_least_recently_used() -> None:
+    clock = [0.0]
+    cache: TTLCache[str, int] = TTLCache(2, 10.0, now=lambda: clock[0])
+    cache.set("a", 1)
+    cache.set("b", 2)
+    assert cache.get("a") == 1
+    cache.set("c", 3)  # evicts b, the least recently used
+    assert cache.get("b") is None and cache.get("a") == 1
+    clock[0] = 10.5
+    assert cache.get("a") is None and len(cache) == 1
+
+
+async def test_fusion_fans_out_and_merges_by_reciprocal_rank() -> None:
+    config = scripted_config(
+        {"kiwix": {"items": 2}, "web": {"items": 3}, "down": {"fail": "error"}},
+        keywords={"both": ["tell"]},
+        fusion={"both": ["kiwix", "web", "down"]},
+    )
+    service = Service(config)
+    result = await ask(service, "tell me about tides")
+    fusion = [e for e in result.chain if e["step"] == "fusion"]
+    assert fusion[0]["sources"] == ["kiwix", "web", "down"]
+    invoked = {e["source"]: e["outcome"] for e in result.chain if e["step"] == "source_invoked"}
+    assert invoked == {"kiwix": "ok", "web": "ok", "down": "error"}
+    part = result.body["results"][0]
+    assert part["source"] == "both" and part["status"] == "ok"
+    titles = [item["title"] for item in part["items"]]
+    # Rank 1 of each list first, then rank 2s, then web's rank 3.
+    assert titles[0].startswith(("kiwix #0", "web #0")) and titles[1].startswith(
+        ("kiwix #0", "web #0")
+    )
+    assert titles[-1].startswith("web #2") and len(titles) == 5
+
+
+def test_rrf_rewards_items_found_by_several_lists() -> None:
+    shared = Item("Tides", "t", "http://x/tides")
+    fused = reciprocal_rank_fusion(
+        [[Item("A", "a", "http://a"), shared], [Item("B", "b", "http://b"), shared]]
+    )
+    assert fused[0] == shared
+
+
+def test_expand_chain_is_depth_first_and_visits_each_once() -> None:
+    graph = {"ha": ["web", "kiwix"], "web": ["kiwix"], "kiwix": []}
+    assert expand_chain("ha", graph) == ["ha", "web", "kiwix"]
+
+
+def test_a_fallback_cycle_is_rejected_at_start_up() -> None:
+    with pytest.raises(ConfigError, match="cycle: a -> b -> c -> a"):
+        scripted_config(
+            {"a": {"fallback": ["b"]}, "b": {"fallback": ["c"]}, "c": {"fallback": ["a"]}}
+        )
+
+
+async def test_events_recorded_in_a_source_worker_thread_reach_the_chain() -> None:
+    service = Service(scripted_config({"a": {"record_in_thread": True}}))
+    result = await ask(service, "one; two")
+    workers = [e for e in result.chain if e["step"] == "worker_thread"]
+    assert sorted((e["part"], e["query"]) for e in workers) == [("0", "one"), ("1", "two")]
+
+
+async def test_the_circuit_opens_after_n_failures_then_a_probe_closes_it() -> None:
+    config = scripted_config(
+        {
+            "kiwix": {},
+            "ha": {
+                "fail": "unavailable",
+                "fallback": ["kiwix"],
+                "circuit_failures": 2,
+                "circuit_cooldown_s": 0.2,
+            },
+        },
+        keywords={"ha": ["lights"]},
+    )
+    service = Service(config)
+    ha = service.sources["ha"]
+    for n in range(2):
+        result = await ask(service, f"lights {n}")
+        assert [e["step"] for e in result.chain][1] == "source_invoked"
+    skipped = await ask(service, "lights 2")
+    event = skipped.chain[1]
+    assert event["step"] == "source_skipped" and event["reason"] == "circuit_open"
+    assert 0 < event["time_left_s"] <= 0.2
+    assert skipped.chain[2]["step"] == "fallback" and skipped.chain[2]["reason"] == "circuit_open"
+    assert ha.calls == 2
+    await asyncio.sleep(0.25)
+    ha.config = ha.config.model_copy(update={"fail": None})  # the source recovered
+    probe = await ask(service, "lights 3")
+    assert [e["step"] for e in probe.chain] == ["intent_keyword", "source_invoked"]
+    assert probe.body["results"][0]["source"] == "ha"
+    closed = await ask(service, "lights 4")
+    assert closed.chain[1]["step"] == "source_invoked" and ha.calls == 4
+
+
+def test_a_failed_probe_reopens_the_circuit() -> None:
+    from routing.dispatch.breaker import CircuitBreaker
+
+    clock = [0.0]
+    breaker = CircuitBreaker(2, 10.0, now=lambda: clock[0])
+    breaker.failed()
+    assert breaker.admit().allowed
+    breaker.failed()
+    assert not breaker.admit().allowed and breaker.state == "open"
+    clock[0] = 10.0
+    first, second = breaker.admit(), breaker.admit()
+    assert first.allowed and first.probe and not second.allowed  # one probe at a time
+    breaker.failed()
+    assert breaker.state == "open" and breaker.admit().time_left_s == 10.0
+
+
+async def test_state_changing_calls_are_never_served_from_the_cache() -> None:
+    config = scripted_config(
+        {"ha": {"control_prefix": "turn", "allow_control": True}}, keywords={"ha": ["turn off"]}
+    )
+    service = Service(config)
+    for _ in range(2):
+        result = await ask(service, "turn off the kitchen light")
+        assert "result_cache_hit" not in steps(result.chain)
+    assert len(service.sources["ha"].acted) == 2
+    status = [await ask(service, "kitchen light status") for _ in range(2)]
+    assert "result_cache_hit" in steps(status[1].chain)
+    assert service.sources["ha"].calls == 1
+
+
+async def test_a_source_can_opt_out_of_the_result_cache() -> None:
+    service = Service(scripted_config({"ha": {"cache_ttl_s": 0}}))
+    for _ in range(2):
+        result = await ask(service, "kitchen light status")
+        assert "result_cache_hit" not in steps(result.chain)
+    assert service.sources["ha"].calls == 2

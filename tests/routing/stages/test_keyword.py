@@ -1,0 +1,213 @@
+"""Keyword rules: typo tolerance with guards, question frames, weights, and `none` rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from routing.chain.events import route_log
+from routing.stages.keyword_rules import KeywordRules, parse_rule
+from routing.stages.resolver import KeywordStage, Resolver
+from routing.types import ResolveContext
+
+RULES = KeywordRules(
+    {
+        "forecast": ["weather", "rain", "lightning", "temperature outside"],
+        "ha": ["lights", "lighting", "turn * off", "living room", "kitchen"],
+        "kiwix": ["what does * mean ^2.5", "tell me about ^0.5", "how old is ^1.5"],
+        "web": ["traffic", "news"],
+    },
+    none_rules=["alarm", "spotify", "set * timer"],
+)
+
+
+def route(query: str) -> str | None:
+    found = RULES.match(query)
+    return found.route if found else None
+
+
+def test_exact_inflected_and_typo_words_match() -> None:
+    assert route("will it rain today") == "forecast"
+    assert route("is it raining") == "forecast"  # inflection
+    assert route("whats the wether like") == "forecast"  # typo, same first letter
+    assert route("dim the ligts") == "ha"
+
+
+def test_first_letter_and_length_guards_keep_lookalikes_apart() -> None:
+    assert route("book a train to paris") is None  # "train" is not "rain"
+    assert route("cheap flights to rome") is None  # "flights" is not "lights"
+    assert route("it's coffee time") is None  # short words never match fuzzily
+
+
+def test_exact_match_outweighs_a_typo_match() -> None:
+    # "lighting" is an exact ha rule and only a fuzzy match of forecast's "lightning".
+    assert route("decrease the lighting") == "ha"
+
+
+def test_wildcards_match_a_question_frame() -> None:
+    assert route("what does ubiquitous mean") == "kiwix"
+    assert route("what does the word hypocrisy mean") == "kiwix"
+    assert route("turn all the kitchen lights off") == "ha"
+    assert route("what does mean") is None  # `*` stands for at least one word
+
+
+def test_weights_let_a_topic_beat_a_frame() -> None:
+    assert route("tell me about the traffic") == "web"
+    assert route("tell me about napoleon") == "kiwix"
+
+
+def test_a_tie_decides_nothing() -> None:
+    assert route("news about the rain") is None  # one word each
+
+
+def test_words_count_once_per_route() -> None:
+    rules = KeywordRules({"ha": ["lamp", "lamps"], "web": ["lamp shop"]})
+    found = rules.match("lamps")
+    assert found is not None and found.scores == {"ha": 1.0}
+
+
+def test_none_rules_mark_requests_no_source_serves() -> None:
+    found = RULES.match("set an alarm in the kitchen")
+    assert found is not None and found.unserved and found.route == "none"
+    assert route("set a kitchen timer") == "none"
+    assert route("play the news on spotify") == "none"  # none phrases weigh one more
+
+
+def test_an_exact_word_matches_only_itself() -> None:
+    rules = KeywordRules({"ha": ["=play * movie ^2.5"], "web": ["cinema"]})
+    found = rules.match("play the new movie")
+    assert found is not None and found.route == "ha" and found.matched == ("=play * movie",)
+    assert rules.match("is the movie playing") is None  # no inflection
+    assert rules.match("which cinema plays the new movie").route == "web"  # type: ignore[union-attr]
+    assert rules.match("plya the movie") is None  # no typo either
+    assert parse_rule("=play * movie ^2.5")[0] == ("=play", "*", "movie")
+
+
+def test_parse_rule_reads_weights() -> None:
+    assert parse_rule("tell me about ^0.5") == (("tell", "me", "about"), 0.5, "tell me about")
+    assert parse_rule("what does * mean") == (
+        ("what", "does", "*", "mean"),
+        None,
+        "what does * mean",
+    )
+
+
+async def test_stage_records_its_decision() -> None:
+    stage = KeywordStage(RULES)
+    with route_log() as log:
+        decision = await stage.decide("is it raining", ResolveContext())
+    assert decision is not None and decision.route == "forecast"
+    [event] = log.snapshot()
+    assert event["step"] == "intent_keyword"
+    assert event["decision"] == "forecast" and event["discourse_escalated"] is False
+    assert event["matched"] == ["rain"]
+
+
+async def test_unserved_is_decided_as_no_source_at_all() -> None:
+    resolver = Resolver([KeywordStage(RULES)], "kiwix")
+    with route_log() as log:
+        decision = await resolver.resolve("wake me up with an alarm at 7", ResolveContext())
+    assert decision.stage == "intent_default" and decision.confident is False
+    assert decision.unserved and decision.route is None
+    steps = [(e["step"], e.get("decision"), e.get("reason")) for e in log.snapshot()]
+    assert steps == [("intent_keyword", None, None), ("intent_default", None, "unserved")]
+    assert log.snapshot()[1]["nearest"] == "alarm"
+
+
+def _shipped_rules() -> KeywordRules:
+    """The rules the shipped config.yaml routes with: the package's, no overrides."""
+    from pathlib import Path
+
+    from routing.language.spelling import known_words
+    from routing.stages.build import resolved_routes
+    from routing.stages.route_data import NONE
+    from search.config import load_config
+
+    config = load_config(Path(__file__).resolve().parents[3] / "config.yaml")
+    routes = resolved_routes(config)
+    return KeywordRules(
+        {name: list(r.keywords) for name, r in routes.items() if name != NONE},
+        config.routing.keyword_threshold,
+        list(routes[NONE].keywords),
+        known_words(config.routing.semantic.model_path),
+    )
+
+
+def test_shipped_definition_frames_outweigh_the_word_defined() -> None:
+    rules = _shipped_rules()
+
+    def shipped(query: str) -> str | None:
+        found = rules.match(query)
+        return found.route if found else None
+
+    # the thing defined may be any word, another route's keyword too
+    assert shipped("what is a podcast") == "kiwix"
+    assert shipped("define the word meeting") == "kiwix"
+    assert shipped("what is a thermostat") == "kiwix"
+    assert shipped("who invented the light bulb") == "kiwix"
+    # ... but "what is a good ..." asks for a recommendation
+    assert shipped("what's a good restaurant around here") == "web"
+    # a room makes a temperature question the home's, not the weather's
+    assert shipped("is it cold in the basement") == "ha"
+    assert shipped("is it cold outside") == "forecast"
+    # a film playing at a cinema is not a film to play on the TV
+    assert shipped("what movies are playing at the movies tonight") == "web"
+    assert shipped("play the movie inception on the tv") == "ha"
+    # a media player's "play the Queen album" is the home's; a music request is unserved
+    assert shipped("play the Queen album") == "ha"
+    assert shipped("please play an album from 1987") == "none"
+    assert shipped("play the best album from the seventies") == "none"
+    # a name that looks like a frame word ("anthony", "antonym") is not that frame
+    assert shipped("add jency anthony to my playlist") == "none"
+    # ... nor is a country a currency ("france", "francs")
+    assert shipped("tell me about france") == "kiwix"
+    assert shipped("what is twenty dollars in francs") == "web"
+    assert shipped("who is the prince of wales") != "web"  # not "price of"
+    assert shipped("what is the largest forest in the world") != "forecast"  # two slips
+    # the verb "call" is a phone call; "what do you call" asks for a word
+    assert shipped("call mom") == "none"
+    assert shipped("what do you call a baby kangaroo") == "kiwix"
+
+
+def test_a_typo_is_one_slip() -> None:
+    rules = KeywordRules({"forecast": ["forecast", "weather"]})
+    assert rules.match("whats the forcast") is not None  # one letter missing
+    assert rules.match("the wheather today") is not None  # one letter more
+    assert rules.match("the largest forest") is None  # two letters apart
+
+
+def test_a_word_spelled_right_is_no_typo_of_another() -> None:
+    dictionary = frozenset({"tanks", "light", "lighting"})
+    guarded = KeywordRules(
+        {"ha": ["lights"], "forecast": ["lightning"]}, none_rules=["thanks"], dictionary=dictionary
+    )
+    unguarded = KeywordRules({"ha": ["lights"], "forecast": ["lightning"]}, none_rules=["thanks"])
+    question = "when were tanks first used in battle"
+    assert unguarded.scores(question) is not None  # "tanks" read as a typo of "thanks"
+    assert guarded.scores(question) is None
+    lighting = guarded.scores("dim the lighting")
+    assert lighting is None or "forecast" not in lighting.scores  # not "lightning"
+    # a real word still matches a rule that is its inflection, and a typo still matches
+    assert guarded.match("turn on the light") is not None
+    assert guarded.match("turn on the ligts") is not None
+
+
+def test_the_shipped_rules_know_the_models_words() -> None:
+    from routing.language.spelling import known_words
+
+    words = known_words()
+    assert {"tanks", "thanks", "forest", "weather"} <= words
+    assert "wether" not in words  # a typo the rules should still forgive
+    rules = _shipped_rules()
+    tanks = rules.scores("when was the first major use of tanks in a battle")
+    assert tanks is None or "none" not in tanks.scores
+    found = rules.match("whats the wether like")
+    assert found is not None and found.route == "forecast"
+
+
+def test_without_a_vocabulary_file_there_is_no_guard(tmp_path: Path) -> None:
+    from routing.language.spelling import known_words
+
+    assert known_words(str(tmp_path)) == frozenset()
+    (tmp_path / "vocab.txt").write_text("[PAD]\n##s\ntanks\nParis\n", "utf-8")
+    known_words.cache_clear()
+    assert known_words(str(tmp_path)) == frozenset({"tanks"})  # whole lower-case words only
