@@ -1,0 +1,312 @@
+"""Routing quality on sealed corpora: the estimate of unseen language that can be trusted.
+
+The sealed corpora (bench/sealed/MANIFEST.md) are left out of everything routing learnt:
+no rule, exemplar, word list, threshold or fit was written from them, and nobody reads
+them row by row. This script is the one way they are scored, and it prints aggregates
+only: never a row, a sentence or a per-row error. Every line names the day and commit.
+
+It runs the decisions the service really makes (a `Service` in dry-run mode, as
+`search route` does) over every sealed row, and over compound requests it builds from
+them (two rows of different routes joined by ", ", " and ", " and then ", " and also ",
+drawn with a fixed seed), and prints:
+- accuracy per corpus and per route, and pooled per route;
+- the share of unserved (`none`) rows some part of which went to a source;
+- compound accuracy (the parts' labels are exactly the pair's two routes);
+- per stage, over the single-intent rows' decided parts: how many, the mean confidence
+  the stage stated on its intent event, the share right, and the calibration error
+  (ECE, 10 equal-width bins); then the pipeline's ECE over all of them.
+
+    .venv/bin/python bench/sealed_quality.py [--config config.yaml] [--isolated]
+        [--sealed-dir DIR] [--compound N]
+
+Exit 2 when a sealed file is missing or its checksum differs from bench/sealed/SHA256SUMS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import gzip
+import hashlib
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SEALED_DIR = ROOT / "bench" / "sealed"
+LABELS = ("forecast", "ha", "kiwix", "web", "none")
+CONNECTORS = (", ", " and ", " and then ", " and also ")
+COMPOUND_ROWS = 400
+BINS = 10
+
+
+class SealedDataError(Exception):
+    """A sealed file is missing or not what SHA256SUMS says."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    corpus: str
+    text: str
+    expected: tuple[str, ...]  # one route, or the sorted routes of a compound request
+
+    @property
+    def compound(self) -> bool:
+        return len(self.expected) > 1
+
+
+def verify(sealed_dir: Path) -> dict[str, Path]:
+    """The sealed files by corpus name, each checked against SHA256SUMS."""
+    sums = sealed_dir / "SHA256SUMS"
+    if not sums.is_file():
+        raise SealedDataError(f"{sums} is missing")
+    files = {}
+    for line in sums.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        digest, name = line.split(maxsplit=1)
+        path = sealed_dir / name
+        if not path.is_file():
+            raise SealedDataError(f"{path} is missing")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            raise SealedDataError(f"{path} does not match its SHA-256 in {sums}")
+        files[path.name.split(".")[0]] = path
+    if not files:
+        raise SealedDataError(f"{sums} lists no file")
+    return files
+
+
+def load(sealed_dir: Path) -> dict[str, list[Row]]:
+    found: dict[str, list[Row]] = {}
+    for corpus, path in verify(sealed_dir).items():
+        lines = gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()
+        rows = [json.loads(line) for line in lines if line.strip()]
+        found[corpus] = [Row(corpus, r["text"], (r["expected"],)) for r in rows]
+    return found
+
+
+def compounds(corpora: dict[str, list[Row]], count: int) -> list[Row]:
+    """`count` requests, each two single rows of different routes joined by a connector."""
+    by_route: dict[str, list[Row]] = defaultdict(list)
+    for rows in corpora.values():
+        for row in rows:
+            by_route[row.expected[0]].append(row)
+    routes = sorted(by_route)
+    if len(routes) < 2:
+        return []
+    pairs = [(a, b) for a in routes for b in routes if a != b]
+    draw = random.Random("sealed-compound")
+    built = []
+    for index in range(count):
+        first, second = draw.choice(pairs)
+        a, b = draw.choice(by_route[first]), draw.choice(by_route[second])
+        text = a.text.rstrip(" ?.!") + CONNECTORS[index % len(CONNECTORS)] + b.text
+        built.append(Row("compound", text, tuple(sorted({first, second}))))
+    return built
+
+
+@dataclass(slots=True)
+class Decided:
+    """The last intent event of one part: which stage, what it said, how sure."""
+
+    stage: str
+    label: str
+    confidence: float
+
+
+@dataclass(slots=True)
+class Outcome:
+    row: Row
+    labels: tuple[str, ...]  # the parts' labels, sorted, deduplicated
+    decided: list[Decided] = field(default_factory=list)
+
+    @property
+    def correct(self) -> bool:
+        return self.labels == self.row.expected
+
+    @property
+    def to_a_source(self) -> bool:
+        return any(label != "none" for label in self.labels)
+
+
+def part_label(route: str | None, stage: str | None) -> str:
+    return "none" if route is None or stage == "intent_default" else route
+
+
+async def route_all(service: Any, rows: list[Row]) -> list[Outcome]:
+    outcomes = []
+    for row in rows:
+        outcome = await service.search(row.text, dry_run=True)
+        labels = set()
+        for result in outcome.results:
+            for part in (result.condition, result):
+                if part is not None:
+                    labels.add(part_label(part.route, part.stage))
+        last: dict[str, dict[str, Any]] = {}
+        for event in outcome.chain:
+            if str(event["step"]).startswith("intent_") and "confidence" in event:
+                last[str(event.get("part"))] = event
+        decided = [
+            Decided(
+                str(e["step"]),
+                part_label(e.get("decision"), str(e["step"])),
+                float(e["confidence"]),
+            )
+            for e in last.values()
+        ]
+        outcomes.append(Outcome(row, tuple(sorted(labels)) or ("none",), decided))
+    return outcomes
+
+
+async def evaluate(config: Any, rows: list[Row]) -> list[Outcome]:
+    """Outcomes from one Service (one model load), without sources, dry runs, no traces."""
+    from search.service import Service
+    from search.traces.records import NullTraceSink
+
+    service = Service(config, traces=NullTraceSink())
+    await service.start(sources=False)
+    try:
+        return await route_all(service, rows)
+    finally:
+        await service.aclose()
+
+
+def ece(pairs: list[tuple[float, bool]]) -> float:
+    """Expected calibration error over (stated confidence, right) pairs."""
+    if not pairs:
+        return 0.0
+    bins: dict[int, list[tuple[float, bool]]] = defaultdict(list)
+    for confidence, right in pairs:
+        bins[min(int(confidence * BINS), BINS - 1)].append((confidence, right))
+    total = 0.0
+    for members in bins.values():
+        stated = sum(c for c, _ in members) / len(members)
+        actual = sum(r for _, r in members) / len(members)
+        total += len(members) * abs(stated - actual)
+    return total / len(pairs)
+
+
+def stamp() -> str:
+    """Today and the commit measured (marked +dirty when the work tree has changes)."""
+    def git(*args: str) -> str:
+        found = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return found.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    return f"{datetime.date.today().isoformat()} {commit}"
+
+
+def _share(right: int, total: int) -> str:
+    return f"{right / total:.3f} ({right}/{total})" if total else "- (0/0)"
+
+
+def report(singles: list[Outcome], joined: list[Outcome], seconds: float) -> list[str]:
+    """The aggregate lines (undated): nothing in them comes from a row's text."""
+    lines = []
+    corpora = sorted({o.row.corpus for o in singles})
+    pooled: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for corpus in corpora:
+        rows = [o for o in singles if o.row.corpus == corpus]
+        per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for o in rows:
+            for tally in (per[o.row.expected[0]], pooled[o.row.expected[0]]):
+                tally[0] += o.correct
+                tally[1] += 1
+        cells = ", ".join(f"{k} {_share(*per[k])}" for k in LABELS if k in per)
+        right = sum(o.correct for o in rows)
+        lines.append(f"sealed {corpus}: all {_share(right, len(rows))}; {cells}")
+        unserved = [o for o in rows if o.row.expected == ("none",)]
+        if unserved:
+            routed = sum(o.to_a_source for o in unserved)
+            lines.append(f"sealed {corpus}: none routed to a source {_share(routed, len(unserved))}")
+    cells = ", ".join(f"{k} {_share(*pooled[k])}" for k in LABELS if k in pooled)
+    lines.append(f"sealed pooled per route: {cells}")
+    unserved = [o for o in singles if o.row.expected == ("none",)]
+    routed = sum(o.to_a_source for o in unserved)
+    lines.append(f"sealed pooled: none routed to a source {_share(routed, len(unserved))}")
+    right = sum(o.correct for o in joined)
+    lines.append(f"sealed compound (two routes joined): {_share(right, len(joined))}")
+    by_stage: dict[str, list[tuple[float, bool]]] = defaultdict(list)
+    for o in singles:
+        for d in o.decided:
+            by_stage[d.stage].append((d.confidence, d.label == o.row.expected[0]))
+    for stage in sorted(by_stage):
+        pairs = by_stage[stage]
+        stated = sum(c for c, _ in pairs) / len(pairs)
+        right = sum(r for _, r in pairs)
+        lines.append(
+            f"sealed stage {stage}: parts {len(pairs)}, stated {stated:.3f}, "
+            f"right {right / len(pairs):.3f}, ECE {ece(pairs):.3f}"
+        )
+    everything = [p for pairs in by_stage.values() for p in pairs]
+    lines.append(f"sealed pipeline ECE (single-intent parts, all stages): {ece(everything):.3f}")
+    lines.append(
+        f"sealed rows: {len(singles)} single-intent, {len(joined)} compound; "
+        f"{seconds:.1f}s (model load included)"
+    )
+    return lines
+
+
+def measure(config: Any, sealed_dir: Path = SEALED_DIR, compound: int = COMPOUND_ROWS) -> list[str]:
+    """The dated aggregate lines for `config` (raises SealedDataError on a bad file)."""
+    corpora = load(sealed_dir)
+    singles = [row for rows in corpora.values() for row in rows]
+    joined = compounds(corpora, compound)
+    started = time.perf_counter()
+    quiet = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # a log record may quote a query: none is printed
+    try:
+        outcomes = asyncio.run(evaluate(config, singles + joined))
+    finally:
+        logging.disable(quiet)
+    elapsed = time.perf_counter() - started
+    when = stamp()
+    lines = report(outcomes[: len(singles)], outcomes[len(singles) :], elapsed)
+    return [f"{when} {line}" for line in lines]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "config.yaml"))
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="swap the sources for the scripted test kind (no backends needed)",
+    )
+    parser.add_argument("--sealed-dir", default=str(SEALED_DIR))
+    parser.add_argument("--compound", type=int, default=COMPOUND_ROWS)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from bench.routing_quality import isolated_config
+    from search.config import load_config
+
+    config_path = Path(args.config)
+    if not config_path.is_file():
+        print(f"no config file at {config_path}", file=sys.stderr)
+        return 2
+    config = isolated_config(config_path) if args.isolated else load_config(args.config)
+    try:
+        lines = measure(config, Path(args.sealed_dir), args.compound)
+    except SealedDataError as error:
+        print(f"sealed data: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Build the sealed routing corpora (bench/sealed/data/*.jsonl.gz) from pinned public commits.
+
+Sealed rows are never read one by one: this script prints counts only, never a text. It
+reads each corpus at the commit bench/sealed/mapping.yaml pins, from a local git copy of
+its repository (`--mirror-root`, one `owner+name/repo` git directory per repository),
+maps labels to routes by that file's table, drops rows whose text the project already
+has (fit rows, ../shared/eval, route exemplars: a sealed row must be new language), and
+keeps a fixed-seed sample of at most --rows per corpus. The files and their SHA-256 sums
+(bench/sealed/SHA256SUMS) are committed; bench/sealed/MANIFEST.md gives the licences.
+
+    python scripts/fetch_sealed.py [--mirror-root DIR] [--rows 1500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SEALED = ROOT / "bench" / "sealed"
+DATA = SEALED / "data"
+MAPPING = SEALED / "mapping.yaml"
+SUMS = SEALED / "SHA256SUMS"
+EVAL_DIR = Path(os.environ.get("ROUTING_EVAL_DIR", ROOT / "../shared/eval"))
+
+
+def normalised(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def route_of(label: str, routes: dict[str, str]) -> str | None:
+    """The route of a label: an exact entry, else its longest matching 'prefix/' entry."""
+    if label in routes:
+        return routes[label]
+    prefixes = [p for p in routes if p.endswith("/") and label.startswith(p)]
+    if prefixes:
+        return routes[max(prefixes, key=len)]
+    return routes.get("*")
+
+
+class Repo:
+    """One pinned commit of a local git copy, read with `git show` (no work tree needed)."""
+
+    def __init__(self, mirror_root: Path, name: str, commit: str) -> None:
+        base = mirror_root / name.replace("/", "+") / "repo"
+        self.git_dir = base / ".git" if (base / ".git").is_dir() else base
+        self.commit = commit
+
+    def _git(self, *args: str) -> str:
+        found = subprocess.run(
+            ["git", f"--git-dir={self.git_dir}", *args], capture_output=True, check=True
+        )
+        return found.stdout.decode("utf-8")
+
+    def read(self, path: str) -> str:
+        return self._git("show", f"{self.commit}:{path}")
+
+    def files(self, under: str) -> list[str]:
+        return self._git("ls-tree", "-r", "--name-only", self.commit, under).split()
+
+
+def fb_tsv(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for line in repo.read(spec["path"]).splitlines():
+        cells = line.split("\t")
+        if len(cells) >= 3 and cells[2].strip():
+            yield cells[2].strip(), cells[0]
+
+
+def sq_tsv(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for line in repo.read(spec["path"]).splitlines():
+        cells = line.split("\t")
+        if len(cells) == 4 and cells[3].strip():
+            yield cells[3].strip(), cells[1]
+
+
+def ha_yaml(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for subset in spec["subsets"]:
+        for path in repo.files(f"{spec['path']}/{subset}"):
+            name = path.rsplit("/", 1)[1]
+            if not name.endswith(".yaml") or name.startswith("_") or name == "dataset_card.yaml":
+                continue
+            data = yaml.safe_load(repo.read(path)) or {}
+            if "actions" in data:
+                for action in data["actions"].get("actions") or []:
+                    label = f"{subset}/{action['action'].lower().replace(' ', '_')}"
+                    for sentence in action.get("sentences") or []:
+                        yield str(sentence).strip(), label
+            for test in data.get("tests") or []:
+                for sentence in test.get("sentences") or []:
+                    yield str(sentence).strip(), f"{subset}/{name[: -len('.yaml')]}"
+
+
+READERS = {"fb_tsv": fb_tsv, "sq_tsv": sq_tsv, "ha_yaml": ha_yaml}
+
+
+def known_texts() -> set[str]:
+    """Every text the project already has: a sealed row equal to one is dropped."""
+    known: set[str] = set()
+    paths = [*(ROOT / "routing" / "fit_data").glob("*.jsonl"), *EVAL_DIR.glob("*.jsonl")]
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                known.add(normalised(json.loads(line)["text"]))
+    for path in (ROOT / "routing" / "routes").glob("*.yaml"):
+        for value in _strings(yaml.safe_load(path.read_text(encoding="utf-8"))):
+            known.add(normalised(value))
+    known.discard("")
+    return known
+
+
+def _strings(data: Any) -> Iterator[str]:
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for value in data.values():
+            yield from _strings(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _strings(value)
+
+
+def build(name: str, spec: dict[str, Any], mirror_root: Path, rows: int, known: set[str]) -> bytes:
+    repo = Repo(mirror_root, spec["repo"], spec["commit"])
+    seen: set[str] = set()
+    kept: list[dict[str, str]] = []
+    dropped: Counter[str] = Counter()
+    for text, label in READERS[spec["format"]](repo, spec):
+        key = normalised(text)
+        route = route_of(label, spec["routes"])
+        if route is None:
+            dropped["unmapped label"] += 1
+        elif not key:
+            dropped["empty"] += 1
+        elif key in known:
+            dropped["already in the project"] += 1
+        elif key in seen:
+            dropped["duplicate"] += 1
+        else:
+            seen.add(key)
+            kept.append({"text": text, "expected": route, "label": label})
+    sample = random.Random(f"sealed:{name}").sample(kept, min(rows, len(kept)))
+    routes = Counter(row["expected"] for row in sample)
+    print(f"{name}: {len(kept)} usable, {len(sample)} kept {dict(sorted(routes.items()))}; "
+          f"dropped {dict(sorted(dropped.items()))}")
+    body = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in sample)
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="") as handle:
+        handle.write(body.encode("utf-8"))
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mirror-root", default="/work/.mirror")
+    parser.add_argument("--rows", type=int, default=1500)
+    args = parser.parse_args(argv)
+    corpora = yaml.safe_load(MAPPING.read_text(encoding="utf-8"))["corpora"]
+    mirror_root = Path(args.mirror_root)
+    missing = [s["repo"] for s in corpora.values()
+               if not (mirror_root / s["repo"].replace("/", "+") / "repo").is_dir()]
+    if missing:
+        print(f"no git copy under {mirror_root} of: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    known = known_texts()
+    DATA.mkdir(parents=True, exist_ok=True)
+    sums = []
+    for name, spec in corpora.items():
+        blob = build(name, spec, mirror_root, args.rows, known)
+        path = DATA / f"{name}.jsonl.gz"
+        path.write_bytes(blob)
+        sums.append(f"{hashlib.sha256(blob).hexdigest()}  data/{path.name}\n")
+    SUMS.write_text("".join(sums), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
