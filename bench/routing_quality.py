@@ -1,5 +1,10 @@
 """Routing quality on labelled utterances nobody on this project wrote (no LLM).
 
+First, the figures that can be trusted: the sealed corpora (bench/sealed_quality.py, left
+out of every rule, exemplar, word list, threshold and fit, never read row by row). The
+figures after them come from corpora whose errors were read while routing was written,
+so they flatter it even when the corpus is left out of the fit.
+
 Runs the whole resolution the way the service does (a `Service` built from config,
 `search(text, dry_run=True)`: decomposition, conditions, keyword, cache, semantic,
 default) over `../shared/eval/*.jsonl` and prints, per file and per half (in-corpus: these
@@ -511,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm-model", default="router", help="the model name to ask for")
     parser.add_argument("--llm-timeout", type=float, default=30.0, help="routing.llm.timeout_s")
     parser.add_argument(
+        "--no-sealed",
+        action="store_true",
+        help="skip the sealed-corpora figures (bench/sealed_quality.py) printed first",
+    )
+    parser.add_argument(
         "--no-loco",
         action="store_true",
         help="skip the leave-one-corpus-out figures (three more fits)",
@@ -526,6 +536,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no *.jsonl files in {eval_dir}", file=sys.stderr)
         return 2
     config = isolated_config(Path(args.config)) if args.isolated else load_config(args.config)
+    sealed: list[str] = []
+    if not args.no_sealed:
+        from bench import sealed_quality
+
+        try:
+            sealed = sealed_quality.measure(config)
+        except sealed_quality.SealedDataError as error:
+            print(f"sealed data: {error}", file=sys.stderr)
+            return 2
+        if not args.json:
+            print("== sealed corpora (the trusted estimate; bench/sealed/MANIFEST.md)")
+            print("\n".join(sealed))
+            print()
     runs: dict[str, dict[str, list[Outcome]]] = {}
     started = time.perf_counter()
     if args.llm:
@@ -558,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             json.dumps(
                 {
+                    "sealed": sealed,
                     "in_corpus": {
                         name: {half: s.to_dict() for half, s in by_half.items()}
                         for name, by_half in summary.items()

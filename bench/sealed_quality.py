@@ -36,7 +36,7 @@ import random
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,6 +200,7 @@ def ece(pairs: list[tuple[float, bool]]) -> float:
 
 def stamp() -> str:
     """Today and the commit measured (marked +dirty when the work tree has changes)."""
+
     def git(*args: str) -> str:
         found = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
         return found.stdout.strip()
@@ -232,7 +233,9 @@ def report(singles: list[Outcome], joined: list[Outcome], seconds: float) -> lis
         unserved = [o for o in rows if o.row.expected == ("none",)]
         if unserved:
             routed = sum(o.to_a_source for o in unserved)
-            lines.append(f"sealed {corpus}: none routed to a source {_share(routed, len(unserved))}")
+            lines.append(
+                f"sealed {corpus}: none routed to a source {_share(routed, len(unserved))}"
+            )
     cells = ", ".join(f"{k} {_share(*pooled[k])}" for k in LABELS if k in pooled)
     lines.append(f"sealed pooled per route: {cells}")
     unserved = [o for o in singles if o.row.expected == ("none",)]

@@ -154,8 +154,10 @@ def build(name: str, spec: dict[str, Any], mirror_root: Path, rows: int, known: 
             kept.append({"text": text, "expected": route, "label": label})
     sample = random.Random(f"sealed:{name}").sample(kept, min(rows, len(kept)))
     routes = Counter(row["expected"] for row in sample)
-    print(f"{name}: {len(kept)} usable, {len(sample)} kept {dict(sorted(routes.items()))}; "
-          f"dropped {dict(sorted(dropped.items()))}")
+    print(
+        f"{name}: {len(kept)} usable, {len(sample)} kept {dict(sorted(routes.items()))}; "
+        f"dropped {dict(sorted(dropped.items()))}"
+    )
     body = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in sample)
     out = io.BytesIO()
     with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="") as handle:
@@ -170,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     corpora = yaml.safe_load(MAPPING.read_text(encoding="utf-8"))["corpora"]
     mirror_root = Path(args.mirror_root)
-    missing = [s["repo"] for s in corpora.values()
-               if not (mirror_root / s["repo"].replace("/", "+") / "repo").is_dir()]
+    missing = [
+        s["repo"]
+        for s in corpora.values()
+        if not (mirror_root / s["repo"].replace("/", "+") / "repo").is_dir()
+    ]
     if missing:
         print(f"no git copy under {mirror_root} of: {', '.join(missing)}", file=sys.stderr)
         return 2

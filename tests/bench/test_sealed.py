@@ -1,0 +1,115 @@
+"""The sealed corpora are intact, and their one scoring script prints aggregates only.
+
+The script runs the real pipeline (a `Service` with the real embedding model, dry runs)
+over a tiny set generated here; no sealed row is read by these tests beyond its checksum,
+count and field names.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from bench import sealed_quality
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Each sentence carries an invented word, so a leak of any part of it is visible.
+GENERATED = [
+    ("will it snow in Trondheimsvik tomorrow morning", "forecast"),
+    ("how windy is it going to be in Quellbarrow this weekend", "forecast"),
+    ("turn off the lamp in the quorblesnatch room", "ha"),
+    ("dim the zentrafold hallway lights to half", "ha"),
+    ("who wrote the novel Blimfropple Returns", "kiwix"),
+    ("what is the capital of the kingdom of Vorlessia", "kiwix"),
+    ("set an alarm for the vexlorian meeting at seven", "none"),
+    ("remind me to call Grundlewick on friday", "none"),
+]
+MARKERS = (
+    "trondheimsvik",
+    "quellbarrow",
+    "quorblesnatch",
+    "zentrafold",
+    "blimfropple",
+    "vorlessia",
+    "vexlorian",
+    "grundlewick",
+)
+
+
+def write_sealed(directory: Path, rows: list[tuple[str, str]]) -> None:
+    (directory / "data").mkdir(parents=True)
+    body = "".join(json.dumps({"text": t, "expected": r, "label": r}) + "\n" for t, r in rows)
+    blob = gzip.compress(body.encode("utf-8"), mtime=0)
+    (directory / "data" / "generated.jsonl.gz").write_bytes(blob)
+    digest = hashlib.sha256(blob).hexdigest()
+    (directory / "SHA256SUMS").write_text(f"{digest}  data/generated.jsonl.gz\n")
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "sealed_quality.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_committed_sealed_files_match_their_checksums_and_the_mapping() -> None:
+    files = sealed_quality.verify(sealed_quality.SEALED_DIR)
+    mapping = yaml.safe_load((sealed_quality.SEALED_DIR / "mapping.yaml").read_text())
+    assert set(files) == set(mapping["corpora"])
+    for path in files.values():
+        lines = gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()
+        assert 0 < len(lines) <= 1500
+        fields = {key for line in lines for key in json.loads(line)}
+        assert fields == {"text", "expected", "label"}
+        assert {json.loads(line)["expected"] for line in lines} <= set(sealed_quality.LABELS)
+
+
+def test_a_changed_sealed_file_is_refused_with_exit_2(tmp_path: Path) -> None:
+    shutil.copytree(sealed_quality.SEALED_DIR, tmp_path / "sealed")
+    target = tmp_path / "sealed" / "data" / "fb_mtod_en_eval.jsonl.gz"
+    target.write_bytes(target.read_bytes() + b"\0")
+    found = run_script("--isolated", "--sealed-dir", str(tmp_path / "sealed"))
+    assert found.returncode == 2
+    assert "fb_mtod_en_eval.jsonl.gz does not match its SHA-256" in found.stderr
+    assert found.stdout == ""
+
+
+def test_the_script_prints_dated_aggregates_and_never_a_sentence(tmp_path: Path) -> None:
+    write_sealed(tmp_path, GENERATED)
+    found = run_script("--isolated", "--sealed-dir", str(tmp_path), "--compound", "8")
+    assert found.returncode == 0, found.stderr[-2000:]
+    lines = found.stdout.splitlines()
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    today = datetime.date.today().isoformat()
+    assert lines and all(line.startswith(f"{today} {commit}") for line in lines)
+    summary = [line for line in lines if "sealed generated: all " in line]
+    assert len(summary) == 1 and "/8);" in summary[0]
+    assert all(f"{route} " in summary[0] for route in ("forecast", "ha", "kiwix", "none"))
+    assert any("compound (two routes joined):" in line and "/8)" in line for line in lines)
+    assert any(line.split(" ", 2)[2].startswith("sealed stage intent_") for line in lines)
+    assert any("none routed to a source" in line and "/2)" in line for line in lines)
+    printed = (found.stdout + found.stderr).lower()
+    for text, _ in GENERATED:
+        assert text.lower() not in printed
+    for marker in MARKERS:
+        assert marker not in printed
