@@ -17,6 +17,8 @@ MAX_SENTENCE_CHARS = 300
 SHORT_ITEM_CHARS = 90
 MAX_SHORT_ITEMS = 5
 
+# The router's withheld item says "Would <command> with <source>, but did nothing: <why>."
+_WITHHELD_WORDS = "did nothing:"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
@@ -44,6 +46,16 @@ def _items_sentence(items: list[dict[str, Any]]) -> str:
     return first_sentence(texts[0])
 
 
+def _why_withheld(part: dict[str, Any]) -> str:
+    """The router's own words for why ("it depends on a condition ..."), else its reason."""
+    for item in part.get("items") or []:
+        text = str(item.get("text") or "")
+        if _WITHHELD_WORDS in text:
+            return text.split(_WITHHELD_WORDS, 1)[1].strip().rstrip(".")
+    reason = (part.get("withheld") or {}).get("reason") or "not allowed"
+    return str(reason).replace("_", " ")
+
+
 def part_sentence(part: dict[str, Any]) -> str:
     """One spoken sentence for one part of the answer."""
     query = str(part.get("query") or "").strip()
@@ -56,9 +68,7 @@ def part_sentence(part: dict[str, Any]) -> str:
     if status == "unserved":
         return f"I can't help with “{query}”: none of my sources serves that."
     if status == "withheld":
-        reason = (part.get("withheld") or {}).get("reason", "not allowed")
-        said = _items_sentence(items)
-        return f"I did not do “{query}” ({reason}). {said}".strip()
+        return f"I did not do “{query}”: {_why_withheld(part)}."
     if status == "planned":
         return f"I would send “{query}” to {part.get('route')}."
     source = part.get("source") or part.get("route") or "the source"
