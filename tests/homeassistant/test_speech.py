@@ -38,6 +38,12 @@ def test_an_article_is_spoken_as_its_first_sentence_only() -> None:
     assert speech.speech_of(body) == "Romeo and Juliet is a tragedy."
 
 
+def test_a_snippet_opening_mid_text_is_spoken_without_its_ellipsis() -> None:
+    assert (
+        speech.first_sentence("…designed by Gustave Eiffel. More.") == "designed by Gustave Eiffel."
+    )
+
+
 def test_a_long_sentence_is_cut_at_a_word() -> None:
     said = speech.first_sentence("word " * 200)
     assert len(said) <= speech.MAX_SENTENCE_CHARS + 2 and said.endswith("word …")

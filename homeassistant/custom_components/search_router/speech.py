@@ -24,7 +24,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 def first_sentence(text: str) -> str:
     """The text's first sentence, cut at a word near MAX_SENTENCE_CHARS, ending in a stop."""
-    text = " ".join(text.split())
+    # A source's snippet may open mid-text ("…designed and built by"); said, it is noise.
+    text = " ".join(text.split()).lstrip("….").lstrip()
     sentence = _SENTENCE_END.split(text, maxsplit=1)[0] if text else ""
     if len(sentence) > MAX_SENTENCE_CHARS:
         sentence = sentence[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
