@@ -290,3 +290,59 @@ def test_a_hung_then_stopped_router_is_a_spoken_error_within_the_timeout(
 
 def speech_of(result: dict[str, Any]) -> str:
     return str(result["response"]["speech"]["plain"]["speech"])
+
+
+def router_trace(router: RouterProcess, trace_id: str) -> dict[str, Any]:
+    response = httpx.get(
+        f"{router.url}/traces/{trace_id}",
+        headers={"Authorization": f"Bearer {API_TOKEN}"},
+        timeout=10,
+        trust_env=False,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def set_aliases(hass: HomeAssistant, entity_id: str, aliases: list[str]) -> None:
+    asyncio.run(
+        ws_commands(
+            hass.url,
+            hass.token,
+            [{"type": "config/entity_registry/update", "entity_id": entity_id, "aliases": aliases}],
+        )
+    )
+
+
+def test_a_device_known_only_by_its_registry_alias_is_found_by_ha_recognition(
+    home_assistant: HomeAssistant, router: RouterProcess, agent_id: str
+) -> None:
+    # "Reading lamp" is in no entity's name: only HA's registry knows it is the bed light.
+    set_light(home_assistant, BED_LIGHT, on=False)
+    set_aliases(home_assistant, BED_LIGHT, ["Reading Lamp"])
+    try:
+        result = converse(home_assistant, agent_id, "turn on the reading lamp")
+        assert entity_state(home_assistant, BED_LIGHT) == "on"
+        trace = router_trace(router, router_facts(result)["trace_id"])
+        events = trace["chain"]
+        steps = [e["step"] for e in events]
+        # Recognized after the gate let the command through, before it was carried out.
+        assert steps.index("command_recognized") < steps.index("source_invoked")
+        (recognized,) = [e for e in events if e["step"] == "command_recognized"]
+        assert recognized["recognizer"] == "homeassistant"
+        assert recognized["intent"] == "HassTurnOn" and recognized["matched"] is True
+        assert recognized["targets"] == [BED_LIGHT]
+        assert recognized["slots"]["name"].lower() == "reading lamp"
+    finally:
+        set_aliases(home_assistant, BED_LIGHT, [])
+        set_light(home_assistant, BED_LIGHT, on=False)
+
+
+def test_a_withheld_command_is_never_sent_to_ha_for_recognition(
+    home_assistant: HomeAssistant, router: RouterProcess, agent_id: str
+) -> None:
+    result = converse(home_assistant, agent_id, "turn on the bed light in an hour")
+    trace = router_trace(router, router_facts(result)["trace_id"])
+    events = trace["chain"]
+    steps = [e["step"] for e in events]
+    assert "control_withheld" in steps and "command_recognized" not in steps
+    assert entity_state(home_assistant, BED_LIGHT) == "off"
