@@ -332,6 +332,10 @@ def test_a_device_known_only_by_its_registry_alias_is_found_by_ha_recognition(
         assert recognized["intent"] == "HassTurnOn" and recognized["matched"] is True
         assert recognized["targets"] == [BED_LIGHT]
         assert recognized["slots"]["name"].lower() == "reading lamp"
+        # ... and Assist's debug view shows it too.
+        assert router_facts(result)["recognized"] == [
+            {"part": "0", "intent": "HassTurnOn", "matched": True, "targets": [BED_LIGHT]}
+        ]
     finally:
         set_aliases(home_assistant, BED_LIGHT, [])
         set_light(home_assistant, BED_LIGHT, on=False)
@@ -346,3 +350,31 @@ def test_a_withheld_command_is_never_sent_to_ha_for_recognition(
     steps = [e["step"] for e in events]
     assert "control_withheld" in steps and "command_recognized" not in steps
     assert entity_state(home_assistant, BED_LIGHT) == "off"
+
+
+def test_one_assist_turn_is_one_router_request_never_a_loop(
+    home_assistant: HomeAssistant, router: RouterProcess, agent_id: str
+) -> None:
+    """A command from Assist is recognized by HA (its debug matching runs no agent), so the
+    sentence never comes back to the router: one turn, one trace."""
+
+    def traces() -> int:
+        response = httpx.get(
+            f"{router.url}/traces",
+            params={"limit": 500},
+            headers={"Authorization": f"Bearer {API_TOKEN}"},
+            timeout=10,
+            trust_env=False,
+        )
+        assert response.status_code == 200, response.text
+        return len(response.json()["traces"])
+
+    set_light(home_assistant, BED_LIGHT, on=True)
+    try:
+        before = traces()
+        result = converse(home_assistant, agent_id, "turn off the bed light")
+        assert entity_state(home_assistant, BED_LIGHT) == "off"
+        assert router_facts(result)["recognized"][0]["intent"] == "HassTurnOff"
+        assert traces() == before + 1
+    finally:
+        set_light(home_assistant, BED_LIGHT, on=False)

@@ -90,6 +90,7 @@ def test_the_debug_data_names_every_part_and_links_the_trace() -> None:
     data = speech.debug_data(body, "http://router:8080/")
     assert data["trace_url"] == "http://router:8080/ui#/trace/abc"
     assert data["acted"] is False  # an act that failed changed nothing
+    assert data["recognized"] == []
     assert data["parts"] == [
         {
             "query": "q",

@@ -127,4 +127,10 @@ def debug_data(body: dict[str, Any], router_url: str) -> dict[str, Any]:
         "cached": body.get("cached"),
         "fallback_occurred": body.get("fallback_occurred"),
         "parts": [_part_facts(p) for p in body.get("results") or []],
+        # What Home Assistant's own sentence matching made of each command carried out.
+        "recognized": [
+            {k: e.get(k) for k in ("part", "intent", "matched", "targets", "error") if k in e}
+            for e in body.get("explanation") or []
+            if e.get("step") == "command_recognized"
+        ],
     }
