@@ -14,7 +14,10 @@ is not `search` at all: `command(query)` reads the `Command` out of the words an
 carries it out, called only through the dispatcher's control gate. It runs only with
 `allow_control: true`, is never retried (a service call is not idempotent) and resolves to
 exactly one device unless the query says "all". `search` on a command's words only reads:
-it reports the state of the devices the command names.
+it reports the state of the devices the command names. Once the gate let a command through,
+`recognize` asks HA's own sentence matching (sources/ha_recognize.py: registry names,
+areas, aliases) which devices it means; `act` uses those when HA fully matched an on/off
+intent of the command's polarity, and this module's matching otherwise.
 
 Answers about the home go stale the moment something changes, so by default they are not
 kept in the result cache (`cache_ttl_s: 0`); a user who sets a lifetime opts in.
