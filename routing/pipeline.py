@@ -57,6 +57,7 @@ class PartResult:
     stage: str | None = None
     error: dict[str, str] | None = None
     condition: PartResult | None = None
+    confidence: float | None = None  # the deciding stage's calibrated confidence
     withheld: dict[str, Any] | None = None
     # The question the part was asked as, when it was a follow-up rewritten from the
     # session ("how tall is it?" -> "how tall is the eiffel tower?").
@@ -72,6 +73,8 @@ class PartResult:
         }
         if self.stage is not None:
             data["stage"] = self.stage  # the intent step that decided the route
+        if self.confidence is not None:
+            data["confidence"] = self.confidence
         if self.error is not None:
             data["error"] = self.error
         if self.rewritten is not None:
@@ -256,7 +259,9 @@ class Router:
         try:
             decision = await self.resolver.resolve(text, context)
             if decision.route is None:
-                return PartResult(text, None, "unserved", stage=decision.stage)
+                return PartResult(
+                    text, None, "unserved", stage=decision.stage, confidence=decision.confidence
+                )
             circumstances = Circumstances(
                 dry_run=context.dry_run,
                 conditional=conditional,
@@ -289,4 +294,5 @@ class Router:
             stage=decision.stage,
             error=answer.error,
             withheld=answer.withheld,
+            confidence=decision.confidence,
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 
@@ -102,12 +102,14 @@ class Command:
 
     `action` is in the source's own vocabulary ("unlock", "on"); `target` is what the
     query aims it at, as worded; `query` is the text it was read from, which `act` parses
-    again to find the devices.
+    again to find the devices. `recognized` is what the source's own understanding of the
+    sentence made of it once the gate let it through (`ActingSource.recognize`), or None.
     """
 
     action: str
     target: str
     query: str
+    recognized: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, str]:
         return {"action": self.action, "target": self.target}
@@ -171,6 +173,12 @@ class ActingSource(Source):
     @abstractmethod
     def command(self, query: str) -> Command | None:
         """The state change `query` asks for, or None."""
+
+    async def recognize(self, command: Command) -> Command:
+        """`command` with what the source itself understands of it (`recognized`), asked
+        only after the control gate let it through, and read-only: nothing is carried out.
+        Sources without their own understanding return it as it is."""
+        return command
 
     @abstractmethod
     async def act(self, command: Command) -> list[Item]:

@@ -14,7 +14,10 @@ is not `search` at all: `command(query)` reads the `Command` out of the words an
 carries it out, called only through the dispatcher's control gate. It runs only with
 `allow_control: true`, is never retried (a service call is not idempotent) and resolves to
 exactly one device unless the query says "all". `search` on a command's words only reads:
-it reports the state of the devices the command names.
+it reports the state of the devices the command names. Once the gate let a command through,
+`recognize` asks HA's own sentence matching (sources/ha_recognize.py: registry names,
+areas, aliases) which devices it means; `act` uses those when HA fully matched an on/off
+intent of the command's polarity, and this module's matching otherwise.
 
 Answers about the home go stale the moment something changes, so by default they are not
 kept in the result cache (`cache_ttl_s: 0`); a user who sets a lifetime opts in.
@@ -25,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -33,7 +36,7 @@ import httpx
 from pydantic import Field, SecretStr
 from rapidfuzz import fuzz
 
-from sources import http
+from sources import ha_recognize, http
 from sources.base import (
     ActingSource,
     Command,
@@ -65,6 +68,14 @@ class Config(SourceConfig):
     token: SecretStr = Field(description="Long-lived access token, from ${HA_TOKEN}.")
     allow_control: bool = Field(
         default=False, description="Allow service calls that change device state."
+    )
+    recognizer: Literal["homeassistant", "local"] = Field(
+        default="homeassistant",
+        description=(
+            "Who finds a command's devices once the gate let it through: Home Assistant's "
+            "own sentence matching (registry names, areas, aliases; bench/ha_parse.py), "
+            "with this source's parser when it matches nothing; or only this source's parser."
+        ),
     )
     max_results: int = Field(default=10, ge=1, le=200)
     cache_ttl_s: float | None = Field(
@@ -467,6 +478,7 @@ class HomeAssistantSource(ActingSource):
         self.url = config.url
         self.allow_control = config.allow_control
         self.max_results = config.max_results
+        self.recognizer = config.recognizer
         self._token = config.token
         self._what = f"Home Assistant ({name})"
         self._client: httpx.AsyncClient | None = None
@@ -588,13 +600,47 @@ class HomeAssistantSource(ActingSource):
             for m in matches[: self.max_results]
         ]
 
+    async def recognize(self, command: Command) -> Command:
+        """What HA's own sentence matching makes of the command (read-only: the Assist
+        debug recognition runs no agent and calls no service)."""
+        if self.recognizer != "homeassistant":
+            return command
+        facts: dict[str, Any] = {"recognizer": "homeassistant"}
+        try:
+            (found,) = await ha_recognize.recognize(
+                self.url,
+                self._token.get_secret_value(),
+                [command.query],
+                timeout_s=self.timeout_s,
+                what=self._what,
+            )
+            facts.update(found.to_event())
+        except SourceError as exc:
+            facts.update(intent=None, matched=False, slots={}, targets=[], error=exc.reason)
+        return replace(command, recognized=facts)
+
     async def act(self, command: Command) -> list[Item]:
         """Call the service `command` asks for on the one device it names (or all, if it
-        says so); an ambiguous or unmatched command changes nothing and says so."""
+        says so); an ambiguous or unmatched command changes nothing and says so.
+
+        The devices are those HA's recognition targeted when it matched an on/off intent
+        of the same polarity as the command the gate let through; else this parser's."""
         if not self.allow_control:
             raise ControlNotAllowed(f"source '{self.name}' does not allow control")
         request = parse_request(command.query)
         states = await self._states()
+        targets = recognized_targets(command)
+        if targets:
+            by_id = {s["entity_id"]: s for s in states}
+            areas = await self._area_map()
+            action = request.action or command.action
+            chosen = [
+                Match(by_id[e], areas.get(e), name=_name_of(by_id[e]))
+                for e in targets
+                if e in by_id and (action, e.split(".", 1)[0]) in SERVICES
+            ]
+            if chosen:
+                return [await self._call(action, m) for m in chosen[: self.max_results]]
         areas = await self._area_map()
         return await self._control(command.query, request, states, areas)
 
@@ -662,6 +708,25 @@ class HomeAssistantSource(ActingSource):
             text=f"Called {match.domain}.{service} on {match.name}: {outcome}.",
             url=self._history_url(match.entity_id),
         )
+
+
+# HA's on/off intents, and this parser's actions of each polarity (HA locks with
+# HassTurnOn and opens covers with it; unlocks and closes with HassTurnOff).
+INTENT_POLARITY = {"HassTurnOn": "on", "HassTurnOff": "off"}
+ACTION_POLARITY = {"on": "on", "open": "on", "lock": "on", "off": "off", "close": "off"}
+ACTION_POLARITY["unlock"] = "off"
+
+
+def recognized_targets(command: Command) -> tuple[str, ...]:
+    """HA's targets for `command`, when its recognition fully matched an on/off intent
+    that agrees with the command's own action; () otherwise (the local parse decides)."""
+    found = command.recognized or {}
+    polarity = INTENT_POLARITY.get(str(found.get("intent")))
+    if not found.get("matched") or polarity is None:
+        return ()
+    if ACTION_POLARITY.get(command.action) != polarity:
+        return ()
+    return tuple(str(t) for t in found.get("targets") or ())
 
 
 def build(name: str, config: SourceConfig) -> Source:

@@ -95,6 +95,12 @@ class Step(StrEnum):
         "The fallback chain moved on to the next source.",
     )
     FUSION = ("fusion", ("query", "sources"), "A fusion route fanned out to its sources.")
+    COMMAND_RECOGNIZED = (
+        "command_recognized",
+        ("query", "source", "recognizer", "intent", "matched", "slots", "targets"),
+        "After the gate let a command through, what the source's own sentence matching "
+        "(Home Assistant's) made of it; `error` when it could not be asked.",
+    )
     CONTROL_WITHHELD = (
         "control_withheld",
         ("query", "source", "reason"),

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from routing.chain.events import capture, record
 from routing.chain.steps import Step
@@ -215,6 +216,7 @@ class Dispatcher:
                 None, "error", [], {"type": "disabled", "message": f"{name} is disabled in config"}
             )
         async with self._slots[name]:
+            command = await self._recognized(name, source, command, query)
             started = time.perf_counter()
             error: SourceError | None = None
             items: list[Item] = []
@@ -250,6 +252,22 @@ class Dispatcher:
         if error is not None:
             return Answer(None, "error", [], {"type": reason, "message": str(error)})
         return Answer(name, outcome, items)
+
+    async def _recognized(
+        self, name: str, source: ActingSource, command: Command, query: str
+    ) -> Command:
+        """The command as the source understands it (read-only), recorded where it is
+        learnt; a recognition that fails leaves the command as the gate saw it."""
+        try:
+            async with source_deadline(source.timeout_s):
+                recognized = await source.recognize(command)
+        except Exception as exc:  # noqa: BLE001 - understanding is an extra; acting goes on
+            failed: dict[str, Any] = {"recognizer": source.kind, "intent": None}
+            failed.update(matched=False, slots={}, targets=[], error=type(exc).__name__)
+            recognized = replace(command, recognized=failed)
+        if recognized.recognized is not None:
+            record(Step.COMMAND_RECOGNIZED, query=query, source=name, **recognized.recognized)
+        return recognized
 
     def _cannot_act(self, name: str, command: Command, query: str) -> Answer:
         record(

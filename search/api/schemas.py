@@ -45,6 +45,9 @@ class PartResult(BaseModel):
     items: list[Item]
     route: str | None = None
     stage: str | None = Field(default=None, description="the intent step that decided the route")
+    confidence: float | None = Field(
+        default=None, description="the deciding stage's calibrated confidence (0-1)"
+    )
     error: ErrorDetail | None = None
     condition: PartResult | None = None
     # a follow-up asked as the question it stands for (see the `rewritten` event)

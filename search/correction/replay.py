@@ -241,9 +241,16 @@ class PartComparison:
     divergence: Divergence | None
 
 
+# Learnt only while a command is carried out, which a replay never does: part of the
+# action (compared as such), not a step a replay could repeat.
+_ACTING_ONLY = frozenset({Step.COMMAND_RECOGNIZED})
+
+
 def _by_part(chain: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     parts: dict[str, list[dict[str, Any]]] = {}
     for event in sorted(chain, key=lambda e: e.get("seq", 0)):
+        if event.get("step") in _ACTING_ONLY:
+            continue
         parts.setdefault(str(event.get("part", "")), []).append(event)
     return parts
 

@@ -20,6 +20,10 @@ Demo entities the tests rely on (all created by `demo:` in 2024.3.3):
   `sensor.outside_humidity`;
 - locks: `lock.front_door` (locked), `lock.kitchen_door` (unlocked);
 - weather: `weather.demo_weather_south` (sunny), `weather.demo_weather_north` (rainy).
+The config also loads `conversation` (Assist's agents, and the sentence-matching debug
+command), and the repo's `homeassistant/custom_components/` is copied into the config dir,
+so the Search Router agent can be set up through its config flow.
+
 The demo assigns no areas, so after start-up the harness creates the area "Living Room"
 and puts `sensor.outside_temperature` in it (through the websocket registry API), so
 "temperature in the living room" exercises real area matching.
@@ -60,6 +64,8 @@ from tests.support.venvs import run_venv_script
 HA_VERSION = "2024.3.3"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_SCRIPT = REPO_ROOT / "scripts" / "ha_venv.sh"
+# The integrations this repo ships for HA (the Assist agent): installed into every test HA.
+CUSTOM_COMPONENTS = REPO_ROOT / "homeassistant" / "custom_components"
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 VENV_BUILD_TIMEOUT_S = 1200.0
@@ -196,16 +202,29 @@ http:
 api:
 websocket_api:
 config:
+conversation:
 demo:
 logger:
   default: warning
 """
 
 
+def install_custom_components(config_dir: Path) -> None:
+    """Copy the repo's custom integrations into `custom_components/`, as a user would."""
+    for integration in CUSTOM_COMPONENTS.iterdir():
+        if (integration / "manifest.json").exists():
+            shutil.copytree(
+                integration,
+                config_dir / "custom_components" / integration.name,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
+
+
 def write_config(config_dir: Path, port: int) -> str:
     """A fresh HA config dir; returns the access token."""
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "configuration.yaml").write_text(CONFIGURATION_YAML.format(port=port))
+    install_custom_components(config_dir)
     return seed_auth(config_dir)
 
 
