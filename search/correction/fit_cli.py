@@ -108,10 +108,13 @@ def _fit_household(config: Any, args: argparse.Namespace) -> int:
     try:
         labels = store.labels() if store is not None else []
         where = store.path if store is not None else household.data_dir(config)
+        # with --json, stdout is the JSON document alone; the status lines go to stderr
+        status = sys.stderr if args.json else None
         say(
             f"labels: {len(labels)} stored in {where}"
             if labels
-            else f"labels: none stored in {where} (nothing to correct; the weights are still checked)"
+            else f"labels: none stored in {where} (nothing to correct; the weights are still checked)",
+            file=status,
         )
         if not fit.shipped_rows():
             raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
@@ -138,5 +141,8 @@ def _fit_household(config: Any, args: argparse.Namespace) -> int:
     if not args.dry_run:
         path = household.artefact_path(config)
         household.write(path, data)
-        say(f"wrote {path} ({new.name}, {len(applied)} label(s)); a running server picks it up")
+        say(
+            f"wrote {path} ({new.name}, {len(applied)} label(s)); a running server picks it up",
+            file=sys.stderr if args.json else None,
+        )
     return EXIT_OK
