@@ -83,11 +83,6 @@ class SemanticConfig(Strict):
 
 class RoutingConfig(Strict):
     default_source: str = "kiwix"
-    labelled: list[str] = Field(
-        default_factory=list,
-        description="Queries the household labelled (set by `search fit`'s labels file): an "
-        "exemplar that is one of them is reported with origin `user_label`.",
-    )
     request_deadline_s: float = Field(default=15.0, gt=0, le=600)
     max_events: int = Field(default=1000, ge=10, le=1_000_000)
     max_parts: int = Field(

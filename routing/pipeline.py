@@ -182,11 +182,15 @@ class Router:
         dry_run: bool = False,
         session_id: str | None = None,
         read_only: bool = False,
+        authorized: bool = False,
     ) -> list[PartResult]:
-        """`read_only`: the surface promised not to act; every command is withheld."""
+        """`read_only`: the surface promised not to act; every command is withheld.
+        `authorized`: the requester may act at all (never by default)."""
         self.check_parts(query)  # before anything that embeds, calls or records
         units = self._units(query)
-        context = ResolveContext(session_id=session_id, dry_run=dry_run, read_only=read_only)
+        context = ResolveContext(
+            session_id=session_id, dry_run=dry_run, read_only=read_only, authorized=authorized
+        )
         if len(units) == 1:  # no fan-out: skip the task gather would create
             return await self._run_unit("0", units[0], context)
         batches = await asyncio.gather(
@@ -254,7 +258,10 @@ class Router:
     ) -> PartResult:
         # Stages note things on the context, and parts run concurrently: one per part.
         context = ResolveContext(
-            session_id=shared.session_id, dry_run=shared.dry_run, read_only=shared.read_only
+            session_id=shared.session_id,
+            dry_run=shared.dry_run,
+            read_only=shared.read_only,
+            authorized=shared.authorized,
         )
         try:
             decision = await self.resolver.resolve(text, context)
@@ -268,6 +275,7 @@ class Router:
                 confident=decision.confident,
                 read_only=context.read_only,
                 rewritten=rewritten,
+                authorized=context.authorized,
             )
             if context.dry_run:
                 record(Step.PLANNED, query=text, route=decision.route, stage=decision.stage)

@@ -112,6 +112,12 @@ class TraceConfig(Strict):
     path: str = "./traces.db"
     max_traces: int = Field(default=10_000, ge=1)
     max_age_days: float = Field(default=30.0, gt=0)
+    max_labels: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description="Labels kept at most (one per part; the oldest go first).",
+    )
     capture_results: bool = False
     capture_prompts: bool = False
     redact: bool = False
@@ -280,11 +286,9 @@ def parse_config(data: Any) -> Config:
         raise ConfigError(_describe(exc)) from None
 
 
-def load_config(
-    path: str | os.PathLike[str] | None = None, *, fitted_labels: bool = True
-) -> Config:
-    """Load config from `path`, `$SEARCH_CONFIG`, or ./config.yaml; with `fitted_labels`,
-    the household's labels that `search fit` wrote beside the trace store are applied."""
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load config from `path`, `$SEARCH_CONFIG`, or ./config.yaml: a parse, nothing else
+    (the household's fitted routing is read by the `Service` that routes with it)."""
     chosen = Path(path or os.environ.get("SEARCH_CONFIG") or DEFAULT_CONFIG_PATH)
     try:
         text = chosen.read_text(encoding="utf-8")
@@ -294,9 +298,4 @@ def load_config(
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{chosen}: not valid YAML: {exc}") from None
-    config = parse_config(data)
-    if not fitted_labels:
-        return config
-    from search.correction.label_fit import with_artefact  # imports this module
-
-    return with_artefact(config)
+    return parse_config(data)

@@ -110,7 +110,7 @@ def control_allowed(config: Config) -> bool:
     )
 
 
-def tool_list(config: Config) -> list[Tool]:
+def tool_list(config: Config, control_offered: bool = True) -> list[Tool]:
     search_description = (
         "Search the household's sources and answer with results per part of the query, "
         "the same body as POST /search: query, trace_id, results, cached, "
@@ -136,7 +136,7 @@ def tool_list(config: Config) -> list[Tool]:
                 ),
             )
         ]
-        if control_allowed(config)
+        if control_offered and control_allowed(config)
         else []
     )
     return [
@@ -185,7 +185,11 @@ def _parse(model: type[BaseModel], arguments: dict[str, Any] | None) -> BaseMode
 
 
 async def run_search(
-    service: Service, arguments: dict[str, Any] | None, *, read_only: bool = True
+    service: Service,
+    arguments: dict[str, Any] | None,
+    *,
+    read_only: bool = True,
+    authorized: bool = False,
 ) -> CallToolResult:
     """`search` (read-only) and `control`: the same checks and the same Service call as
     POST /search."""
@@ -200,7 +204,9 @@ async def run_search(
         service.router.check_parts(args.query)
     except TooManyParts as exc:
         return _error("too_many_parts", str(exc), exc.field)
-    outcome = await service.search(args.query, explain=args.explain, read_only=read_only)
+    outcome = await service.search(
+        args.query, explain=args.explain, read_only=read_only, authorized=authorized
+    )
     return tool_result(outcome.body, is_error=outcome.status_code != 200)
 
 
@@ -257,9 +263,15 @@ async def run_get_trace(service: Service, arguments: dict[str, Any] | None) -> C
     return tool_result(trace)
 
 
-def build_mcp_server(service: Service) -> Server[Any]:
-    """The MCP server over `service` (its lifespan is the app's or `run_stdio`'s)."""
-    tools = tool_list(service.config)
+def build_mcp_server(service: Service, *, control_offered: bool = True) -> Server[Any]:
+    """The MCP server over `service` (its lifespan is the app's or `run_stdio`'s).
+
+    `control_offered`: whether this transport may offer the `control` tool at all. Over
+    stdio the client is the user's own process; over HTTP only with `server.api_token`
+    set (Home Assistant's MCP client, which sends no bearer token, gets a read-only
+    router)."""
+    offered = control_offered and control_allowed(service.config)
+    tools = tool_list(service.config, offered)
     schemas = {tool.name: tool.input_schema for tool in tools}
 
     async def list_tools(
@@ -274,8 +286,8 @@ def build_mcp_server(service: Service) -> Server[Any]:
             return await run_search(service, params.arguments)
         if params.name == "get_trace":
             return await run_get_trace(service, params.arguments)
-        if params.name == "control" and control_allowed(service.config):
-            return await run_search(service, params.arguments, read_only=False)
+        if params.name == "control" and offered:
+            return await run_search(service, params.arguments, read_only=False, authorized=True)
         raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}")
 
     return Server(

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from routing.chain.events import RecordedChain, RouteLog, record, route_log
 from routing.chain.steps import Step
@@ -23,8 +23,11 @@ from routing.dispatch.dispatcher import Dispatcher
 from routing.pipeline import PartResult, Router, TooManyParts
 from routing.shared_state import RedisLink, SharedBreaker, SharedCache
 from routing.stages.build import build_resolver
+from routing.stages.labels import HouseholdRouting
+from routing.stages.resolver import Resolver
 from routing.ttl_cache import TTLCache
-from search.config import Config
+from search.config import Config, ConfigError
+from search.correction import household as household_artefact
 from search.observability.telemetry import current_trace_id
 from search.scrub import Scrubber
 from search.traces.records import RequestObserver, TraceRecord, TraceSink
@@ -70,11 +73,18 @@ class Service:
         wrap_source: Callable[[Source], Source] | None = None,
         observers: list[RequestObserver] | None = None,
         acting: bool = True,
+        household: HouseholdRouting | None | Literal["data_dir"] = "data_dir",
     ) -> None:
         """`wrap_source` lets replay answer from captured results instead of live calls;
         `observers` (metrics, telemetry) see every finished request's recorded chain;
-        with `acting` false (a replay) no command is ever carried out."""
+        with `acting` false (a replay) no command is ever carried out. `household`: the
+        labels and weights `search fit` wrote (read from the data directory by default;
+        None routes as shipped)."""
         self.config = config
+        self.household: HouseholdRouting | None = (
+            household_artefact.load(config) if household == "data_dir" else household
+        )
+        self._watch: asyncio.Task[None] | None = None
         self.recorder = recorder
         self.traces: TraceSink = traces or open_trace_sink(config.trace)
         self.observers: list[RequestObserver] = list(observers or [])
@@ -139,11 +149,59 @@ class Service:
             shared_breakers=shared_breakers,
             acting=acting,
         )
-        self.resolver = build_resolver(config, self.shared)
-        self._log_unexpected(self.resolver, "resolve")
+        self.resolver = self._resolver(self.household)
         self._log_unexpected(self.dispatcher, "answer")
         self.router = Router(self.resolver, self.dispatcher, config.routing.max_parts)
         self._started_sources: list[Source] = []
+
+    def _resolver(self, household: HouseholdRouting | None) -> Resolver:
+        resolver = build_resolver(self.config, self.shared, household)
+        self._log_unexpected(resolver, "resolve")
+        return resolver
+
+    @property
+    def routing_name(self) -> str:
+        """The artefact routing runs with, as the chain names it."""
+        return self.household.name if self.household is not None else "shipped"
+
+    async def reload_household(self) -> bool:
+        """Route with the artefact now in the data directory, if it changed: the new
+        resolver is built and started beside the running one, then swapped in, so a
+        request in flight finishes with the routing it started with. False: unchanged,
+        or unreadable (logged; the running routing stays)."""
+        try:
+            household = household_artefact.load(self.config)
+        except ConfigError as exc:
+            log.error("routing not reloaded: %s", exc)
+            return False
+        name = household.name if household is not None else "shipped"
+        if name == self.routing_name:
+            return False
+        resolver = self._resolver(household)
+        await resolver.start()
+        old = self.resolver
+        self.household, self.resolver = household, resolver
+        self.router = Router(resolver, self.dispatcher, self.config.routing.max_parts)
+        await old.aclose()
+        log.info("routing reloaded: %s", name)
+        return True
+
+    def watch_household(self, interval_s: float = 1.0) -> None:
+        """Poll the data directory's artefact (a stat every `interval_s`) and reload routing
+        when `search fit` rewrites it; the server calls this once it has started."""
+        watch = household_artefact.ArtefactWatch(household_artefact.artefact_path(self.config))
+
+        async def poll() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    if await asyncio.to_thread(watch.changed):
+                        await self.reload_household()
+                except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad reload
+                    log.error("routing reload failed: %s", self.scrubber.exception(exc))
+
+        if self._watch is None:
+            self._watch = asyncio.create_task(poll(), name="household-watch")
 
     def reset_routing_state(self) -> None:
         """Forget what earlier requests left behind: cached results and decisions, learned
@@ -163,6 +221,9 @@ class Service:
         await self.traces.start()
 
     async def aclose(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         for source in self._started_sources:
             try:
                 await source.aclose()
@@ -230,6 +291,7 @@ class Service:
         session_id: str | None,
         read_only: bool = False,
         explain: bool = False,
+        authorized: bool = False,
     ) -> tuple[int, dict[str, str] | None, list[PartResult]]:
         """Run the router under the request deadline; (status, error, results).
 
@@ -243,7 +305,11 @@ class Service:
         try:
             async with asyncio.timeout(deadline_s):
                 results = await self.router.run(
-                    query, dry_run=dry_run, session_id=session_id, read_only=read_only
+                    query,
+                    dry_run=dry_run,
+                    session_id=session_id,
+                    read_only=read_only,
+                    authorized=authorized,
                 )
         except TooManyParts as exc:  # the surfaces check first; this is for any other caller
             status_code = 422
@@ -285,16 +351,18 @@ class Service:
         session_id: str | None = None,
         replay_of: str | None = None,
         read_only: bool = False,
+        authorized: bool = False,
     ) -> SearchOutcome:
         """One request. `read_only`: the caller promised not to act (a read-only tool), so
-        every command in it is withheld."""
+        every command in it is withheld. `authorized`: the requester may act (the surface
+        checked a token or that the client is on this machine); never by default."""
         trace_id = uuid.uuid4().hex
         started_wall = time.time()
         trace_token = current_trace_id.set(trace_id)  # log records carry it (telemetry)
         try:
             with route_log(self.config.routing.max_events, self.recorder) as chain_log:
                 status_code, error, results = await self._route(
-                    query, dry_run, session_id, read_only, explain
+                    query, dry_run, session_id, read_only, explain, authorized
                 )
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)

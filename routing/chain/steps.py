@@ -39,6 +39,11 @@ class Step(StrEnum):
         ("query", "from", "to"),
         "A follow-up was asked as the question it stands for.",
     )
+    INTENT_LABEL = (
+        "intent_label",
+        ("query", "decision", "label"),
+        "A query the household labelled went where the label says (`fit` names the artefact).",
+    )
     INTENT_KEYWORD = (
         "intent_keyword",
         ("query", "decision", "discourse_escalated"),

@@ -7,6 +7,9 @@ returned, the first one names the `control_withheld` event, and when in doubt no
 happens:
 
 - `not_allowed`: the source's config does not allow control (`allow_control`);
+- `not_authorized`: the request did not come from someone who may act: with
+  `server.api_token` set, a request without it never reaches here; with none set, only a
+  client on this machine (loopback) may act;
 - `dry_run`: the request asked for a plan, not an action;
 - `replay`: a replay re-routes a recorded request; it never repeats what that request did;
 - `conditional`: the command is the consequence of a condition ("if ...", "unless ...")
@@ -31,6 +34,7 @@ class Withheld(StrEnum):
     """Why a command was not carried out, in the order they are reported."""
 
     NOT_ALLOWED = "not_allowed"
+    NOT_AUTHORIZED = "not_authorized"
     DRY_RUN = "dry_run"
     REPLAY = "replay"
     CONDITIONAL = "conditional"
@@ -42,13 +46,16 @@ class Withheld(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Circumstances:
-    """What the gate must know about a part besides its words."""
+    """What the gate must know about a part besides its words. Each default is the one
+    that never acts: a caller that forgets to say the request was confident and
+    authorized gets a command withheld, not carried out."""
 
     dry_run: bool = False
     conditional: bool = False  # the consequence of a condition (or a negated one)
-    confident: bool = True
+    confident: bool = False
     read_only: bool = False  # the surface the request came through must not act
     rewritten: bool = False  # the words were completed from an earlier turn
+    authorized: bool = False  # the requester may act (token, or a loopback client)
 
 
 _NUMBER = (
@@ -101,6 +108,8 @@ def withheld_reasons(
     reasons: list[Withheld] = []
     if not allowed:
         reasons.append(Withheld.NOT_ALLOWED)
+    if not circumstances.authorized:
+        reasons.append(Withheld.NOT_AUTHORIZED)
     if circumstances.dry_run:
         reasons.append(Withheld.DRY_RUN)
     if not acting:
@@ -120,6 +129,8 @@ def withheld_reasons(
 
 REASON_WORDS: dict[str, str] = {
     Withheld.NOT_ALLOWED: "control is not allowed for this source (allow_control is off)",
+    Withheld.NOT_AUTHORIZED: "the request is not authorized to act (give the API token, or ask "
+    "from this machine)",
     Withheld.DRY_RUN: "this was a dry run",
     Withheld.REPLAY: "a replay never acts",
     Withheld.CONDITIONAL: "it depends on a condition the router does not evaluate",

@@ -134,7 +134,8 @@ async def describe(config: Any, rows: Sequence[Labelled]) -> Examples:
         raise ValueError("routing.semantic must be enabled to fit")
     labels = semantic.labels(keyword.rules)
     kept = [r for r in rows if r.route in labels]
-    vectors = semantic.embedder.encode([r.text for r in kept])
+    # cached on disk by model and texts: a refit of the same corpora skips the encoding
+    vectors = semantic.embedder.encode_exemplars([r.text for r in kept])
     kw_rows, full_rows = [], []
     for row, vector in zip(kept, vectors, strict=True):
         match = keyword.rules.scores(row.text)

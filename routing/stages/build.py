@@ -13,14 +13,16 @@ building a Service stay quick.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Protocol
 
 from routing.config import RoutingConfig
 from routing.language.spelling import known_words
 from routing.shared_state import RedisLink
-from routing.stages.confidence import load_model
+from routing.stages.confidence import ConfidenceModel, load_model
 from routing.stages.decision_cache import DecisionCache, DecisionCacheStage
 from routing.stages.keyword_rules import KeywordRules
+from routing.stages.labels import HouseholdRouting, LabelStage
 from routing.stages.llm import LLMStage
 from routing.stages.resolver import KeywordStage, Resolver
 from routing.stages.route_data import NONE, Route, resolve_routes
@@ -74,6 +76,7 @@ def semantic_stage(
     threads: int | None = None,
     decision_cache: DecisionCache | None = None,
     learned: LearnedDecisions | None = None,
+    model: ConfidenceModel | None = None,
 ) -> SemanticStage:
     """The semantic stage over the resolved routes' exemplars and thresholds."""
     data = resolved_routes(config) if routes_data is None else routes_data
@@ -86,8 +89,7 @@ def semantic_stage(
         exemplars={name: list(r.exemplars) for name, r in data.items()},
         thresholds={name: r.threshold for name, r in data.items() if r.threshold is not None},
         min_confidence=config.routing.min_confidence,
-        model=load_model(config.routing.confidence_path),
-        labelled=config.routing.labelled,
+        model=model or load_model(config.routing.confidence_path),
         dictionary=known_words(config.routing.semantic.model_path),
     )
 
@@ -104,9 +106,19 @@ def confidence_labels(config: Config, data: dict[str, Route]) -> list[str]:
     ]
 
 
-def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
-    """`shared`: the Service's Redis link, when decisions are shared across processes."""
+def build_resolver(
+    config: Config, shared: RedisLink | None = None, household: HouseholdRouting | None = None
+) -> Resolver:
+    """`shared`: the Service's Redis link, when decisions are shared across processes;
+    `household`: what the household's `search fit` gave (labels, weights), if anything."""
     routing = config.routing
+    model = (
+        household.model
+        if household is not None and household.model is not None
+        else load_model(routing.confidence_path)
+    )
+    if household is not None:
+        model = replace(model, name=household.name)
     routes = route_descriptions(config)
     data = resolved_routes(config)
     decision_cache = DecisionCache(
@@ -123,7 +135,7 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
     semantic: SemanticStage | None = None
     if routing.semantic.enabled:
         semantic = semantic_stage(
-            config, list(routes), data, decision_cache=decision_cache, learned=learned
+            config, list(routes), data, decision_cache=decision_cache, learned=learned, model=model
         )
     llm: LLMStage | None = None
     if routing.llm.base_url.strip():
@@ -137,7 +149,10 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
             sessions=sessions,
         )
 
-    stages: list[IntentStage] = [
+    stages: list[IntentStage] = []
+    if household is not None and household.labels:
+        stages.append(LabelStage(household, set(routes)))
+    stages += [
         KeywordStage(
             KeywordRules(
                 {name: list(r.keywords) for name, r in data.items() if name != NONE},
@@ -148,7 +163,7 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
             escalation=llm,
             labels=confidence_labels(config, data),
             min_confidence=routing.min_confidence,
-            model=load_model(routing.confidence_path),
+            model=model,
         ),
         DecisionCacheStage(decision_cache),
     ]
@@ -163,8 +178,7 @@ def build_resolver(config: Config, shared: RedisLink | None = None) -> Resolver:
         sessions=sessions,
         fallback_reason="no_match" if llm is not None else "llm_unconfigured",
         min_confidence=(
-            load_model(routing.confidence_path).min_confidence
-            if routing.min_confidence is None
-            else routing.min_confidence
+            model.min_confidence if routing.min_confidence is None else routing.min_confidence
         ),
+        fit=model.name,
     )

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,8 @@ class ConfidenceModel:
     full_weights: np.ndarray
     min_confidence: float  # the threshold the fit measured as best (config default)
     report: Mapping[str, Any]
+    # Which artefact this is, as the chain names it (`fit` on intent events).
+    name: str = "shipped"
 
     def rank(self, labels: Sequence[str], rows: np.ndarray, weights: np.ndarray) -> Ranked:
         p = softmax(rows @ weights)
@@ -210,7 +212,8 @@ class ConfidenceModel:
 @lru_cache(maxsize=4)
 def load_model(path: str | None = None) -> ConfidenceModel:
     """The shipped artefact (or `path`), read once per process."""
-    return ConfidenceModel.from_json(json.loads(Path(path or ARTEFACT).read_text("utf-8")))
+    model = ConfidenceModel.from_json(json.loads(Path(path or ARTEFACT).read_text("utf-8")))
+    return model if path is None else replace(model, name=f"file:{Path(path).name}")
 
 
 def declined(stage: str, ranked: Ranked, threshold: float) -> str:

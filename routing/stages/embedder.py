@@ -175,7 +175,7 @@ def embedding_cache_dir() -> Path | None:
     return Path(base) / "search-router" / "embeddings"
 
 
-def _store(path: Path, vectors: np.ndarray, keep: int = 8) -> None:
+def _store(path: Path, vectors: np.ndarray, keep: int = 16) -> None:
     """Write atomically; keep the `keep` newest files. A cache that can't be written is skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

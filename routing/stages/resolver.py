@@ -75,7 +75,11 @@ class KeywordStage:
         context.keyword = match
         labels = [*self.labels, *(r for r in match.scores if r not in self.labels)]
         ranked = self.model.keyword(labels, match.scores)
-        shown = {"confidence": round(ranked.confidence, 4), "candidates": ranked.candidates()}
+        shown = {
+            "confidence": round(ranked.confidence, 4),
+            "candidates": ranked.candidates(),
+            "fit": self.model.name,
+        }
         matched = list(match.matched)
         if ranked.confidence < self.min_confidence:
             # A tie, or words that point several ways: the semantic stage weighs them too.
@@ -139,9 +143,12 @@ class Resolver:
         sessions: SessionStore | None = None,
         fallback_reason: str = "no_match",
         min_confidence: float | None = None,
+        fit: str = "shipped",
     ) -> None:
         """`min_confidence`: a decision below it is not `confident` (the control gate then
-        withholds a command); default: the fitted artefact's."""
+        withholds a command); default: the fitted artefact's. `fit`: the name of the
+        artefact routing runs with, shown on the default's event."""
+        self.fit = fit
         self.min_confidence = (
             load_model().min_confidence if min_confidence is None else min_confidence
         )
@@ -212,6 +219,7 @@ class Resolver:
         shown = {
             "confidence": round(confidence, 4),
             "candidates": ranked.candidates() if ranked else [],
+            "fit": self.fit,
         }
         if context.unserved:
             # A stage judged it something no source serves ("set an alarm"): no source is

@@ -428,6 +428,7 @@ class SemanticStage:
             "confidence": round(confidence.confidence, 4),
             "candidates": events,
             "threshold": self.min_confidence,
+            "fit": self.model.name,
         }
         sure = confidence.confidence >= self.min_confidence and not unknown
         if sure and confidence.winner != NONE:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,6 +25,7 @@ from starlette.routing import Route
 from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
+from search.api.authority import may_act, open_to_network_warning, token_required
 from search.api.middleware import BearerTokenMiddleware
 from search.api.openapi import openapi_document
 from search.api.request_guard import RequestGuard
@@ -39,6 +41,8 @@ from search.observability.telemetry import telemetry_observers
 from search.query_text import query_problem
 from search.service import Service
 from search.traces.routes import trace_routes
+
+log = logging.getLogger("search")
 
 
 def settle_heap() -> None:
@@ -113,7 +117,7 @@ def create_app(
     mcp_routes: list[Route] = []
     mcp_lifespan = None
     if config.mcp.enabled:
-        mcp_server = build_mcp_server(service)
+        mcp_server = build_mcp_server(service, control_offered=token_required(config))
         mcp_app, mcp_lifespan = http_endpoint(mcp_server, config.server.max_body_bytes)
         # Stateless: no server-initiated stream, so GET is 405 (the spec's alternative to an
         # SSE stream; an open GET stream here would never send anything nor end).
@@ -124,6 +128,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await service.start()
+        warning = open_to_network_warning(config)
+        if warning is not None:
+            log.warning("%s", warning)
+        service.watch_household()  # `search fit` rewrites the artefact: route with it
         if settle:
             settle_heap()
         try:
@@ -161,6 +169,7 @@ def create_app(
             explain=parsed.explain,
             dry_run=parsed.dry_run,
             session_id=parsed.session_id,
+            authorized=may_act(request, config),
         )
         return FastJSONResponse(outcome.body, status_code=outcome.status_code)
 
@@ -193,8 +202,8 @@ def create_app(
             allowed_origins=config.server.allowed_origins,
         )
     ]
-    if config.server.api_token is not None and config.server.api_token.get_secret_value():
-        token = config.server.api_token.get_secret_value()
+    if token_required(config):
+        token = config.server.api_token.get_secret_value()  # type: ignore[union-attr]
         middleware.append(Middleware(BearerTokenMiddleware, token=token))
     app = Starlette(
         middleware=middleware,

@@ -1,14 +1,16 @@
-"""`search fit [--config PATH] [--dry-run] [--output PATH]`: fit routing's confidence.
+"""`search fit [--config PATH] [--dry-run] [--json]`: fit the household's routing.
 
-Fits on the labelled utterances in routing/fit_data (see routing/fitting/fit.py) and the household's
-labels in the trace store (weighted above them, search/correction/label_fit.py), prints what it
-measured leaving each corpus out and what the labels change (accuracy on the labelled set
-before and after, the stored decisions that change), and writes the artefacts routing reads
-from then on, both in the data directory beside the trace store, so a package upgrade never
-overwrites them: the fitted weights, `routing-confidence.json` (`--output` elsewhere), and
-the household's labels, `routing-labels.json`. `--shipped` writes the weights to the
-package's own routing/fitted/confidence.json instead (how the project refreshes what it
-ships). `--dry-run` prints without writing.
+Reads the labels stored beside the trace store, chooses the confidence weights (the
+shipped ones for the shipped routes; otherwise fitted on the shipped corpora for the
+household's routes: search/correction/label_fit.py), reports what the new artefact does by
+running it (the labelled queries, and the stored traces replayed as `search replay --all`
+would), and writes `routing-household.json` into the data directory (the trace store's
+directory), where every command, and a running server within a second or two, routes
+with it. `--dry-run` reports and writes nothing.
+
+`search fit --shipped [--output PATH]` is how the project refreshes what it ships: the
+weights fitted on the shipped corpora alone, hermetic (no household data is read, nothing
+is written to the data directory), to routing/fitted/confidence.json (or PATH).
 """
 
 from __future__ import annotations
@@ -16,76 +18,131 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from search.config import load_config
+from search.config import ConfigError, load_config
+from search.terminal import say
+
+EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def add_fit_command(commands: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
-    fit = commands.add_parser("fit", help="fit routing's confidence from labelled utterances")
+    fit = commands.add_parser("fit", help="fit routing from the shipped data and your labels")
     fit.add_argument("--config")
     fit.add_argument("--dry-run", action="store_true", help="report only; write nothing")
-    fit.add_argument("--output", help="where to write the weights (default: the data directory)")
     fit.add_argument(
         "--shipped",
         action="store_true",
-        help="write the weights the package ships (routing/fitted/confidence.json)",
+        help="fit the weights the package ships (routing/fitted/confidence.json), hermetic",
     )
+    fit.add_argument("--output", help="with --shipped: where to write the weights")
     fit.add_argument("--json", action="store_true", help="print the report as JSON")
-    return {"fit": cmd_fit}
+    return {"fit": _guarded(cmd_fit)}
 
 
-def _household(config: Any) -> Any:
-    """The trace store with the household's labels, when there is one."""
+def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (ConfigError, NoFitData) as exc:
+            say(f"search: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
+
+
+class NoFitData(Exception):
+    """Nothing to fit on: the package's fit data is missing."""
+
+
+def progress(message: str) -> None:
+    """A progress line, on a terminal only (a redirected stderr stays clean)."""
+    if sys.stderr.isatty():
+        print(f"search fit: {message}", file=sys.stderr, flush=True)
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    if args.output and not args.shipped:
+        raise ConfigError(
+            "--output goes with --shipped (a household fit writes its data directory)"
+        )
+    config = load_config(args.config)
+    return _fit_shipped(config, args) if args.shipped else _fit_household(config, args)
+
+
+def _fit_shipped(config: Any, args: argparse.Namespace) -> int:
+    from routing.fitting import fit
+
+    rows = fit.shipped_rows()
+    if not rows:
+        raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
+    progress(f"fitting on {len(rows)} utterances of the shipped corpora")
+    model, report = asyncio.run(fit.fit(config, rows=rows))
+    if args.json:
+        say(json.dumps(report, indent=2), json_text=True)
+    else:
+        say(fit.render(model, report))
+    if not args.dry_run:
+        path = Path(args.output) if args.output else fit.ARTEFACT
+        fit.write(model, path)
+        say(f"wrote {path}")
+    return EXIT_OK
+
+
+def _household_store(config: Any) -> Any:
     from search.traces.store import SQLiteTraceStore
 
     store = SQLiteTraceStore(config.trace.model_copy(update={"enabled": True}))
     return store if store.path.exists() else None
 
 
-def cmd_fit(args: argparse.Namespace) -> int:
+def _fit_household(config: Any, args: argparse.Namespace) -> int:
     from routing.fitting import fit
-    from search.correction.label_fit import (
-        TrainingRow,
-        artefact_path,
-        confidence_path,
-        labels_report,
-        write_artefact,
-    )
+    from search.correction import household
+    from search.correction.label_fit import applied_labels, household_weights, labels_report
 
-    # Not the labels fitted last time: this fit starts from the shipped data and the store.
-    config = load_config(args.config, fitted_labels=False)
-    store = _household(config)
+    store = _household_store(config)
     try:
-        rows: list[TrainingRow] = []
-        label_lines = ["no trace store: no labels to fit"]
-        if store is not None:
-            rows, _, label_lines = asyncio.run(labels_report(config, store))
+        labels = store.labels() if store is not None else []
+        where = store.path if store is not None else household.data_dir(config)
+        # with --json, stdout is the JSON document alone; the status lines go to stderr
+        status = sys.stderr if args.json else None
+        say(
+            f"labels: {len(labels)} stored in {where}"
+            if labels
+            else f"labels: none stored in {where} (nothing to correct; the weights are still checked)",
+            file=status,
+        )
+        if not fit.shipped_rows():
+            raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
+        current = household.load(config)
+        progress("choosing the confidence weights")
+        weights, weight_report = asyncio.run(household_weights(config))
+        applied, _ = applied_labels(labels, config)
+        data = household.encode(applied, weights, {"weights": weight_report} if weights else None)
+        new = household.decode(data)
+        report = asyncio.run(labels_report(config, store, labels, current, new, progress))
     finally:
         if store is not None:
             store.close_sync()
-    extra = [fit.Labelled(r.text, r.route, corpus=fit.HOUSEHOLD, weight=r.weight) for r in rows]
-    model, report = asyncio.run(fit.fit(config, extra=extra))
     if args.json:
-        print(json.dumps({**report, "labels": label_lines}, indent=2))
+        body = {"artefact": new.name, "weights": weight_report or "shipped", **report.to_json()}
+        say(json.dumps(body, indent=2, ensure_ascii=False), json_text=True)
     else:
-        print(fit.render(model, report))
-        print()
-        print("\n".join(label_lines))
+        if weights is None:
+            say("weights: the shipped ones (your routes are the shipped routes)")
+        else:
+            say("weights: fitted for your routes on the shipped corpora")
+            say(fit.render(weights, weight_report))
+        say("\n".join(report.lines()))
     if not args.dry_run:
-        path = (
-            Path(args.output)
-            if args.output
-            else fit.ARTEFACT
-            if args.shipped
-            else confidence_path(config)
+        path = household.artefact_path(config)
+        household.write(path, data)
+        say(
+            f"wrote {path} ({new.name}, {len(applied)} label(s)); a running server picks it up",
+            file=sys.stderr if args.json else None,
         )
-        fit.write(model, path)
-        print(f"wrote {path}")
-        labels_path = artefact_path(config)
-        if rows or labels_path.exists():  # no labels, never fitted: leave the directory be
-            write_artefact(labels_path, rows)
-            print(f"wrote {labels_path} ({len(rows)} label(s))")
-    return 0
+    return EXIT_OK

@@ -133,12 +133,27 @@ def export_entries(labels: list[Label]) -> tuple[list[dict[str, str]], int]:
 def _export(config: Config, args: argparse.Namespace) -> int:
     store = _store(config, args.store)
     try:
-        entries, redacted = export_entries(store.labels())
+        labels = store.labels()
+        entries, redacted = export_entries(labels)
+        text = yaml.safe_dump(entries, allow_unicode=True, sort_keys=False, width=1000)
+        _write_whole(Path(args.export), text)
+        # exported: the labelled traces may now leave the store by the usual retention
+        store.mark_exported(label.id for label in labels)
     finally:
         store.close_sync()
-    text = yaml.safe_dump(entries, allow_unicode=True, sort_keys=False, width=1000)
     target = Path(args.export)
-    try:  # whole or not at all: a check file half-written is a wrong test
+    say(f"wrote {len(entries)} label(s) to {target}")
+    if redacted:
+        say(
+            f"left out {redacted} label(s) stored redacted (the store keeps only a pseudonym "
+            "of their query)"
+        )
+    return EXIT_OK
+
+
+def _write_whole(target: Path, text: str) -> None:
+    """Whole or not at all: a check file half-written is a wrong test."""
+    try:
         fd, temp = tempfile.mkstemp(
             dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}."
         )
@@ -147,13 +162,6 @@ def _export(config: Config, args: argparse.Namespace) -> int:
         os.replace(temp, target)
     except OSError as exc:
         raise LabelUsageError(f"--export: cannot write {target}: {exc.strerror}") from None
-    say(f"wrote {len(entries)} label(s) to {target}")
-    if redacted:
-        say(
-            f"left out {redacted} label(s) stored redacted (the store keeps only a pseudonym "
-            "of their query)"
-        )
-    return EXIT_OK
 
 
 # --- check ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from routing.chain.events import run_in_thread
 from routing.stages.build import route_descriptions
+from search.api.authority import may_act
 from search.api.schemas import component_schemas, error_response, first_error
 from search.api.schemas import json_ref as _json
 from search.correction.labels import LabelError
@@ -66,6 +67,13 @@ async def add_label(request: Request) -> Response:
     from search.api.app import BodyTooLarge, read_body  # the app imports this module
 
     service = request.app.state.service
+    if not may_act(request, service.config):
+        return error_response(
+            403,
+            "not_authorized",
+            "a label changes future routing: it needs server.api_token, or a request from "
+            "this machine",
+        )
     store: Any = getattr(service, "traces", None)
     trace_id = request.path_params["trace_id"]
     if not all(hasattr(store, name) for name in ("add_label", "get_trace", "flush")):
@@ -129,7 +137,10 @@ def label_paths() -> dict[str, Any]:
                 "responses": {
                     "201": _json("StoredLabel", "Stored beside the trace."),
                     "400": _json("ErrorResponse", "Not JSON."),
-                    "403": _json("ErrorResponse", "A Host or Origin not this server's own."),
+                    "403": _json(
+                        "ErrorResponse",
+                        "A Host or Origin not this server's own, or (with no API token) a client not on this machine.",
+                    ),
                     "404": _json("ErrorResponse", "No such trace, or no trace store."),
                     "413": _json("ErrorResponse", "Body too large."),
                     "415": _json("ErrorResponse", "Content-Type is not application/json."),

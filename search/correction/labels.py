@@ -12,7 +12,12 @@ the order they were stored, and for each query (compared after `routing.language
 only the highest-numbered one counts, in `effective_labels`, in the export and in a fit.
 A user who changes their mind is believed; the outcome depends on nothing but that order.
 
-A trace that carries a label is never removed by retention (`trace_rows.prune`).
+One label per part is kept: a new label of a part replaces the one before it (the row
+keeps a count, `replaced`, of those it replaced), so relabelling a part a thousand times
+stores one row. The store keeps at most `trace.max_labels` labels (the oldest go first).
+A labelled trace outlives retention (`search.traces.rows.prune`) until its label was
+exported (`search label --export`) or is older than `LABEL_KEEP_DAYS`; then it leaves by
+the same rules as any trace. The label itself stays until the label bound removes it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from search.pseudonym import LEGACY_PREFIX, PREFIX
 
 NONE = "none"  # "no configured source serves this"
 INTENT_STEPS = (
+    "intent_label",
     "intent_keyword",
     "intent_cached",
     "intent_semantic",
@@ -36,7 +42,8 @@ INTENT_STEPS = (
     "intent_session",
     "intent_default",
 )
-LABELS_SCHEMA = """
+# The labels table as schema 4 created it (an upgrade from 3 creates this, then 5 adds to it).
+LABELS_SCHEMA_4 = """
 CREATE TABLE IF NOT EXISTS labels (
     id INTEGER PRIMARY KEY,
     trace_id TEXT NOT NULL,
@@ -49,7 +56,39 @@ CREATE TABLE IF NOT EXISTS labels (
 );
 CREATE INDEX IF NOT EXISTS labels_trace ON labels(trace_id);
 """
-LABEL_COLUMNS = ("id", "trace_id", "part", "route", "query", "decision", "created_at", "redacted")
+# Schema 5: `replaced` counts the earlier labels of the same part that this one replaced
+# (one row per part is kept); `exported_at` is when `search label --export` wrote it out.
+LABELS_SCHEMA_5 = """
+ALTER TABLE labels ADD COLUMN replaced INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE labels ADD COLUMN exported_at REAL;
+"""
+LABELS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS labels (
+    id INTEGER PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    part TEXT NOT NULL,
+    route TEXT NOT NULL,
+    query TEXT NOT NULL,
+    decision TEXT,
+    created_at REAL NOT NULL,
+    redacted INTEGER NOT NULL,
+    replaced INTEGER NOT NULL DEFAULT 0,
+    exported_at REAL
+);
+CREATE INDEX IF NOT EXISTS labels_trace ON labels(trace_id);
+"""
+LABEL_COLUMNS = (
+    "id",
+    "trace_id",
+    "part",
+    "route",
+    "query",
+    "decision",
+    "created_at",
+    "redacted",
+    "replaced",
+    "exported_at",
+)
 MAX_PART_CHARS = 64
 
 
@@ -73,6 +112,8 @@ class Label:
     decision: str | None  # what the part had when it was labelled
     created_at: float
     redacted: bool
+    replaced: int = 0  # earlier labels of the same part that this one replaced
+    exported_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +126,8 @@ class Label:
             "created_at": self.created_at,
             "time": datetime.fromtimestamp(self.created_at, UTC).isoformat(timespec="milliseconds"),
             "redacted": self.redacted,
+            "replaced": self.replaced,
+            "exported": self.exported_at is not None,
         }
 
 
@@ -155,28 +198,46 @@ def insert_label(
     route: str,
     redacted: bool,
     now: float | None = None,
+    max_labels: int | None = None,
 ) -> Label:
     """Store the label only if its trace is still there (retention may have just removed
-    an unlabelled trace); KeyError when it is gone."""
+    an unlabelled trace); KeyError when it is gone. In one transaction it replaces the
+    part's earlier label (counting it) and drops the oldest labels over `max_labels`."""
     created = time.time() if now is None else now
-    cursor = conn.execute(
-        "INSERT INTO labels (trace_id, part, route, query, decision, created_at, redacted) "
-        "SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM traces WHERE trace_id = ?)",
-        (
-            trace_id,
-            target.part,
-            route,
-            target.query,
-            target.decision,
-            created,
-            int(redacted),
-            trace_id,
-        ),
-    )
-    if cursor.rowcount != 1:
-        raise KeyError(trace_id)
+    with conn:
+        earlier = conn.execute(
+            "SELECT COALESCE(SUM(replaced + 1), 0) FROM labels WHERE trace_id = ? AND part = ?",
+            (trace_id, target.part),
+        ).fetchone()[0]
+        cursor = conn.execute(
+            "INSERT INTO labels (trace_id, part, route, query, decision, created_at, redacted,"
+            " replaced) SELECT ?, ?, ?, ?, ?, ?, ?, ?"
+            " WHERE EXISTS (SELECT 1 FROM traces WHERE trace_id = ?)",
+            (
+                trace_id,
+                target.part,
+                route,
+                target.query,
+                target.decision,
+                created,
+                int(redacted),
+                int(earlier),
+                trace_id,
+            ),
+        )
+        if cursor.rowcount != 1:
+            raise KeyError(trace_id)
+        label_id = int(cursor.lastrowid or 0)
+        conn.execute(
+            "DELETE FROM labels WHERE trace_id = ? AND part = ? AND id != ?",
+            (trace_id, target.part, label_id),
+        )
+        if max_labels is not None:
+            conn.execute(
+                "DELETE FROM labels WHERE id <= (SELECT MAX(id) FROM labels) - ?", (max_labels,)
+            )
     return Label(
-        int(cursor.lastrowid or 0),
+        label_id,
         trace_id,
         target.part,
         route,
@@ -184,12 +245,31 @@ def insert_label(
         target.decision,
         created,
         redacted,
+        int(earlier),
     )
 
 
+def mark_exported(conn: sqlite3.Connection, ids: Iterable[int], now: float | None = None) -> None:
+    """Note that these labels were written out: their traces may leave by retention."""
+    when = time.time() if now is None else now
+    with conn:
+        conn.executemany("UPDATE labels SET exported_at = ? WHERE id = ?", [(when, i) for i in ids])
+
+
 def _label(row: Sequence[Any]) -> Label:
-    id_, trace_id, part, route, query, decision, created, redacted = row
-    return Label(int(id_), trace_id, part, route, query, decision, float(created), bool(redacted))
+    id_, trace_id, part, route, query, decision, created, redacted, replaced, exported = row
+    return Label(
+        int(id_),
+        trace_id,
+        part,
+        route,
+        query,
+        decision,
+        float(created),
+        bool(redacted),
+        int(replaced),
+        None if exported is None else float(exported),
+    )
 
 
 def read_labels(conn: sqlite3.Connection, trace_id: str | None = None) -> list[Label]:

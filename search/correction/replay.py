@@ -19,11 +19,12 @@ import difflib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from routing.chain.events import NullRouteLog, route_log
 from routing.chain.steps import Step
 from routing.language.text import normalise
+from routing.stages.labels import HouseholdRouting
 from search.config import Config
 from search.service import Service
 from search.traces.narrative import part_key
@@ -425,8 +426,14 @@ class Replayer:
     """
 
     def __init__(
-        self, config: Config, traces: TraceSink, history: SessionHistory | None = None
+        self,
+        config: Config,
+        traces: TraceSink,
+        history: SessionHistory | None = None,
+        household: HouseholdRouting | None | Literal["data_dir"] = "data_dir",
     ) -> None:
+        """`household`: the routing artefact to replay under (default: the data
+        directory's, as the server routes; `search fit` passes the one it would write)."""
         self.holder = BookHolder()
         self.config = config
         self.history = (
@@ -439,6 +446,7 @@ class Replayer:
             traces=traces,
             wrap_source=lambda src: ReplaySource(src, self.holder),
             acting=False,
+            household=household,
         )
 
     def _earlier_turns(self, original: dict[str, Any]) -> list[str]:
@@ -510,3 +518,53 @@ class Replayer:
             parts=compare(original.get("chain", []), outcome.chain),
             session_turns=turns,
         )
+
+
+# --- the regression sweep (`replay --all`, and what `search fit` predicts) -------------
+
+
+@dataclass(slots=True)
+class Sweep:
+    """What replaying a set of stored traces found."""
+
+    replayed: int = 0
+    from_captures: int = 0
+    skipped: list[str] = field(default_factory=list)  # stored redacted: not replayable
+    changes: list[tuple[str, str]] = field(default_factory=list)  # (trace, what changed)
+    other: list[tuple[str, str]] = field(default_factory=list)  # not routing changes
+
+    @property
+    def changed_traces(self) -> list[str]:
+        return sorted({trace for trace, _ in self.changes})
+
+
+class TraceSource(Protocol):
+    def get_trace(self, trace_id: str) -> dict[str, Any] | None: ...
+
+
+async def sweep(replayer: Replayer, store: TraceSource, ids: Iterable[str]) -> Sweep:
+    """Replay each trace (oldest first, as given) and sort what diverged into routing
+    changes and other differences, each described for a reader."""
+    found = Sweep()
+    for trace_id in ids:
+        original = store.get_trace(trace_id)
+        if original is None:  # pruned meanwhile
+            continue
+        try:
+            result = await replayer.replay(original)
+        except ReplayError:
+            found.skipped.append(trace_id)
+            continue
+        found.replayed += 1
+        found.from_captures += result.live_calls == 0
+        for part in result.parts:
+            d = part.divergence
+            if d is None:
+                continue
+            where = "the request" if d.part == "" else f"part {d.part}"
+            if part.query is not None and d.part != "":
+                where += f" {part.query!r}"
+            (found.changes if d.routing else found.other).append(
+                (trace_id, f"{where}: {d.description}")
+            )
+    return found

@@ -37,6 +37,7 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The intent steps of the contract; a stage added later is counted under its own step name
 # as long as it starts with "intent_".
 INTENT_STEPS = (
+    Step.INTENT_LABEL,
     Step.INTENT_KEYWORD,
     Step.INTENT_CACHED,
     Step.INTENT_SESSION,

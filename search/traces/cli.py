@@ -60,6 +60,9 @@ def add_commands(commands: Any) -> dict[str, Handler]:
     )
     listing.add_argument("-q", "--text", help="query text contains")
     listing.add_argument("--session", help="the turns of this session_id")
+    listing.add_argument(
+        "--replays", action="store_true", help="list replays too (left out by default)"
+    )
     _filter_options(listing)
     listing.add_argument("--limit", default="50", help="page size (1-1000, default 50)")
     listing.add_argument("--offset", help="skip this many")
@@ -168,6 +171,8 @@ def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
         params["failed"] = "true"
     if args.fallback:
         params["fallback"] = "true"
+    if args.replays:
+        params["replays"] = "true"
     try:
         filters = parse_filters(params)
     except FilterError as exc:
@@ -235,7 +240,7 @@ def label_table(labels: list[dict[str, Any]]) -> str:
     """The labels beside the decisions they correct, oldest first (the last one counts)."""
     from search.traces.render import aligned
 
-    rows = [("label", "time", "part", "decision", "labelled")]
+    rows = [("label", "time", "part", "decision", "labelled", "replaced")]
     for label in labels:
         rows.append(
             (
@@ -244,6 +249,7 @@ def label_table(labels: list[dict[str, Any]]) -> str:
                 str(label["part"]),
                 str(label.get("decision") or "none"),
                 str(label["route"]),
+                str(label.get("replaced") or 0),
             )
         )
     return aligned(rows)
@@ -378,34 +384,14 @@ def _replay_text(result: Any) -> list[str]:
 async def _replay_all(
     config: Config, store: SQLiteTraceStore, base: TraceFilter, args: argparse.Namespace
 ) -> int:
-    from search.correction.replay import Replayer, ReplayError
+    from search.correction.replay import Replayer, sweep
 
     ids = _original_ids(store, base, args.failed_only, args.limit)
-    replayed = from_captures = 0
-    skipped: list[str] = []
-    changed: list[tuple[str, str]] = []
-    other: list[tuple[str, str]] = []
     async with Replayer(config, store) as replayer:
-        for trace_id in ids:
-            original = store.get_trace(trace_id)
-            if original is None:  # pruned meanwhile
-                continue
-            try:
-                result = await replayer.replay(original)
-            except ReplayError:
-                skipped.append(trace_id)
-                continue
-            replayed += 1
-            from_captures += result.live_calls == 0
-            for part in result.parts:
-                d = part.divergence
-                if d is None:
-                    continue
-                where = "the request" if d.part == "" else f"part {d.part}"
-                if part.query is not None and d.part != "":
-                    where += f" {part.query!r}"
-                (changed if d.routing else other).append((trace_id, f"{where}: {d.description}"))
-    changed_traces = sorted({t for t, _ in changed})
+        found = await sweep(replayer, store, ids)
+    replayed, from_captures, skipped = found.replayed, found.from_captures, found.skipped
+    changed, other = found.changes, found.other
+    changed_traces = found.changed_traces
     if args.json:
         say(
             json.dumps(

@@ -29,6 +29,7 @@ _FAILURES = {
     "circuit_open": "was skipped (circuit open)",
 }
 _STAGES = {
+    Step.INTENT_LABEL: "as the household labelled it",
     Step.INTENT_KEYWORD: "by keyword",
     Step.INTENT_CACHED: "by the routing-decision cache",
     Step.INTENT_LLM: "by the LLM",
@@ -218,6 +219,7 @@ def _withheld(event: dict[str, Any], with_text: bool) -> str:
 def _no_decision(event: dict[str, Any], with_text: bool) -> str:
     """A stage that looked but did not decide (unserved, below threshold, no source)."""
     stages: dict[str, str] = {
+        Step.INTENT_LABEL: "the household's label",
         Step.INTENT_KEYWORD: "the keyword rules",
         Step.INTENT_SEMANTIC: "the semantic stage",
         Step.INTENT_LLM: "the LLM",
@@ -250,8 +252,9 @@ def _label_clause(labels: list[dict[str, Any]]) -> str:
         if route == "none"
         else f"the user labelled it {route}"
     )
-    if len(labels) > 1:
-        text += f" (latest of {len(labels)} labels)"
+    count = len(labels) + sum(int(label.get("replaced") or 0) for label in labels)
+    if count > 1:
+        text += f" (latest of {count} labels)"
     return text
 
 

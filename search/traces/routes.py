@@ -166,6 +166,7 @@ def trace_paths() -> dict[str, Any]:
                         "The turns of this session_id.",
                         {"type": "string", "minLength": 1, "maxLength": 200},
                     ),
+                    _param("replays", "List replays too (left out by default).", flag),
                     _param(
                         "limit",
                         "Page size.",

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from routing.chain.steps import Step
-from search.correction.labels import LABELS_SCHEMA
+from search.correction.labels import LABELS_SCHEMA, LABELS_SCHEMA_4, LABELS_SCHEMA_5
 from search.json_codec import dumps_text
 from search.pseudonym import LEGACY_PREFIX, PREFIX, Pseudonymizer, ephemeral
 from search.traces.records import TraceRecord
@@ -30,7 +30,7 @@ class RowPolicy(Protocol):
     def redact(self) -> bool: ...
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Event fields (and nested keys) that hold query text, or text matched against it
 # (keywords, exemplars, earlier queries, prompts); redaction replaces them by digests.
 QUERY_FIELDS = frozenset(
@@ -123,13 +123,15 @@ COLUMNS = (
 # Schema upgrades, applied in order from the file's `user_version` (the CREATE above is
 # the newest shape, for a new file). Version 3 changes no table: its step, keying the
 # unkeyed digests of older redacted rows, is `rekey_legacy_digests` (it needs the key).
-# Version 4 adds the labels beside the traces (search/correction/labels.py).
+# Version 4 adds the labels beside the traces (search/correction/labels.py); 5, one label per
+# part with a count of those it replaced, and when a label was exported.
 MIGRATIONS: dict[int, str] = {
     2: "ALTER TABLE traces ADD COLUMN session_id TEXT;"
     "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "
     "WHERE session_id IS NOT NULL;",
     3: "",
-    4: LABELS_SCHEMA,
+    4: LABELS_SCHEMA_4,
+    5: LABELS_SCHEMA_5,
 }
 INSERT = (
     f"INSERT OR IGNORE INTO traces ({', '.join(COLUMNS)}) "
@@ -393,20 +395,25 @@ def trace_row(
 
 
 # A labelled trace is the user's evidence for a correction: retention never removes it.
-_UNLABELLED = "trace_id NOT IN (SELECT trace_id FROM labels)"
+LABEL_KEEP_DAYS = 365.0  # an unexported label keeps its trace this long at most
+# A trace that retention leaves alone: one whose label is not exported and not too old.
+_UNPROTECTED = (
+    "trace_id NOT IN (SELECT trace_id FROM labels WHERE exported_at IS NULL AND created_at >= ?)"
+)
 
 
 def prune(conn: sqlite3.Connection, now: float, max_age_days: float, max_traces: int) -> None:
     """Retention: younger than `max_age_days`, and only the newest `max_traces` (by id), except
-    traces that carry a label, which are kept whatever their age."""
+    traces whose label is still to be exported (and younger than LABEL_KEEP_DAYS)."""
     oldest = now - max_age_days * 86400.0
+    kept_since = now - LABEL_KEEP_DAYS * 86400.0
     conn.execute(
         "DELETE FROM traces WHERE id < COALESCE("
         "(SELECT id FROM traces WHERE started_at >= ? ORDER BY id LIMIT 1), "
-        f"(SELECT MAX(id) + 1 FROM traces)) AND {_UNLABELLED}",
-        (oldest,),
+        f"(SELECT MAX(id) + 1 FROM traces)) AND {_UNPROTECTED}",
+        (oldest, kept_since),
     )
     conn.execute(
-        f"DELETE FROM traces WHERE id <= (SELECT MAX(id) FROM traces) - ? AND {_UNLABELLED}",
-        (max_traces,),
+        f"DELETE FROM traces WHERE id <= (SELECT MAX(id) FROM traces) - ? AND {_UNPROTECTED}",
+        (max_traces, kept_since),
     )

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from routing.chain.events import run_in_thread
 from search.config import ConfigError, TraceConfig
-from search.correction.labels import Label, check_label, insert_label, read_labels
+from search.correction.labels import Label, check_label, insert_label, mark_exported, read_labels
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
 from search.query_text import has_visible_text
 from search.traces.records import NullTraceSink, TraceRecord, TraceSink
@@ -139,6 +139,7 @@ _FILTER_PARAMS = {
     "until",
     "q",
     "session",
+    "replays",
     "limit",
     "offset",
     "cursor",
@@ -210,6 +211,8 @@ def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceF
         until=until,
         text=text,
         session=session,
+        # replays are marked (`replay_of`) and listed only when asked for: real traffic first
+        originals_only=not (_flag("replays", params["replays"]) if "replays" in params else False),
         limit=_int("limit", params["limit"], 1, MAX_LIMIT) if "limit" in params else 50,
         offset=_int("offset", params["offset"], 0) if "offset" in params else 0,
         cursor=_int("cursor", cursor, 1) if cursor is not None else None,
@@ -796,7 +799,22 @@ class SQLiteTraceStore:
         target = check_label(trace, part, route, routes)
         conn = self._connect()
         try:
-            return insert_label(conn, trace_id, target, str(route), bool(trace["redacted"]))
+            return insert_label(
+                conn,
+                trace_id,
+                target,
+                str(route),
+                bool(trace["redacted"]),
+                max_labels=self.config.max_labels,
+            )
+        finally:
+            conn.close()
+
+    def mark_exported(self, ids: Iterable[int]) -> None:
+        """The labels `search label --export` wrote out (their traces may then leave)."""
+        conn = self._connect()
+        try:
+            mark_exported(conn, ids)
         finally:
             conn.close()
 

@@ -87,7 +87,7 @@ def config(
 
 
 async def ask(service: Service, query: str) -> SearchOutcome:
-    outcome = await service.search(query, explain=True)
+    outcome = await service.search(query, explain=True, authorized=True)
     for event in outcome.chain:
         assert_contract_event(event)
     return outcome
@@ -152,7 +152,7 @@ async def test_a_conversation_moving_between_services_keeps_its_session(
         await second.shared.drain()
         back = await first.search("and in the hallway?", session_id="kitchen-tablet")
         await first.shared.drain()
-        off = await second.search("turn them off", session_id="kitchen-tablet")
+        off = await second.search("turn them off", session_id="kitchen-tablet", authorized=True)
     finally:
         await first.aclose()
         await second.aclose()

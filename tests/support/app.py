@@ -36,6 +36,7 @@ CONTRACT_FIELDS: dict[str, set[str]] = {
 }
 WITHHELD_REASONS = {
     "not_allowed",
+    "not_authorized",
     "dry_run",
     "replay",
     "conditional",
@@ -110,10 +111,11 @@ async def asgi_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @contextmanager
-def uvicorn_server(app: Starlette) -> Iterator[str]:
-    """Serve `app` with uvicorn on a loopback port in a thread; yields the base URL."""
+def uvicorn_server(app: Starlette, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve `app` with uvicorn on a port of `host` (loopback, or an address of a test
+    network the suite made) in a thread; yields the base URL."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -123,7 +125,7 @@ def uvicorn_server(app: Starlette) -> Iterator[str]:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=15)

@@ -35,6 +35,8 @@ def home(allow: bool = True, **ha: Any) -> Service:
 
 
 async def ask(service: Service, query: str, **kwargs: Any) -> dict[str, Any]:
+    """`query` as the household asks it (authorized, as a loopback client is)."""
+    kwargs.setdefault("authorized", True)
     outcome = await service.search(query, explain=True, **kwargs)
     for event in outcome.chain:
         assert_contract_event(event)
@@ -47,6 +49,19 @@ def acted(service: Service) -> list[str]:
 
 def withheld(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in body["explanation"] if e["step"] == "control_withheld"]
+
+
+async def test_a_caller_that_does_not_say_it_may_act_never_acts() -> None:
+    """Fail closed: `Service.search` and the gate's defaults never act."""
+    service = home()
+    outcome = await service.search("unlock the front door", explain=True)
+    assert acted(service) == []
+    [event] = withheld(outcome.body)
+    assert event["reason"] == "not_authorized"
+    defaults = withheld_reasons(
+        allowed=True, acting=True, deferred=False, circumstances=Circumstances()
+    )
+    assert [r.value for r in defaults] == ["not_authorized", "low_confidence"]
 
 
 async def test_a_plain_command_with_control_allowed_acts_once_through_the_gate() -> None:
@@ -141,7 +156,7 @@ async def test_a_service_that_does_not_act_withholds_with_reason_replay() -> Non
 
 async def test_a_failed_command_is_never_sent_down_the_fallback_chain() -> None:
     service = home(fail="error")
-    outcome = await service.search("unlock the front door", explain=True)
+    outcome = await service.search("unlock the front door", explain=True, authorized=True)
     steps = [e["step"] for e in outcome.chain]
     assert "fallback" not in steps and steps.count("source_invoked") == 1
     assert outcome.status_code == 502 and [r.status for r in outcome.results] == ["error"]
@@ -199,10 +214,8 @@ def test_a_leading_time_qualifier_is_cut_from_the_command_words() -> None:
 
 
 def test_nothing_in_doubt_means_no_reason() -> None:
-    assert (
-        withheld_reasons(allowed=True, acting=True, deferred=False, circumstances=Circumstances())
-        == []
-    )
+    sure = Circumstances(confident=True, authorized=True)
+    assert withheld_reasons(allowed=True, acting=True, deferred=False, circumstances=sure) == []
 
 
 async def test_a_command_whose_words_came_from_an_earlier_turn_is_withheld() -> None:

@@ -20,7 +20,7 @@ def steps(chain: list[dict]) -> list[str]:
 
 
 async def ask(service: Service, query: str, **kwargs):
-    outcome = await service.search(query, explain=True, **kwargs)
+    outcome = await service.search(query, explain=True, **{"authorized": True, **kwargs})
     for event in outcome.chain:
         assert_contract_event(event)
     return outcome

@@ -195,7 +195,7 @@ async def test_the_control_gate_follows_the_same_scale() -> None:
             )
             await service.start(sources=False)
             try:
-                outcome = await service.search("unlockx the shed", explain=True)
+                outcome = await service.search("unlockx the shed", explain=True, authorized=True)
             finally:
                 await service.aclose()
             steps = [e["step"] for e in outcome.chain]

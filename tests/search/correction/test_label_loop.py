@@ -96,33 +96,34 @@ def test_label_fit_replay_check(tmp_path: Path, demo_zim: Path) -> None:
         label = http.post(f"/traces/{trace_id}/labels", json={"part": "0", "route": "forecast"})
         assert label.status_code == 201, label.text
     assert routed(config_path, QUERY)[0] == "ha"
-    assert routed(config_path, PARAPHRASE)[0] == "ha"
 
-    # 3. fit: its weights and the labels go to the data directory, never into the package
+    # 3. fit: the artefact goes to the data directory, never into the package or checkout
     shipped = (ROOT / "routing" / "fitted" / "confidence.json").read_bytes()
     done = run("fit", "--config", str(config_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "labelled set: 1 queries; accuracy before 0.0%, after 100.0%" in done.stdout
+    assert done.stdout.startswith(f"labels: 1 stored in {tmp_path / 'traces.db'}")
+    assert "weights: the shipped ones" in done.stdout
+    assert "labelled set: 1 queries; routed as labelled before 0.0%, after 100.0%" in done.stdout
     changed_row = next(line for line in done.stdout.splitlines() if line.startswith(trace_id))
-    assert changed_row.split()[-2:] == ["ha", "forecast"]
-    fitted = config_path  # later commands read the fitted labels beside the trace store
-    assert (tmp_path / "routing-labels.json").exists()
-    assert (tmp_path / "routing-confidence.json").exists()
+    assert changed_row.endswith(f"part 0 {QUERY!r}: decision changed: ha -> forecast")
+    assert (tmp_path / "routing-household.json").exists()
     assert (ROOT / "routing" / "fitted" / "confidence.json").read_bytes() == shipped
 
-    # 4. the same query, and a paraphrase of it, now go to forecast
-    assert routed(fitted, QUERY)[0] == "forecast"
-    assert routed(fitted, PARAPHRASE) == ("forecast", "intent_semantic")
-    [semantic] = [
+    # 4. the labelled query now goes to forecast, by its label; a label holds for its own
+    # words only, so a paraphrase and an unrelated query route as before
+    assert routed(config_path, QUERY) == ("forecast", "intent_label")
+    [label_event] = [
         e
-        for e in asyncio.run(explained(fitted.with_name("route-" + fitted.name), PARAPHRASE))
-        if e["step"] == "intent_semantic"
+        for e in asyncio.run(explained(config_path.with_name("route-" + config_path.name), QUERY))
+        if e["step"] == "intent_label"
     ]
-    assert (semantic["origin"], semantic["matched_query"]) == ("user_label", QUERY)
-    assert routed(fitted, "who wrote romeo and juliet")[0] == "kiwix"  # unrelated: unchanged
+    assert label_event["fit"].startswith("household:")
+    assert (label_event["decision"], label_event["confidence"]) == ("forecast", 1.0)
+    assert routed(config_path, PARAPHRASE)[0] == "ha"
+    assert routed(config_path, "who wrote romeo and juliet")[0] == "kiwix"
 
-    # 5. replay --all lists exactly the changed trace, and exits 1
-    done = run("replay", "--all", "--config", str(fitted))
+    # 5. replay --all lists exactly the changed trace the fit predicted, and exits 1
+    done = run("replay", "--all", "--config", str(config_path))
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[1:] == [
@@ -132,12 +133,12 @@ def test_label_fit_replay_check(tmp_path: Path, demo_zim: Path) -> None:
 
     # 6. check passes for the exported labels, fails for a wrong expectation
     exported = tmp_path / "household.yaml"
-    assert run("label", "--export", str(exported), "--config", str(fitted)).returncode == 0
-    passed = run("check", str(exported), "--config", str(fitted))
+    assert run("label", "--export", str(exported), "--config", str(config_path)).returncode == 0
+    passed = run("check", str(exported), "--config", str(config_path))
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert "intent_keyword" in passed.stdout or "intent_semantic" in passed.stdout
+    assert "intent_label" in passed.stdout
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text(yaml.safe_dump({QUERY: "forecast", PARAPHRASE: "kiwix"}))
-    failed = run("check", str(wrong), "--config", str(fitted))
+    failed = run("check", str(wrong), "--config", str(config_path))
     assert failed.returncode == 1
-    assert f"{PARAPHRASE!r}: expected kiwix, got forecast" in failed.stdout
+    assert f"{PARAPHRASE!r}: expected kiwix, got ha" in failed.stdout

@@ -18,7 +18,7 @@ from search.api.app import create_app
 from search.config import Config, TraceConfig
 from search.correction.labels import effective_labels
 from search.service import Service
-from search.traces.rows import prune
+from search.traces.rows import LABEL_KEEP_DAYS, prune
 from search.traces.store import SQLiteTraceStore
 from tests.search.traces.test_store import home_config
 from tests.support.app import asgi_client
@@ -141,9 +141,43 @@ async def test_twenty_conflicting_labels_leave_the_latest(tmp_path: Path) -> Non
         (winner,) = effective_labels(labels)
     finally:
         store.close_sync()
-    assert len(labels) == 20
+    # one row per labelled part (4 traces), each counting the labels it replaced
+    assert len(labels) == 4
+    assert sum(label.replaced for label in labels) == 16
     assert winner.route == given[-1] == "none"
     assert winner.id == max(label.id for label in labels)
+
+
+async def test_three_thousand_labels_of_one_part_keep_one_row(tmp_path: Path) -> None:
+    """A client relabelling one part in a loop: the trace stays the size it was."""
+    config = home_config(tmp_path / "traces.db")
+    async with asgi_client(app_for(config)) as client:
+        trace_id = await _search(client, "lights status")
+        for n in range(3000):
+            response = await client.post(
+                f"/traces/{trace_id}/labels",
+                json={"part": "0", "route": ("web", "kiwix", "none")[n % 3]},
+            )
+            assert response.status_code == 201
+        shown = (await client.get(f"/traces/{trace_id}")).json()
+    assert [(label["route"], label["replaced"]) for label in shown["labels"]] == [("none", 2999)]
+
+
+async def test_the_store_keeps_at_most_max_labels_the_oldest_go(tmp_path: Path) -> None:
+    config = home_config(tmp_path / "traces.db", max_labels=3)
+    async with asgi_client(app_for(config)) as client:
+        ids = [await _search(client, f"history of rome {n}") for n in range(5)]
+        for trace_id in ids:
+            response = await client.post(
+                f"/traces/{trace_id}/labels", json={"part": "0", "route": "web"}
+            )
+            assert response.status_code == 201
+    store = SQLiteTraceStore(config.trace)
+    try:
+        kept = [label.trace_id for label in store.labels()]
+    finally:
+        store.close_sync()
+    assert kept == ids[2:]
 
 
 async def test_a_labelled_trace_outlives_retention(tmp_path: Path) -> None:
@@ -162,14 +196,42 @@ async def test_a_labelled_trace_outlives_retention(tmp_path: Path) -> None:
         kept_second = (await client.get(f"/traces/{second}")).status_code
     assert kept_first == 200, "a labelled trace was pruned by max_traces"
     assert kept_second == 404, "retention stopped working for unlabelled traces"
-    # and by age: a year later only the labelled trace is left
+    # and by age: 300 days later only the labelled trace is left; past the label's own
+    # limit (LABEL_KEEP_DAYS) it goes too
     conn = sqlite3.connect(db, isolation_level=None)
     try:
-        prune(conn, time.time() + 365 * 86400, max_age_days=30, max_traces=3)
+        prune(conn, time.time() + 300 * 86400, max_age_days=30, max_traces=3)
         left = [row[0] for row in conn.execute("SELECT trace_id FROM traces")]
+        prune(conn, time.time() + (LABEL_KEEP_DAYS + 1) * 86400, max_age_days=30, max_traces=3)
+        later = [row[0] for row in conn.execute("SELECT trace_id FROM traces")]
     finally:
         conn.close()
     assert left == [first]
+    assert later == []
+
+
+async def test_an_exported_label_lets_its_trace_leave_by_retention(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    config = home_config(db, max_traces=2)
+    async with asgi_client(app_for(config)) as client:
+        first = await _search(client, "lights status")
+        assert (
+            await client.post(f"/traces/{first}/labels", json={"part": "0", "route": "kiwix"})
+        ).status_code == 201
+    store = SQLiteTraceStore(config.trace)
+    try:
+        store.mark_exported(label.id for label in store.labels())
+    finally:
+        store.close_sync()
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        prune(conn, time.time() + 31 * 86400, max_age_days=30, max_traces=2)
+        left = [row[0] for row in conn.execute("SELECT trace_id FROM traces")]
+        labels = conn.execute("SELECT COUNT(*) FROM labels").fetchone()[0]
+    finally:
+        conn.close()
+    assert left == []
+    assert labels == 1  # the correction itself stays (it still routes)
 
 
 async def test_labels_on_a_redacted_store_keep_the_pseudonym_never_the_text(
@@ -232,11 +294,9 @@ async def test_the_narrative_and_trace_show_say_a_part_was_labelled(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("label "))
-    assert lines[header].split() == ["label", "time", "part", "decision", "labelled"]
-    assert [line.split()[2:] for line in lines[header + 1 :]] == [
-        ["1", "ha", "kiwix"],
-        ["1", "ha", "none"],
-    ]
+    assert lines[header].split() == ["label", "time", "part", "decision", "labelled", "replaced"]
+    # one row per part: the latest label, counting the one it replaced
+    assert [line.split()[2:] for line in lines[header + 1 :]] == [["1", "ha", "none", "1"]]
 
 
 def test_a_decision_shaped_by_a_user_label_says_so() -> None:
@@ -263,45 +323,57 @@ def test_a_decision_shaped_by_a_user_label_says_so() -> None:
     )
 
 
-def test_the_fitted_labels_live_beside_the_trace_store_and_apply_to_a_config(
-    tmp_path: Path,
-) -> None:
+def test_the_household_artefact_lives_in_the_data_directory(tmp_path: Path) -> None:
     import stat
 
-    from search.correction.label_fit import (
-        TrainingRow,
-        artefact_path,
-        read_artefact,
-        training_rows,
-        with_artefact,
-        write_artefact,
-    )
+    from routing.stages.labels import HouseholdRouting
+    from search.correction import household
+    from search.correction.label_fit import applied_labels
     from search.correction.labels import Label
 
     config = home_config(tmp_path / "data" / "traces.db")
-    path = artefact_path(config)
-    assert path.parent == tmp_path / "data"
-    assert with_artefact(config) == config  # never fitted: nothing changes
+    path = household.artefact_path(config)
+    assert path == tmp_path / "data" / "routing-household.json"
+    assert household.load(config) is None  # never fitted
 
     labels = [
         Label(1, "t", "0", "web", "how is the shed", "kiwix", 1.0, False),
         Label(2, "t", "0", "ha", "How is the  shed?", "kiwix", 2.0, False),  # relabelled
         Label(3, "u", "0", "web", "hmac-sha256:" + "0" * 64, "ha", 3.0, True),
+        Label(4, "v", "0", "recipes", "how long to boil an egg", "kiwix", 4.0, False),
     ]
-    rows = training_rows(labels)
-    assert rows == [TrainingRow("How is the  shed?", "ha", 3.0)]  # latest wins; redacted out
-    write_artefact(path, rows)
+    applied, skipped = applied_labels(labels, config)
+    assert [(a.query, a.route) for a in applied] == [("How is the  shed?", "ha")]
+    assert [s.why for s in skipped] == [
+        "stored redacted: the store kept no words to match",
+        "route 'recipes' is not configured",
+    ]
+    data = household.encode(applied, None)
+    household.write(path, data)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert read_artefact(path) == rows
-    fitted = with_artefact(config).routing.routes["ha"]
-    assert fitted.exemplars == ["How is the  shed?"]
-    assert fitted.keywords == ["how is the shed? ^20"]
+    loaded = household.load(config)
+    assert isinstance(loaded, HouseholdRouting)
+    assert loaded.name == household.name_of(data) and loaded.name.startswith("household:")
+    assert loaded.route_for("how is the shed") == "ha"  # case, spacing, punctuation aside
+    assert loaded.route_for("how is the garden shed") is None  # only its own words
+    assert loaded.model is None  # the shipped weights
 
 
-async def test_the_fit_report_gives_accuracy_before_after_and_the_decisions_that_change(
-    tmp_path: Path,
-) -> None:
-    from search.correction.label_fit import labels_report
+def test_a_damaged_artefact_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
+    import pytest
+
+    from search.config import ConfigError
+    from search.correction import household
+
+    config = home_config(tmp_path / "traces.db")
+    household.artefact_path(config).write_text('{"version": 1, "rows": []}')
+    with pytest.raises(ConfigError, match="routing-household.json: not a household routing"):
+        household.load(config)
+
+
+async def test_the_fit_report_routes_the_labels_and_replays_the_store(tmp_path: Path) -> None:
+    from search.correction import household
+    from search.correction.label_fit import applied_labels, labels_report
 
     config = home_config(tmp_path / "traces.db")
     async with asgi_client(app_for(config)) as client:
@@ -313,14 +385,14 @@ async def test_the_fit_report_gives_accuracy_before_after_and_the_decisions_that
         assert response.status_code == 201
     store = SQLiteTraceStore(config.trace)
     try:
-        rows, fitted, lines = await labels_report(config, store)
+        labels = store.labels()
+        applied, _ = applied_labels(labels, config)
+        new = household.decode(household.encode(applied, None))
+        report = await labels_report(config, store, labels, None, new)
     finally:
         store.close_sync()
-    assert [(r.text, r.route) for r in rows] == [("lights status", "kiwix")]
-    assert lines[0] == "labelled set: 1 queries; accuracy before 0.0%, after 100.0%"
-    assert lines[1] == "stored decisions that change: 1"
-    header, *changed = lines[2].splitlines()
-    assert header.split() == ["trace", "part", "query", "old", "new"]
-    assert [row.split() for row in changed] == [[wrong, "0", "lights", "status", "ha", "kiwix"]]
-    assert fitted.routing.routes["kiwix"].exemplars == ["lights status"]
-    assert config.routing.routes == {}  # the config it was given is untouched
+    lines = report.lines()
+    assert lines[0] == "labelled set: 1 queries; routed as labelled before 0.0%, after 100.0%"
+    assert report.changed_traces == [wrong]
+    assert report.changes == [(wrong, "part 0 'lights status': decision changed: ha -> kiwix")]
+    assert report.replayed == 2

@@ -1,0 +1,55 @@
+"""Who may act or teach: a request with the API token, or, with none set, a client on
+this machine.
+
+A state-changing command and a label (which changes future routing) need the same
+authority. With `server.api_token` set, the bearer-token middleware has already refused
+every request without it, so whoever reaches an endpoint may act. With no token, only a
+loopback client may: any device on the network can reach a server bound to 0.0.0.0, and
+reading is all such a server promises them. (Behind a reverse proxy on this machine every
+client looks local: such a set-up needs the token.)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from starlette.requests import Request
+
+from search.config import Config
+
+
+def token_required(config: Config) -> bool:
+    token = config.server.api_token
+    return token is not None and bool(token.get_secret_value())
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def may_act(request: Request, config: Config) -> bool:
+    """Whether this request may carry out commands and store labels."""
+    if token_required(config):
+        return True  # the middleware let it in: it carried the token
+    client = request.client
+    return is_loopback(client.host if client is not None else None)
+
+
+def open_to_network_warning(config: Config) -> str | None:
+    """What `search serve` says at start when it serves beyond this machine without a token."""
+    if (
+        token_required(config)
+        or is_loopback(config.server.host)
+        or config.server.host == "localhost"
+    ):
+        return None
+    return (
+        f"serving on {config.server.host} without server.api_token: any device that reaches "
+        "this address can read through the router; commands and labels are accepted only "
+        "from this machine (set server.api_token to allow them from elsewhere)"
+    )

@@ -1,0 +1,120 @@
+"""Only the household acts or teaches: commands and labels from another host need the token.
+
+The other host is real: a network namespace on this machine joined by a veth pair
+(tests/support/netns.py), whose client speaks HTTP to the real uvicorn server bound to
+this machine's end. The acting source is the scripted kind, whose `acted` list is the
+witness that nothing was carried out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from search.api.app import create_app
+from search.api.authority import open_to_network_warning
+from search.config import Config, parse_config
+from search.service import Service
+from tests.support.app import uvicorn_server
+from tests.support.netns import OtherHost, other_host
+
+COMMAND = "turn on the lights in the hall"
+TOKEN = "s3cret-household-token"
+
+
+@pytest.fixture(scope="module")
+def lan() -> Iterator[OtherHost]:
+    with other_host() as host:
+        yield host
+
+
+def config(tmp_path: Path, host: str, token: str | None = None) -> Config:
+    return parse_config(
+        {
+            "server": {"host": host, **({"api_token": token} if token else {})},
+            "routing": {
+                "default_source": "kiwix",
+                "keywords": {"ha": ["lights"]},
+                "semantic": {"enabled": False},
+            },
+            "sources": {
+                "kiwix": {"type": "scripted"},
+                "ha": {"type": "scripted", "control_prefix": "turn on", "allow_control": True},
+            },
+            "trace": {"path": str(tmp_path / "traces.db")},
+        }
+    )
+
+
+def from_other_host(lan: OtherHost, base: str, token: str | None = None) -> dict[str, Any]:
+    """A command, a read and a label POST from the namespace; their statuses and bodies."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    code = f"""
+import json, httpx
+c = httpx.Client(base_url={base!r}, timeout=30, headers={headers!r}, trust_env=False)
+command = c.post("/search", json={{"query": {COMMAND!r}}})
+read = c.post("/search", json={{"query": "history of rome"}})
+label = c.post("/traces/" + read.json().get("trace_id", "x") + "/labels",
+               json={{"part": "0", "route": "ha"}}) if read.status_code == 200 else read
+print(json.dumps({{"command": [command.status_code, command.json()],
+                  "read": [read.status_code, read.json()],
+                  "label": [label.status_code, label.json()]}}))
+"""
+    done = lan.python(code)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def acted(service: Service) -> list[Any]:
+    return list(service.sources["ha"].acted)  # type: ignore[attr-defined]
+
+
+def test_without_a_token_another_host_reads_but_never_acts_or_labels(
+    tmp_path: Path, lan: OtherHost
+) -> None:
+    cfg = config(tmp_path, lan.server_ip)
+    service = Service(cfg)
+    with uvicorn_server(create_app(cfg, service), host=lan.server_ip) as base:
+        seen = from_other_host(lan, base)
+    status, body = seen["command"]
+    assert status == 200
+    (result,) = body["results"]
+    assert (result["status"], result["withheld"]["reason"]) == ("withheld", "not_authorized")
+    assert acted(service) == []
+    assert seen["read"][0] == 200 and seen["read"][1]["results"][0]["status"] == "ok"
+    assert seen["label"][0] == 403
+    assert seen["label"][1]["error"]["type"] == "not_authorized"
+
+
+def test_with_the_token_another_host_acts_and_labels(tmp_path: Path, lan: OtherHost) -> None:
+    cfg = config(tmp_path, lan.server_ip, TOKEN)
+    service = Service(cfg)
+    with uvicorn_server(create_app(cfg, service), host=lan.server_ip) as base:
+        seen = from_other_host(lan, base, TOKEN)
+        refused = from_other_host(lan, base)
+    assert seen["command"][1]["results"][0]["status"] == "ok"
+    assert [c.target for c in acted(service)] == ["the lights in the hall"]
+    assert seen["label"][0] == 201
+    assert refused["command"][0] == 401 and refused["label"][0] == 401
+
+
+async def test_a_loopback_client_without_a_token_may_act(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "127.0.0.1")
+    service = Service(cfg)
+    with uvicorn_server(create_app(cfg, service)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            response = await client.post("/search", json={"query": COMMAND})
+    assert response.json()["results"][0]["status"] == "ok"
+    assert len(acted(service)) == 1
+
+
+def test_serving_beyond_loopback_without_a_token_says_so(tmp_path: Path) -> None:
+    assert open_to_network_warning(config(tmp_path, "127.0.0.1")) is None
+    assert open_to_network_warning(config(tmp_path, "0.0.0.0", TOKEN)) is None
+    warning = open_to_network_warning(config(tmp_path, "0.0.0.0"))
+    assert warning is not None and "without server.api_token" in warning
