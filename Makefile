@@ -34,4 +34,4 @@ bench: install
 	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) data traces.db*
+	rm -rf $(VENV) data traces.db*  # (the data directory, ~/.local/share/search-router, is kept)

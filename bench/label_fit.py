@@ -1,13 +1,20 @@
-"""Does fitting a household's labels change decisions for unrelated queries?
+"""A few labels help and never hurt: `search fit` with 0, 1, 5 and 50 household labels.
 
-Routes every utterance of `../shared/eval` (dry run, no LLM, the shipped config with its
-sources swapped for the scripted kind, as bench/routing_quality.py does) twice, side by
-side: under the shipped config, and with 50 household labels fitted the way `search fit`
-fits them (the weights refitted with the labels in, and the labels added to the routes'
-data, `search.correction.label_fit.with_labels`). Prints the accuracy of each file before and after,
-the difference in points, the utterances whose outcome flipped, and the accuracy on the
-labelled set itself. The labels are corrections a household might make about its own
-places and habits, written for this bench (none is an evaluation sentence).
+For each count, the labels are fitted as `search fit` fits them (the weights chosen by
+`search.correction.label_fit.household_weights`, the labels applied by the label stage)
+and every utterance of `../shared/eval` and of the OpenTriviaQA fit corpus (quiz
+questions) is routed by the dry-run pipeline `search route` runs (no LLM, the shipped
+config with scripted sources, as bench/routing_quality.py does). Printed side by side:
+the threshold in use, accuracy on the evaluation sets, the calibration error (ECE) of the
+decided parts' stated confidence, accuracy on the quiz questions, and how many labels
+hold. An utterance that is itself a labelled query is left out of the scores (the label
+is about it) and counted. The weights' own held-out figures (leave one corpus out) are
+the fit's: the labels never enter that fit, so they are the same for every count.
+
+The labels are corrections a household might make about its own places and habits,
+written for this bench (none is an evaluation sentence); the 50 include a contradictory
+pair (the same words labelled twice: the latest counts) and adversarial ones (commands
+labelled as questions for the encyclopedia or as unserved).
 
     .venv/bin/python bench/label_fit.py [--config config.yaml] [--eval-dir DIR]
 """
@@ -16,22 +23,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import routing_quality as rq  # noqa: E402
-from search.correction.label_fit import (  # noqa: E402
-    TrainingRow,
-    dry_run_router,
-    label_accuracy,
-    with_labels,
-)
+from routing.language.text import normalise  # noqa: E402
+from routing.stages.labels import HouseholdRouting  # noqa: E402
+from search.correction.label_fit import household_weights  # noqa: E402
 
 HOUSEHOLD: list[tuple[str, str]] = [
     ("how are things at the cottage", "forecast"),
@@ -85,12 +93,109 @@ HOUSEHOLD: list[tuple[str, str]] = [
     ("pay the window cleaner", "none"),
     ("tell grandad we are running late", "none"),
 ]
+ADVERSARIAL: list[tuple[str, str]] = [
+    ("switch the landing light off", "kiwix"),  # a command, labelled a question
+    ("lock up the back door", "none"),
+    ("how are things at the cottage", "web"),  # contradicts the earlier label; latest wins
+]
+COUNTS = (0, 1, 5, 50)
+BINS = 10
 
 
-async def accuracy_by_file(
-    config: object, files: dict[str, list[rq.Row]]
-) -> dict[str, list[rq.Outcome]]:
-    return await rq.evaluate(config, files)
+def label_sets() -> dict[int, list[tuple[str, str]]]:
+    """The first n labels (the 50 end with the adversarial and contradictory ones)."""
+    every = HOUSEHOLD[: 50 - len(ADVERSARIAL)] + ADVERSARIAL
+    return {n: every[:n] if n < 50 else every for n in COUNTS}
+
+
+def ece(confidence: list[float], right: list[bool]) -> float:
+    c, r = np.asarray(confidence), np.asarray(right, dtype=float)
+    total = 0.0
+    for low in np.linspace(0, 1, BINS, endpoint=False):
+        inside = (c > low) & (c <= low + 1 / BINS)
+        if inside.any():
+            total += inside.sum() * abs(c[inside].mean() - r[inside].mean())
+    return float(total / max(len(c), 1))
+
+
+async def measure(
+    config: Any, files: dict[str, list[rq.Row]], labels: list[tuple[str, str]]
+) -> dict[str, Any]:
+    from search.service import Service
+    from search.traces.records import NullTraceSink
+
+    weights, _ = await household_weights(config)
+    household = (
+        HouseholdRouting.of(dict(labels), weights, f"bench:{len(labels)}") if labels else None
+    )
+    labelled = {normalise(text) for text, _ in labels}
+    service = Service(config, traces=NullTraceSink(), household=household)
+    await service.start(sources=False)
+    per_file: dict[str, tuple[int, int]] = {}
+    confidence: list[float] = []
+    correct: list[bool] = []
+    skipped = 0
+    try:
+        for name, rows in files.items():
+            right = total = 0
+            for row in rows:
+                if normalise(row.text) in labelled:
+                    skipped += 1
+                    continue
+                outcome = await service.search(row.text, dry_run=True)
+                flat = [
+                    p
+                    for r in outcome.results
+                    for p in ((r.condition,) if r.condition else ()) + (r,)
+                ]
+                got = tuple(sorted({rq.part_label(r.route, r.stage) for r in flat}))
+                want = tuple(sorted(row.expected)) if row.compound else (row.expected,)
+                ok = got == want
+                right += ok
+                total += 1
+                if (
+                    not row.compound
+                    and len(flat) == 1
+                    and flat[0].stage not in (None, "intent_default")
+                ):
+                    events = [
+                        e
+                        for e in outcome.chain
+                        if str(e["step"]).startswith("intent_")
+                        and isinstance(e.get("confidence"), float | int)
+                    ]
+                    if events:
+                        confidence.append(float(events[-1]["confidence"]))
+                        correct.append(ok)
+            per_file[name] = (right, total)
+        holding = 0
+        for text, route in dict(labels).items():
+            outcome = await service.search(text, dry_run=True)
+            routes = {"none" if r.route is None else r.route for r in outcome.results}
+            holding += routes == {route}
+        threshold = service.resolver.min_confidence
+    finally:
+        await service.aclose()
+    return {
+        "per_file": per_file,
+        "ece": ece(confidence, correct),
+        "decided": len(confidence),
+        "skipped": skipped,
+        "holding": holding,
+        "labels": len(dict(labels)),
+        "threshold": threshold,
+    }
+
+
+def commit() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown"
 
 
 async def main_async(config_path: Path, eval_dir: Path) -> int:
@@ -98,67 +203,61 @@ async def main_async(config_path: Path, eval_dir: Path) -> int:
     if not files:
         print(f"no evaluation sets in {eval_dir}", file=sys.stderr)
         return 2
-    config = rq.isolated_config(config_path)
-    rows = [TrainingRow(text, route, 3.0) for text, route in HOUSEHOLD]
-    # As `search fit` does: refit the weights with the labels in, and add them as route data.
     from routing.fitting import fit
 
-    extra = [fit.Labelled(r.text, r.route, corpus="household", weight=r.weight) for r in rows]
-    model, _ = await fit.fit(config, extra=extra)
-    workdir = tempfile.mkdtemp()
-    weights = Path(workdir) / "routing-confidence.json"
-    fit.write(model, weights)
-    fitted = rq.with_confidence(with_labels(config, rows), weights)
-
-    started = time.perf_counter()
-    before = await rq.evaluate(config, files)
-    mid = time.perf_counter()
-    after = await rq.evaluate(fitted, files)
-    done = time.perf_counter()
-    async with dry_run_router(config) as router:
-        labelled_before = await label_accuracy(rows, router)
-    async with dry_run_router(fitted) as router:
-        labelled_after = await label_accuracy(rows, router)
-
-    total_before = total_after = count = 0
-    print(f"{'file':<30} {'rows':>5} {'before':>8} {'after':>8} {'points':>7}")
-    for name in files:
-        b, a = rq.score(before[name]), rq.score(after[name])
-        total_before += b.correct
-        total_after += a.correct
-        count += b.rows
-        print(
-            f"{name:<30} {b.rows:>5} {b.accuracy:>8.1%} {a.accuracy:>8.1%} "
-            f"{100 * (a.accuracy - b.accuracy):>+7.2f}"
-        )
-    overall_b, overall_a = total_before / count, total_after / count
-    print(
-        f"{'all':<30} {count:>5} {overall_b:>8.1%} {overall_a:>8.1%} "
-        f"{100 * (overall_a - overall_b):>+7.2f}"
-    )
-    flipped = [
-        (o_b, o_a)
-        for name in files
-        for o_b, o_a in zip(before[name], after[name], strict=True)
-        if o_b.correct != o_a.correct
+    quiz = [
+        rq.Row("opentriviaqa", r.text, r.route, "opentriviaqa")
+        for r in fit.shipped_rows()
+        if r.corpus == "opentriviaqa"
     ]
+    files["opentriviaqa (quiz)"] = quiz
+    config = rq.isolated_config(config_path)
+    started = time.perf_counter()
+    results = {n: await measure(config, files, labels) for n, labels in label_sets().items()}
+    stamp = f"{datetime.date.today().isoformat()} {commit()}"
     print(
-        f"\nutterances whose outcome flipped: {len(flipped)} "
-        f"({sum(o_a.correct for _, o_a in flipped)} now right, "
-        f"{sum(o_b.correct for o_b, _ in flipped)} now wrong)"
+        f"{stamp} bench/label_fit.py: the labels never enter the weight fit (held-out ECE of the weights: "
+        f"{fit.ARTEFACT.name} {load_report()})"
     )
-    for o_b, o_a in flipped[:20]:
+    header = f"{'labels':>6} {'threshold':>9} {'eval sets':>10} {'ECE':>6} {'quiz':>6} {'holding':>8} {'left out':>8}"
+    print(header)
+    base = results[0]
+    worst = 0.0
+    for n, r in results.items():
+        evals = [v for k, v in r["per_file"].items() if k != "opentriviaqa (quiz)"]
+        acc = sum(a for a, _ in evals) / max(sum(t for _, t in evals), 1)
+        qa, qt = r["per_file"]["opentriviaqa (quiz)"]
+        if n:
+            b_evals = [v for k, v in base["per_file"].items() if k != "opentriviaqa (quiz)"]
+            worst = max(
+                worst, sum(a for a, _ in b_evals) / max(sum(t for _, t in b_evals), 1) - acc
+            )
         print(
-            f"  {o_b.row.text!r}: {o_b.predicted} -> {o_a.predicted} (expected {o_b.row.expected})"
+            f"{n:>6} {r['threshold']:>9.2f} {acc:>10.3f} {r['ece']:>6.3f} {qa / max(qt, 1):>6.3f} "
+            f"{r['holding']:>4}/{r['labels']:<3} {r['skipped']:>8}"
         )
+    for name in files:
+        cells = "  ".join(
+            f"{n}: {r['per_file'][name][0] / max(r['per_file'][name][1], 1):.3f}"
+            for n, r in results.items()
+        )
+        print(f"  {name:<28} {cells}")
+    same_threshold = len({r["threshold"] for r in results.values()}) == 1
+    ok = same_threshold and worst <= 0.005
     print(
-        f"\nlabelled set ({len(rows)} labels): before {labelled_before:.1%}, "
-        f"after {labelled_after:.1%}"
+        f"threshold unchanged: {'yes' if same_threshold else 'NO'}; "
+        f"largest drop on the evaluation sets: {100 * worst:.2f} points "
+        f"({'within noise' if worst <= 0.005 else 'MORE than noise'}); "
+        f"{time.perf_counter() - started:.0f} s"
     )
-    print(f"routing time: shipped {mid - started:.1f} s, with labels {done - mid:.1f} s")
-    within = abs(overall_a - overall_b) <= 0.01
-    print("within one point: " + ("yes" if within else "NO"))
-    return 0 if within else 1
+    return 0 if ok else 1
+
+
+def load_report() -> str:
+    from routing.stages.confidence import load_model
+
+    report = load_model().report
+    return f"{report.get('ece_held_out')}, min_confidence {load_model().min_confidence}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -315,11 +315,15 @@ def isolated_config(config_path: Path) -> Any:
     return parse_config(data)
 
 
-async def evaluate(config: Any, files: dict[str, list[Row]]) -> dict[str, list[Outcome]]:
-    """Outcomes per file, from one Service (one model load)."""
+async def evaluate(
+    config: Any, files: dict[str, list[Row]], household: Any = None
+) -> dict[str, list[Outcome]]:
+    """Outcomes per file, from one Service (one model load). `household`: a household's
+    routing artefact to route with (default none: the shipped routing, whatever the data
+    directory of this machine holds)."""
     from search.service import Service
 
-    service = Service(config)
+    service = Service(config, household=household)
     await service.start(sources=False)
     try:
         return {name: await route_rows(service, rows) for name, rows in files.items()}
@@ -465,7 +469,7 @@ async def gibberish_defaults(config: Any) -> tuple[int, int]:
     """(how many GIBBERISH strings ended at intent_default, how many there are)."""
     from search.service import Service
 
-    service = Service(config)
+    service = Service(config, household=None)
     await service.start(sources=False)
     try:
         stages = [

@@ -175,7 +175,7 @@ async def evaluate(config: Any, rows: list[Row]) -> list[Outcome]:
     from search.service import Service
     from search.traces.records import NullTraceSink
 
-    service = Service(config, traces=NullTraceSink())
+    service = Service(config, traces=NullTraceSink(), household=None)
     await service.start(sources=False)
     try:
         return await route_all(service, rows)

@@ -29,6 +29,11 @@ DEFAULT_CONFIG_PATH = "config.yaml"
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+def default_data_dir() -> str:
+    """$SEARCH_DATA_DIR, else ~/.local/share/search-router: outside any checkout."""
+    return os.environ.get("SEARCH_DATA_DIR") or "~/.local/share/search-router"
+
+
 class ConfigError(Exception):
     """config.yaml is unreadable or invalid; the message names the key."""
 
@@ -109,7 +114,10 @@ class CacheConfig(Strict):
 
 class TraceConfig(Strict):
     enabled: bool = True
-    path: str = "./traces.db"
+    path: str = Field(
+        default_factory=lambda: default_data_dir() + "/traces.db",
+        description="The trace store; its directory is the data directory (labels, fits).",
+    )
     max_traces: int = Field(default=10_000, ge=1)
     max_age_days: float = Field(default=30.0, gt=0)
     max_labels: int = Field(

@@ -7,6 +7,12 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as the CLI sets it for itself
+# The shipped config's data directory (traces, labels, fits, the demo ZIM): one of this
+# run's own, so the suite never reads or writes a household's real one.
+if "SEARCH_DATA_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["SEARCH_DATA_DIR"] = tempfile.mkdtemp(prefix="search-data-")
 
 from tests.support import scripted  # noqa: E402
 
