@@ -119,7 +119,9 @@ def uvicorn_server(app: Starlette, host: str = "127.0.0.1") -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    # The lifespan loads the model and embeds the exemplars: seconds alone, much longer on a
+    # two-core machine busy with other work. Failing is for a server that will never start.
+    deadline = time.monotonic() + 180
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")

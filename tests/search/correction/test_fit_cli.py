@@ -15,22 +15,58 @@ from routing.stages.confidence import ConfidenceModel, load_model
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, cwd: Path = ROOT, data_dir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if data_dir is not None:
+        env["SEARCH_DATA_DIR"] = str(data_dir)
     return subprocess.run(
         [sys.executable, "-m", "search", "fit", *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
-        timeout=300,
+        timeout=600,
         check=False,
     )
 
 
-def test_fit_reports_held_out_figures_and_writes_a_usable_artefact(tmp_path: Path) -> None:
+def _close(a: object, b: object, path: str = "") -> None:
+    """The same JSON value, floats to 1e-3 (a refit on another machine's BLAS)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert sorted(a) == sorted(b), path
+        for key in a:
+            _close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert np.isclose(float(a), float(b), atol=1e-3), (path, a, b)  # type: ignore[arg-type]
+    else:
+        assert a == b, (path, a, b)
+
+
+def test_fit_shipped_is_hermetic_and_reproduces_the_whole_shipped_artefact(
+    tmp_path: Path,
+) -> None:
+    """Run elsewhere than the checkout, with a household's data directory full of labels
+    and a fit of its own: `--shipped` reads none of it, writes only its --output, and gives
+    the artefact the package ships, threshold and report included."""
+    household = tmp_path / "household"
+    household.mkdir()
+    (household / "routing-household.json").write_text("not even json")  # never read
     out = tmp_path / "confidence.json"
-    done = run("--config", str(ROOT / "config.yaml"), "--output", str(out))
+    done = run(
+        "--shipped",
+        "--config",
+        str(ROOT / "config.yaml"),
+        "--output",
+        str(out),
+        cwd=tmp_path,
+        data_dir=household,
+    )
     assert done.returncode == 0, done.stderr
     for heading in (
         "accuracy per route:",
@@ -39,14 +75,20 @@ def test_fit_reports_held_out_figures_and_writes_a_usable_artefact(tmp_path: Pat
         "min_confidence",
     ):
         assert heading in done.stdout, done.stdout
-    model = ConfidenceModel.from_json(json.loads(out.read_text()))
-    assert 0.5 <= model.min_confidence <= 0.85
+    assert sorted(p.name for p in household.iterdir()) == ["routing-household.json"]
+    fitted = json.loads(out.read_text())
+    shipped = json.loads((ROOT / "routing" / "fitted" / "confidence.json").read_text())
+    _close(fitted, shipped)
+    model = ConfidenceModel.from_json(fitted)
+    assert model.min_confidence == load_model().min_confidence
     assert model.report["ece_held_out"] <= 0.05
-    # Reproducible: the repository's data give the shipped artefact's weights (to float
-    # noise); a change to the shipped routes without a refit shows here.
-    shipped = load_model()
-    assert np.allclose(model.full_weights, shipped.full_weights, atol=1e-3)
-    assert np.allclose(model.keyword_weights, shipped.keyword_weights, atol=1e-3)
+
+
+def test_output_goes_with_shipped_only(tmp_path: Path) -> None:
+    done = run("--config", str(ROOT / "config.yaml"), "--output", str(tmp_path / "x.json"))
+    assert done.returncode == 2
+    assert "--output goes with --shipped" in done.stderr
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_a_dry_run_with_a_bad_config_exits_2_naming_it(tmp_path: Path) -> None:
