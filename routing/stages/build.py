@@ -78,7 +78,7 @@ def semantic_stage(
     learned: LearnedDecisions | None = None,
     model: ConfidenceModel | None = None,
 ) -> SemanticStage:
-    """The semantic stage over the resolved routes' exemplars and thresholds."""
+    """The semantic stage over the resolved routes' exemplars."""
     data = resolved_routes(config) if routes_data is None else routes_data
     return SemanticStage(
         config.routing.semantic,
@@ -87,7 +87,6 @@ def semantic_stage(
         learned=learned,
         threads=config.routing.semantic.threads if threads is None else threads,
         exemplars={name: list(r.exemplars) for name, r in data.items()},
-        thresholds={name: r.threshold for name, r in data.items() if r.threshold is not None},
         min_confidence=config.routing.min_confidence,
         model=model or load_model(config.routing.confidence_path),
         dictionary=known_words(config.routing.semantic.model_path),
