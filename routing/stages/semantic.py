@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from routing.stages.confidence import (
     LLM_CONFIDENCE,
     NEAREST_COUNTED,
     ConfidenceModel,
+    Ranked,
     Spread,
     declined,
     load_model,
@@ -336,62 +337,14 @@ class SemanticStage:
         """Decide from the fitted confidence and record `intent_semantic` (hit or miss)."""
         ranked, reused, spread = self.candidates(vector)
         if reused is not None and reused.score >= self.config.reuse_threshold:
-            # A paraphrase of a question the LLM already routed: the LLM's confidence.
-            decision = single(reused.route, LLM_CONFIDENCE)
-            record(
-                Step.INTENT_SEMANTIC,
-                query=query,
-                matched_query=reused.text,
-                similarity=round(reused.score, 4),
-                decision=reused.route,
-                threshold=self.config.reuse_threshold,
-                origin="llm",
-                matched=True,
-                confidence=LLM_CONFIDENCE,
-                candidates=decision.candidates(),
-            )
-            if self.decision_cache is not None and context.discourse is None:
-                self.decision_cache.put(query, reused.route, self.name, LLM_CONFIDENCE)
-            return Decision(reused.route, self.name, confidence=LLM_CONFIDENCE)
+            return self._reuse(query, reused, context)
         by_label = {c.route: c for c in ranked}
-        keyword = context.keyword.scores if context.keyword is not None else {}
-        labels = [*self.labels(), *(r for r in keyword if r in self.routes or r == NONE)]
-        labels = list(dict.fromkeys(labels))
         unknown = self._unknown_words(query) if context.keyword is None else 0
-        # Not one word the model knows: its similarities are between fragments of letters,
-        # not evidence, so the confidence is the fit's own with no evidence at all (the
-        # candidates, all equal, in the order of their nearest exemplars).
-        if unknown:
-            nearness = {c.route: i for i, c in enumerate(ranked)}
-            by_nearness = sorted(labels, key=lambda r: nearness.get(r, len(nearness)))
-            confidence = self.model.keyword(by_nearness, {})
-        else:
-            confidence = self.model.full(
-                labels,
-                keyword,
-                {c.route: c.score for c in ranked},
-                {c.route: c.probability for c in ranked if c.probability is not None},
-                spread,
-            )
-        events = []
-        for entry in confidence.candidates(self.config.top_k):
-            near = by_label.get(entry["route"])
-            if near is not None:
-                entry.update(matched=near.text, similarity=round(near.score, 4))
-            events.append(entry)
-        if reused is not None:
-            events.append(
-                {
-                    "route": reused.route,
-                    "matched": reused.text,
-                    "origin": "llm",
-                    "similarity": round(reused.score, 4),
-                }
-            )
+        confidence = self._confidence(ranked, spread, context, unknown)
         winner = by_label.get(confidence.winner)
         shown = {
             "confidence": round(confidence.confidence, 4),
-            "candidates": events,
+            "candidates": self._shown(confidence, by_label, reused),
             "threshold": self.min_confidence,
             "fit": self.model.name,
         }
@@ -437,3 +390,71 @@ class SemanticStage:
             context.default_reason = "no_match"
             context.default_fields = {"nearest": winner.text, "similarity": round(winner.score, 4)}
         return None
+
+    def _reuse(self, query: str, reused: Candidate, context: ResolveContext) -> Decision:
+        """A paraphrase of a question the LLM already routed: its route, at the LLM's
+        confidence."""
+        decision = single(reused.route, LLM_CONFIDENCE)
+        record(
+            Step.INTENT_SEMANTIC,
+            query=query,
+            matched_query=reused.text,
+            similarity=round(reused.score, 4),
+            decision=reused.route,
+            threshold=self.config.reuse_threshold,
+            origin="llm",
+            matched=True,
+            confidence=LLM_CONFIDENCE,
+            candidates=decision.candidates(),
+        )
+        if self.decision_cache is not None and context.discourse is None:
+            self.decision_cache.put(query, reused.route, self.name, LLM_CONFIDENCE)
+        return Decision(reused.route, self.name, confidence=LLM_CONFIDENCE)
+
+    def _confidence(
+        self,
+        ranked: list[Candidate],
+        spread: Spread | None,
+        context: ResolveContext,
+        unknown: int,
+    ) -> Ranked:
+        """The fitted confidence over the labels with exemplars and the keyword scores'
+        routes. With `unknown` words only, the similarities are between fragments of
+        letters, not evidence, so the confidence is the fit's own with no evidence at all
+        (the candidates, all equal, in the order of their nearest exemplars)."""
+        keyword = context.keyword.scores if context.keyword is not None else {}
+        labels = [*self.labels(), *(r for r in keyword if r in self.routes or r == NONE)]
+        labels = list(dict.fromkeys(labels))
+        if unknown:
+            nearness = {c.route: i for i, c in enumerate(ranked)}
+            by_nearness = sorted(labels, key=lambda r: nearness.get(r, len(nearness)))
+            return self.model.keyword(by_nearness, {})
+        return self.model.full(
+            labels,
+            keyword,
+            {c.route: c.score for c in ranked},
+            {c.route: c.probability for c in ranked if c.probability is not None},
+            spread,
+        )
+
+    def _shown(
+        self, confidence: Ranked, by_label: Mapping[str, Candidate], reused: Candidate | None
+    ) -> list[dict[str, Any]]:
+        """The event's candidates: the best `top_k` with their nearest exemplar, and the
+        nearest earlier LLM decision when it was not near enough to reuse."""
+        events = []
+        for entry in confidence.candidates(self.config.top_k):
+            near = by_label.get(entry["route"])
+            if near is not None:
+                entry.update(matched=near.text, similarity=round(near.score, 4))
+            events.append(entry)
+        if reused is not None:
+            events.append(
+                {
+                    "route": reused.route,
+                    "matched": reused.text,
+                    "origin": "llm",
+                    "similarity": round(reused.score, 4),
+                }
+            )
+        return events
