@@ -24,6 +24,7 @@ from routing.stages.decision_cache import DecisionCache, DecisionCacheStage
 from routing.stages.keyword_rules import KeywordRules
 from routing.stages.labels import HouseholdRouting, LabelStage
 from routing.stages.llm import LLMStage
+from routing.stages.memory import DecisionMemory
 from routing.stages.resolver import KeywordStage, Resolver
 from routing.stages.route_data import NONE, Route, resolve_routes
 from routing.stages.semantic import LearnedDecisions, SemanticStage
@@ -142,10 +143,10 @@ def build_resolver(
             routing.llm,
             routes,
             capture_prompts=config.trace.capture_prompts,
-            decision_cache=decision_cache,
-            learned=learned,
-            semantic=semantic,
-            sessions=sessions,
+            memory=DecisionMemory(
+                decision_cache, learned, semantic.embed if semantic is not None else None
+            ),
+            recall=sessions.recall,
         )
 
     stages: list[IntentStage] = []
