@@ -62,7 +62,11 @@ log = logging.getLogger("search.traces")
 MAX_LIMIT = 1000
 _SUMMARY = (
     "id, trace_id, started_at, query, status_code, duration_ms, failed, fallback, cached, "
-    "dry_run, redacted, captured, replay_of, part_count, sources, session_id"
+    "dry_run, redacted, captured, replay_of, part_count, sources, session_id, "
+    # each part's route and status, read from the stored results by SQLite itself: an
+    # unserved or withheld request shows what became of it in a list of traces
+    "(SELECT json_group_array(json_object('route', json_extract(value, '$.route'), "
+    "'status', json_extract(value, '$.status'))) FROM json_each(traces.results)) AS parts"
 )
 
 
@@ -282,7 +286,18 @@ def _summary(row: sqlite3.Row) -> dict[str, Any]:
         "session_id": row["session_id"],
         "part_count": row["part_count"],
         "sources": [s for s in row["sources"].split("|") if s],
+        "parts": _parts(row),
     }
+
+
+def _parts(row: sqlite3.Row) -> list[dict[str, Any]]:
+    """The summary's `parts` column, or (a whole row, as `get_trace` reads it) the same
+    read off its results."""
+    if "parts" in row.keys():  # noqa: SIM118 - `in` on a Row looks at its values
+        return json.loads(row["parts"]) if row["parts"] else []
+    return [
+        {"route": r.get("route"), "status": r.get("status")} for r in json.loads(row["results"])
+    ]
 
 
 def _detail(row: sqlite3.Row) -> dict[str, Any]:
