@@ -26,8 +26,6 @@ LAYERS = ("sources", "routing", "search")  # each may import only those before i
 # import is gone fails `test_the_known_cycles_are_still_there`, so it cannot linger.
 KNOWN_CYCLES = frozenset(
     {
-        # load_config applies the household's fitted labels, which read the config model
-        ("search.config", "search.correction.label_fit"),
         # the label route reads its body with the app's reader, and the app mounts it
         ("search.correction.label_routes", "search.api.app"),
     }
