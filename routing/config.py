@@ -1,4 +1,4 @@
-"""Routing's own settings (`routing:` in config.yaml): stages, thresholds, the LLM.
+"""Routing's own settings (`routing:` in config.yaml): stages, routes, the LLM.
 
 The routing layer owns these models and `search.config` composes them into the whole
 config, so nothing in `routing/` needs to import the surfaces above it.
@@ -6,15 +6,14 @@ config, so nothing in `routing/` needs to import the surfaces above it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from collections.abc import Mapping
+from typing import ClassVar
 
-from routing.stages.route_data import NONE, RouteOverride
+from pydantic import Field, SecretStr
 
+from routing.stages.route_data import DECIDED_BY_CONFIDENCE, NONE, RouteOverride, Strict
 
-class Strict(BaseModel):
-    """A config section that refuses keys it does not know (a typo is an error)."""
-
-    model_config = ConfigDict(extra="forbid")
+__all__ = ["LLMConfig", "RoutingConfig", "SemanticConfig", "Strict"]
 
 
 class LLMConfig(Strict):
@@ -32,15 +31,18 @@ class LLMConfig(Strict):
 
 
 class SemanticConfig(Strict):
+    retired: ClassVar[Mapping[str, str]] = {
+        "default_threshold": DECIDED_BY_CONFIDENCE,
+        "thresholds": DECIDED_BY_CONFIDENCE,
+        "none_threshold": DECIDED_BY_CONFIDENCE,
+        "margin": DECIDED_BY_CONFIDENCE,
+        "classifier_weight": "no longer used: the fitted confidence weighs the classifier "
+        "(routing.semantic.classifier: false turns it off)",
+    }
+
     enabled: bool = True
     model_path: str | None = Field(
         default=None, description="A sentence-transformers model dir; default: the bundled one."
-    )
-    default_threshold: float = Field(
-        default=0.6, ge=-1, le=1, description="For a route without a threshold of its own."
-    )
-    thresholds: dict[str, float] = Field(
-        default_factory=dict, description="Per route, over the shipped ones (routing/routes/)."
     )
     exemplars: dict[str, list[str]] = Field(
         default_factory=dict,
@@ -54,22 +56,10 @@ class SemanticConfig(Strict):
         "ones: a match ends at a low-confidence default (reason no_match) instead of a "
         "confident wrong route.",
     )
-    none_threshold: float = Field(
-        default=0.5,
-        ge=-1,
-        le=1,
-        description="Given here, it replaces the shipped `none` route's threshold; "
-        "otherwise it applies only where none is shipped (shipped_routes: false).",
-    )
-    margin: float = Field(
-        default=0.0, ge=0, le=1, description="How far the best route must lead the runner-up."
-    )
-    classifier_weight: float = Field(
-        default=0.1,
-        ge=0,
-        le=10,
-        description="Weight of the exemplar-trained classifier's log-probability in the "
-        "ranking of routes (0: nearest exemplar only).",
+    classifier: bool = Field(
+        default=True,
+        description="Train the exemplar classifier at start-up: its log-probability is one "
+        "of the numbers the fitted confidence weighs (false: it weighs nothing).",
     )
     reuse_threshold: float = Field(
         default=0.85,
@@ -139,25 +129,15 @@ class RoutingConfig(Strict):
         semantic = self.semantic
         keywords = {**self.keywords, NONE: self.none_keywords}
         exemplars = {**semantic.exemplars, NONE: semantic.none_exemplars}
-        thresholds = dict(semantic.thresholds)
-        if "none_threshold" in semantic.model_fields_set:
-            thresholds[NONE] = semantic.none_threshold
-        names = [*keywords, *exemplars, *thresholds, *self.routes]
+        names = [*keywords, *exemplars, *self.routes]
         merged: dict[str, RouteOverride] = {}
         for name in dict.fromkeys(names):
             extra = self.routes.get(name, RouteOverride())
             added_keywords = [*keywords.get(name, []), *extra.keywords]
             added_exemplars = [*exemplars.get(name, []), *extra.exemplars]
-            threshold = extra.threshold if extra.threshold is not None else thresholds.get(name)
-            if name not in self.routes and not (
-                added_keywords or added_exemplars or threshold is not None
-            ):
+            if name not in self.routes and not (added_keywords or added_exemplars):
                 continue
             merged[name] = extra.model_copy(
-                update={
-                    "keywords": added_keywords,
-                    "exemplars": added_exemplars,
-                    "threshold": threshold,
-                }
+                update={"keywords": added_keywords, "exemplars": added_exemplars}
             )
         return merged

@@ -13,6 +13,7 @@ source serves ("set an alarm") is answered as such: status "unserved", no source
 from __future__ import annotations
 
 import asyncio
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -43,6 +44,15 @@ class TooManyParts(ValueError):
         super().__init__(
             f"query: {parts} parts, more than the maximum of {limit} (routing.max_parts)"
         )
+
+
+# The (router, query) pairs whose part count this request already checked: a surface
+# checks first (to refuse before a model loads, a trace is written or a source is
+# called) and `Router.run`, which checks for every other caller, does not check again.
+# A ContextVar, so it is the request's own (each request runs in its own task).
+_parts_checked: ContextVar[frozenset[tuple[int, str]]] = ContextVar(
+    "parts_checked", default=frozenset()
+)
 
 
 @dataclass(slots=True)
@@ -138,11 +148,13 @@ class Router:
 
     def check_parts(self, query: str) -> int:
         """The number of top-level parts of `query` (a leading condition counts as one);
-        raises `TooManyParts` over `max_parts`. Only decomposes, and remembers that."""
+        raises `TooManyParts` over `max_parts`. Only decomposes (memoised), and marks the
+        query checked for the rest of this request, so `run` does not check it again."""
         found, parts, _ = _top_level(query, self.claims)
         count = len(parts) + (found is not None)
         if self.max_parts is not None and count > self.max_parts:
             raise TooManyParts(count, self.max_parts)
+        _parts_checked.set(_parts_checked.get() | {(id(self), query)})
         return count
 
     def _units(self, query: str) -> list[_Unit]:
@@ -185,8 +197,11 @@ class Router:
         authorized: bool = False,
     ) -> list[PartResult]:
         """`read_only`: the surface promised not to act; every command is withheld.
-        `authorized`: the requester may act at all (never by default)."""
-        self.check_parts(query)  # before anything that embeds, calls or records
+        `authorized`: the requester may act at all (never by default).
+        Over `max_parts`, `TooManyParts` before anything embeds, calls or records, unless
+        the surface already checked this query in this request."""
+        if (id(self), query) not in _parts_checked.get():
+            self.check_parts(query)
         units = self._units(query)
         context = ResolveContext(
             session_id=session_id, dry_run=dry_run, read_only=read_only, authorized=authorized

@@ -22,6 +22,7 @@ from search.terminal import say
 from search.traces.cli import add_commands as add_trace_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 141
 
 
 class UsageError(Exception):
@@ -342,12 +343,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in MODEL_COMMANDS:
         _before_loading_model()
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
     except (ConfigError, UsageError) as exc:
         say(f"search: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_FAILED
+    except BrokenPipeError:
+        # The reader stopped reading (`search route ... | head -1`): quietly done, with
+        # stdout on /dev/null so the flush at exit does not fail again; 128 + SIGPIPE,
+        # as a tool the signal ended.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -196,7 +196,6 @@ class Config(Strict):
         for section, table in (
             ("keywords", self.routing.keywords),
             ("semantic.exemplars", self.routing.semantic.exemplars),
-            ("semantic.thresholds", self.routing.semantic.thresholds),
         ):
             for name in table:
                 if name not in routes:

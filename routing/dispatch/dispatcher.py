@@ -332,23 +332,9 @@ class Dispatcher:
         local = cacheable and not (
             self.shared_results is not None and getattr(source, "allow_control", False)
         )
-        cached = self.result_cache.get(key) if local else None
+        cached = await self._cached(key, query, cacheable=cacheable, local=local)
         if cached is not None:
-            record(Step.RESULT_CACHE_HIT, source=name, query=query, result_count=len(cached))
             return _Outcome("ok", cached, "", "")
-        if cacheable and self.shared_results is not None:
-            cached = await self.shared_results.fetch(
-                key, self.cache_ttl_s.get(name), keep_locally=local
-            )
-            if cached is not None:  # another worker or replica fetched it
-                record(
-                    Step.RESULT_CACHE_HIT,
-                    source=name,
-                    query=query,
-                    result_count=len(cached),
-                    tier="shared",
-                )
-                return _Outcome("ok", cached, "", "")
         if source is None or not self.enabled.get(name, True):
             error = SourceDisabled(f"{name} is disabled in config")
             record(Step.SOURCE_SKIPPED, source=name, query=query, reason=error.reason)
@@ -366,6 +352,52 @@ class Dispatcher:
                     time_left_s=admission.time_left_s,
                 )
                 return _Outcome("error", [], "circuit_open", f"{name}'s circuit is open")
+        outcome = await self._timed_search(name, source, query)
+        answered = outcome.outcome in ("ok", "empty")
+        if shared is not None:
+            await (shared.succeeded() if answered else shared.failed())
+        elif breaker is not None and answered:
+            breaker.succeeded()
+        elif breaker is not None:
+            breaker.failed()
+        if answered:
+            capture(name, query, outcome.items)
+        if outcome.outcome == "ok" and cacheable:
+            if local:
+                self.result_cache.set(key, outcome.items, self.cache_ttl_s.get(name))
+            if self.shared_results is not None:
+                self.shared_results.publish(key, outcome.items, self.cache_ttl_s.get(name))
+        return outcome
+
+    async def _cached(
+        self, key: tuple[str, str], query: str, *, cacheable: bool, local: bool
+    ) -> list[Item] | None:
+        """A cached answer from this process (when `local`) or the shared tier, recorded
+        as the hit it is; None on a miss or when the answer may not be cached."""
+        name = key[0]
+        cached = self.result_cache.get(key) if local else None
+        if cached is not None:
+            record(Step.RESULT_CACHE_HIT, source=name, query=query, result_count=len(cached))
+            return cached
+        if not cacheable or self.shared_results is None:
+            return None
+        cached = await self.shared_results.fetch(
+            key, self.cache_ttl_s.get(name), keep_locally=local
+        )
+        if cached is not None:  # another worker or replica fetched it
+            record(
+                Step.RESULT_CACHE_HIT,
+                source=name,
+                query=query,
+                result_count=len(cached),
+                tier="shared",
+            )
+        return cached
+
+    async def _timed_search(self, name: str, source: Source, query: str) -> _Outcome:
+        """The awaited `search` in one of the source's slots, timed and recorded as
+        `source_invoked`; every failure becomes an outcome (a buggy source must not take
+        the request down)."""
         async with self._slots[name]:
             started = time.perf_counter()
             try:
@@ -395,20 +427,6 @@ class Dispatcher:
             result_count=len(outcome.items),
             **fields,
         )
-        if shared is not None:
-            await (shared.succeeded() if outcome.outcome in ("ok", "empty") else shared.failed())
-        elif breaker is not None:
-            if outcome.outcome in ("ok", "empty"):
-                breaker.succeeded()
-            else:
-                breaker.failed()
-        if outcome.outcome in ("ok", "empty"):
-            capture(name, query, outcome.items)
-        if outcome.outcome == "ok" and cacheable:
-            if local:
-                self.result_cache.set(key, outcome.items, self.cache_ttl_s.get(name))
-            if self.shared_results is not None:
-                self.shared_results.publish(key, outcome.items, self.cache_ttl_s.get(name))
         return outcome
 
     async def _fuse(self, route: str, query: str) -> Answer:

@@ -24,6 +24,7 @@ from routing.stages.decision_cache import DecisionCache, DecisionCacheStage
 from routing.stages.keyword_rules import KeywordRules
 from routing.stages.labels import HouseholdRouting, LabelStage
 from routing.stages.llm import LLMStage
+from routing.stages.memory import DecisionMemory
 from routing.stages.resolver import KeywordStage, Resolver
 from routing.stages.route_data import NONE, Route, resolve_routes
 from routing.stages.semantic import LearnedDecisions, SemanticStage
@@ -78,7 +79,7 @@ def semantic_stage(
     learned: LearnedDecisions | None = None,
     model: ConfidenceModel | None = None,
 ) -> SemanticStage:
-    """The semantic stage over the resolved routes' exemplars and thresholds."""
+    """The semantic stage over the resolved routes' exemplars."""
     data = resolved_routes(config) if routes_data is None else routes_data
     return SemanticStage(
         config.routing.semantic,
@@ -87,7 +88,6 @@ def semantic_stage(
         learned=learned,
         threads=config.routing.semantic.threads if threads is None else threads,
         exemplars={name: list(r.exemplars) for name, r in data.items()},
-        thresholds={name: r.threshold for name, r in data.items() if r.threshold is not None},
         min_confidence=config.routing.min_confidence,
         model=model or load_model(config.routing.confidence_path),
         dictionary=known_words(config.routing.semantic.model_path),
@@ -143,10 +143,10 @@ def build_resolver(
             routing.llm,
             routes,
             capture_prompts=config.trace.capture_prompts,
-            decision_cache=decision_cache,
-            learned=learned,
-            semantic=semantic,
-            sessions=sessions,
+            memory=DecisionMemory(
+                decision_cache, learned, semantic.embed if semantic is not None else None
+            ),
+            recall=sessions.recall,
         )
 
     stages: list[IntentStage] = []

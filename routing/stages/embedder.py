@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -26,21 +27,30 @@ import numpy as np
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, int], Embedder] = {}
-_PROGRESS = {"shown": True}
+_PROGRESS: dict[str, bool | None] = {"shown": None}  # None: when stderr is a terminal
 
 
 def show_progress(shown: bool) -> None:
     """Whether loading the model draws transformers' progress bars ("Loading weights").
 
-    A command whose output is piped or logged sets this false: a bar there is noise. It is
-    applied through the libraries' own switches when a model is loaded, so deciding costs
-    no import.
+    Unless set, they are drawn only when stderr is a terminal, whoever loads the model (a
+    command, a server under its own process manager, a script): piped or logged, a bar is
+    noise. It is applied through the libraries' own switches when a model is loaded, so
+    deciding costs no import.
     """
     _PROGRESS["shown"] = shown
 
 
+def _progress_shown() -> bool:
+    shown = _PROGRESS["shown"]
+    if shown is not None:
+        return shown
+    stderr = sys.stderr
+    return stderr is not None and stderr.isatty()
+
+
 def _apply_progress() -> None:
-    if _PROGRESS["shown"]:
+    if _progress_shown():
         return
     from huggingface_hub.utils import disable_progress_bars
     from transformers.utils import logging as transformers_logging

@@ -20,8 +20,10 @@ such a model then leaves routing as it was without it, instead of making it wors
 
 What went wrong decides the default's reason: `llm_failed` (connection error, timeout,
 HTTP error) or `llm_unusable` (no JSON, no source, an unknown source, a habit). A fresh
-decision is cached exactly (decision cache) and semantically (reused for paraphrases by
-the semantic stage), unless the query leans on the conversation.
+decision is handed to the `DecisionMemory` it was given (routing/stages/memory.py), which
+keeps it exactly and for paraphrases unless the query leans on the conversation; the
+conversation's last turn comes from the `recall` it was given. The stage holds no other
+stage's state.
 
 The prompt and raw answer go into events only with `trace.capture_prompts: true`: they
 can carry personal data. The API key is only ever in the Authorization header.
@@ -33,6 +35,7 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,9 +55,10 @@ from routing.types import Decision, ResolveContext
 
 if TYPE_CHECKING:
     from routing.config import LLMConfig
-    from routing.stages.decision_cache import DecisionCache
-    from routing.stages.semantic import LearnedDecisions, SemanticStage
-    from routing.stages.sessions import SessionStore
+    from routing.stages.memory import DecisionMemory
+    from routing.stages.sessions import Turn
+
+Recall = Callable[[str | None], Awaitable["Turn | None"]]
 
 NONE = "none"
 # Enough for `{"source": "<name>"}` even wrapped in a sentence or a code fence; a model that
@@ -179,18 +183,16 @@ class LLMStage:
         routes: dict[str, str],
         *,
         capture_prompts: bool = False,
-        decision_cache: DecisionCache | None = None,
-        learned: LearnedDecisions | None = None,
-        semantic: SemanticStage | None = None,
-        sessions: SessionStore | None = None,
+        memory: DecisionMemory | None = None,
+        recall: Recall | None = None,
     ) -> None:
+        """`memory`: where a fresh decision is kept (none: it is not); `recall`: a
+        session's last turn, for a query that leans on it (none: asked on its own)."""
         self.config = config
         self.routes = routes
         self.capture_prompts = capture_prompts
-        self.decision_cache = decision_cache
-        self.learned = learned
-        self.semantic = semantic
-        self.sessions = sessions
+        self.memory = memory
+        self.recall = recall
         self.base_url = config.base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.forms = FormMemory()
@@ -285,9 +287,9 @@ class LLMStage:
         return LLMAnswer(route, raw, elapsed_ms, form, server_usage(payload))
 
     async def _previous(self, context: ResolveContext) -> tuple[str, str] | None:
-        if context.discourse is None or self.sessions is None:
+        if context.discourse is None or self.recall is None:
             return None
-        turn = await self.sessions.recall(context.session_id)
+        turn = await self.recall(context.session_id)
         return (turn.query, turn.route) if turn is not None else None
 
     async def _habits(self, deadline: float) -> frozenset[str]:
@@ -401,18 +403,6 @@ class LLMStage:
             )
         return answer
 
-    async def _remember(self, query: str, route: str, context: ResolveContext) -> None:
-        if context.discourse is not None:
-            return  # the decision depends on the conversation, not just the words
-        if self.decision_cache is not None:
-            self.decision_cache.put(query, route, self.name, LLM_CONFIDENCE)
-        if self.learned is not None:
-            vector = context.embedding
-            if vector is None and self.semantic is not None:
-                vector = await self.semantic.embed(query)
-            if vector is not None:
-                self.learned.add(query, route, vector)
-
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if context.unserved:
             return None
@@ -423,7 +413,8 @@ class LLMStage:
             context.unserved = True
             context.default_reason = "no_match"
             return None
-        await self._remember(query, answer.route, context)
+        if self.memory is not None:
+            await self.memory.keep(query, answer.route, self.name, LLM_CONFIDENCE, context)
         return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)
 
     async def escalate(

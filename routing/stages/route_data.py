@@ -10,9 +10,9 @@ upgrade of the package improves routing for everyone who never edited a rule. A 
     exemplars:              # example requests, for the semantic stage
       - will it rain tomorrow
 
-No route ships a threshold: whether a stage decides is its calibrated confidence against
-`routing.min_confidence` (routing/stages/confidence.py); a configured `threshold` is still parsed
-(old configs keep loading) and shown on candidates, but decides nothing.
+No route has a threshold: whether a stage decides is its calibrated confidence against
+`routing.min_confidence` (routing/stages/confidence.py). A `threshold` (or another key
+that once decided and no longer does) is refused, naming it, rather than kept silently.
 
 `none.yaml` is the pseudo-route of requests no source serves (alarms, email, music): its
 matches end a part at a low-confidence default; it is never routed to.
@@ -27,7 +27,6 @@ Assistant merges `custom_sentences` over its shipped intents: what it lists is *
           exemplars: [is the sauna warm yet]
           disable_keywords: [scene]          # a shipped rule, by its text (weight optional)
           disable_exemplars: [what scenes do i have]
-          threshold: 0.35                    # accepted, no longer decides (see below)
           description: "..."                 # replaces the shipped one
         sauna:                               # a new route, for a source named `sauna`
           keywords: [sauna]
@@ -48,35 +47,60 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any, ClassVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 NONE = "none"  # requests no source serves; never a route
 # libyaml's safe loader where PyYAML has it: the pure-Python one takes ~0.2 s for the routes
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class RouteFile(BaseModel):
-    """One shipped `routing/routes/<name>.yaml`."""
+DECIDED_BY_CONFIDENCE = "no longer used: the fitted confidence decides (routing.min_confidence)"
+
+
+class Strict(BaseModel):
+    """A config section that refuses keys it does not know (a typo is an error), and keys
+    it no longer uses (`retired`: key -> why), each named with what decides instead: a
+    key that is accepted and then ignored reads as a knob that works."""
 
     model_config = ConfigDict(extra="forbid")
+    retired: ClassVar[Mapping[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_retired(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and cls.retired:
+            errors = [
+                InitErrorDetails(
+                    type=PydanticCustomError("retired_key", why), loc=(key,), input=data[key]
+                )
+                for key, why in cls.retired.items()
+                if key in data
+            ]
+            if errors:
+                raise ValidationError.from_exception_data(cls.__name__, errors)
+        return data
+
+
+class RouteFile(Strict):
+    """One shipped `routing/routes/<name>.yaml`."""
+
+    retired: ClassVar[Mapping[str, str]] = {"threshold": DECIDED_BY_CONFIDENCE}
 
     description: str = ""
-    threshold: float | None = Field(default=None, ge=-1, le=1)
     keywords: list[str] = Field(default_factory=list)
     exemplars: list[str] = Field(default_factory=list)
 
 
-class RouteOverride(BaseModel):
+class RouteOverride(Strict):
     """`routing.routes.<name>` in config.yaml: additions to (or a new) route."""
 
-    model_config = ConfigDict(extra="forbid")
+    retired: ClassVar[Mapping[str, str]] = {"threshold": DECIDED_BY_CONFIDENCE}
 
     description: str | None = Field(default=None, description="Replaces the shipped one.")
-    threshold: float | None = Field(
-        default=None, ge=-1, le=1, description="Replaces the shipped semantic threshold."
-    )
     keywords: list[str] = Field(default_factory=list, description="Appended keyword rules.")
     exemplars: list[str] = Field(default_factory=list, description="Appended exemplars.")
     disable_keywords: list[str] = Field(
@@ -93,7 +117,6 @@ class Route:
 
     name: str
     description: str = ""
-    threshold: float | None = None
     keywords: tuple[str, ...] = ()
     exemplars: tuple[str, ...] = ()
 
@@ -111,14 +134,12 @@ def rule_key(text: str) -> str:
     return _SPACE.sub(" ", _WEIGHT.sub("", text).replace("’", "'").lower()).strip()
 
 
-def _parse_file(name: str, text: str) -> Route:
+def parse_route_file(name: str, text: str) -> Route:
     try:
         data = RouteFile.model_validate(yaml.load(text, Loader=_LOADER) or {})
     except (yaml.YAMLError, ValidationError) as exc:
         raise RouteDataError(f"routing/routes/{name}.yaml: {exc}") from None
-    return Route(
-        name, data.description, data.threshold, tuple(data.keywords), tuple(data.exemplars)
-    )
+    return Route(name, data.description, tuple(data.keywords), tuple(data.exemplars))
 
 
 @lru_cache(maxsize=1)
@@ -129,7 +150,7 @@ def shipped_routes() -> dict[str, Route]:
     routes = {}
     for file in files:
         name = file.name.removesuffix(".yaml")
-        routes[name] = _parse_file(name, file.read_text(encoding="utf-8"))
+        routes[name] = parse_route_file(name, file.read_text(encoding="utf-8"))
     return routes
 
 
@@ -183,7 +204,6 @@ def resolve_routes(
         resolved[name] = Route(
             name,
             extra.description if extra.description is not None else route.description,
-            extra.threshold if extra.threshold is not None else route.threshold,
             (*keywords, *extra.keywords),
             (*exemplars, *extra.exemplars),
         )

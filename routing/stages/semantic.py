@@ -7,17 +7,16 @@ The query's embedding is compared with
 - earlier LLM decisions (semantic reuse: a paraphrase of a question the LLM already routed).
 
 Everything is L2-normalised and precomputed at start-up, so matching is one matrix-vector
-product. Each label's similarity is that of its best exemplar. Labels are ranked by that
-similarity plus `classifier_weight` times the log-probability a small softmax classifier
-(trained on the exemplars at start-up, one more matrix product per query) gives the label:
-the nearest exemplar alone is swayed by a shared name ("who is the governor of New York"
-is near "weather in New York"); the classifier has learnt what each route's exemplars have
-in common. The best-ranked label wins if its similarity clears its route's threshold.
-When "none" wins, the query is unserved: the part ends at a low-confidence default
-(reason `no_match`) instead of a confident wrong route. The event
-lists the top candidates on a hit *and* on a miss (`decision: null`, `matched: false`), so
-thresholds can be tuned from real traces. An earlier LLM decision is reused when its
-similarity clears `semantic.reuse_threshold`.
+product. Each label's similarity is that of its best exemplar; a small softmax classifier
+(trained on the exemplars at start-up, one more matrix product per query) gives each label
+a probability too: the nearest exemplar alone is swayed by a shared name ("who is the
+governor of New York" is near "weather in New York"); the classifier has learnt what each
+route's exemplars have in common. The fitted confidence (routing/stages/confidence.py)
+weighs both with the keyword scores, and the stage decides when its winner clears
+`routing.min_confidence`. When "none" wins, the query is unserved: the part ends at a
+low-confidence default (reason `no_match`) instead of a confident wrong route. The event
+lists the top candidates on a hit *and* on a miss (`decision: null`, `matched: false`).
+An earlier LLM decision is reused when its similarity clears `semantic.reuse_threshold`.
 
 The model is loaded in `start()` (the app's lifespan), never at import time; encoding runs
 in the inference worker pool (`sources.workers`), apart from source calls, in a worker
@@ -40,6 +39,7 @@ from routing.stages.confidence import (
     LLM_CONFIDENCE,
     NEAREST_COUNTED,
     ConfidenceModel,
+    Ranked,
     Spread,
     declined,
     load_model,
@@ -61,27 +61,13 @@ NONE = "none"  # the label of exemplars no source serves; never a route
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A label's best match: what it matched, how well, and what it needed."""
+    """A label's best match: what it matched and how well."""
 
     route: str
     text: str
     score: float  # cosine similarity of the best exemplar
-    threshold: float
     origin: str = "exemplar"  # or "llm" for a reused LLM decision
     probability: float | None = None  # the classifier's, when it is on
-    rank: float = 0.0  # what the labels are ordered by
-
-    def to_event(self) -> dict[str, Any]:
-        event: dict[str, Any] = {
-            "source": self.route,
-            "matched": self.text,
-            "score": round(self.score, 4),
-            "threshold": self.threshold,
-            "origin": self.origin,
-        }
-        if self.probability is not None:
-            event["probability"] = round(self.probability, 4)
-        return event
 
 
 class ExemplarIndex:
@@ -110,12 +96,9 @@ class ExemplarIndex:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def best_per_label(self, vector: np.ndarray) -> list[tuple[str, str, float]]:
-        """(label, best exemplar, similarity) for every label, best first."""
-        return self.match(vector)[0]
-
     def match(self, vector: np.ndarray) -> tuple[list[tuple[str, str, float]], Spread | None]:
-        """`best_per_label`, and the spread of the query's similarity to every exemplar."""
+        """(label, best exemplar, similarity) for every label, best first, and the spread
+        of the query's similarity to every exemplar."""
         if not self.texts:
             return [], None
         scores = self.matrix @ vector
@@ -225,7 +208,7 @@ class LearnedDecisions:
 
 
 class SemanticStage:
-    """Nearest exemplar (or earlier LLM decision) above a per-route threshold."""
+    """Nearest exemplars (or an earlier LLM decision), decided by the fitted confidence."""
 
     name = "intent_semantic"
 
@@ -238,14 +221,12 @@ class SemanticStage:
         learned: LearnedDecisions | None = None,
         threads: int = 1,
         exemplars: Mapping[str, Sequence[str]] | None = None,
-        thresholds: Mapping[str, float] | None = None,
         min_confidence: float | None = None,
         model: ConfidenceModel | None = None,
         labelled: Iterable[str] = (),
         dictionary: frozenset[str] = frozenset(),
     ) -> None:
-        """`exemplars` and `thresholds` per route (and `none`), as routing/stages/route_data.py
-        resolves them; a route without a threshold gets `config.default_threshold`.
+        """`exemplars` per route (and `none`), as routing/stages/route_data.py resolves them.
         `labelled`: exemplars that are the household's own labels (`origin: user_label`).
         `dictionary`: words spelled right (routing/language/spelling.py); a query with none of them
         and no keyword rule matched ("blorp zibble quux") carries nothing to decide by."""
@@ -254,7 +235,6 @@ class SemanticStage:
         self.config = config
         self.routes = set(routes)
         self.exemplars = {label: list(texts) for label, texts in (exemplars or {}).items()}
-        self.thresholds = dict(thresholds or {})
         self.model = model or load_model()
         self.min_confidence = (
             self.model.min_confidence if min_confidence is None else min_confidence
@@ -265,11 +245,6 @@ class SemanticStage:
         self.embedder: Embedder | None = None
         self.index: ExemplarIndex | None = None
         self.classifier: LabelClassifier | None = None
-
-    def threshold(self, route: str) -> float:
-        if route == NONE:
-            return self.thresholds.get(NONE, self.config.none_threshold)
-        return self.thresholds.get(route, self.config.default_threshold)
 
     async def start(self) -> None:
         """Load the model (shared per process) and embed the exemplars; once."""
@@ -287,7 +262,7 @@ class SemanticStage:
         texts = [text for group in groups.values() for text in group]
         vectors = await run_inference(self.embedder.encode_exemplars, texts)
         index = ExemplarIndex(groups, vectors)
-        if self.config.classifier_weight > 0 and len(index.labels) > 1:
+        if self.config.classifier and len(index.labels) > 1:
             self.classifier = await run_inference(LabelClassifier, index)
         self.index = index
 
@@ -342,91 +317,34 @@ class SemanticStage:
     def candidates(
         self, vector: np.ndarray
     ) -> tuple[list[Candidate], Candidate | None, Spread | None]:
-        """Exemplar candidates (one per label, best first), the nearest learned decision,
+        """Exemplar candidates (one per label, nearest first), the nearest learned decision,
         and the spread of the query's similarity to every exemplar."""
         assert self.index is not None
         probabilities = self.classifier.probabilities(vector) if self.classifier else {}
-        weight = self.config.classifier_weight
-        ranked = []
         best, spread = self.index.match(vector)
-        for label, text, score in best:
-            probability = probabilities.get(label)
-            rank = score
-            if probability is not None:
-                rank += weight * float(np.log(max(probability, 1e-9)))
-            ranked.append(
-                Candidate(label, text, score, self.threshold(label), "exemplar", probability, rank)
-            )
-        ranked.sort(key=lambda c: c.rank, reverse=True)
+        ranked = [
+            Candidate(label, text, score, "exemplar", probabilities.get(label))
+            for label, text, score in best
+        ]
         reused = None
         if self.learned is not None:
             near = self.learned.nearest(vector)
             if near is not None:
-                reused = Candidate(
-                    near[1], near[0], near[2], self.config.reuse_threshold, "llm", None, near[2]
-                )
+                reused = Candidate(near[1], near[0], near[2], "llm")
         return ranked, reused, spread
 
     def judge(self, query: str, vector: np.ndarray, context: ResolveContext) -> Decision | None:
         """Decide from the fitted confidence and record `intent_semantic` (hit or miss)."""
         ranked, reused, spread = self.candidates(vector)
-        if reused is not None and reused.score >= reused.threshold:
-            # A paraphrase of a question the LLM already routed: the LLM's confidence.
-            decision = single(reused.route, LLM_CONFIDENCE)
-            record(
-                Step.INTENT_SEMANTIC,
-                query=query,
-                matched_query=reused.text,
-                similarity=round(reused.score, 4),
-                decision=reused.route,
-                threshold=reused.threshold,
-                origin="llm",
-                matched=True,
-                confidence=LLM_CONFIDENCE,
-                candidates=decision.candidates(),
-            )
-            if self.decision_cache is not None and context.discourse is None:
-                self.decision_cache.put(query, reused.route, self.name, LLM_CONFIDENCE)
-            return Decision(reused.route, self.name, confidence=LLM_CONFIDENCE)
+        if reused is not None and reused.score >= self.config.reuse_threshold:
+            return self._reuse(query, reused, context)
         by_label = {c.route: c for c in ranked}
-        keyword = context.keyword.scores if context.keyword is not None else {}
-        labels = [*self.labels(), *(r for r in keyword if r in self.routes or r == NONE)]
-        labels = list(dict.fromkeys(labels))
         unknown = self._unknown_words(query) if context.keyword is None else 0
-        # Not one word the model knows: its similarities are between fragments of letters,
-        # not evidence, so the confidence is the fit's own with no evidence at all (the
-        # candidates, all equal, in the order of their nearest exemplars).
-        if unknown:
-            nearness = {c.route: i for i, c in enumerate(ranked)}
-            by_nearness = sorted(labels, key=lambda r: nearness.get(r, len(nearness)))
-            confidence = self.model.keyword(by_nearness, {})
-        else:
-            confidence = self.model.full(
-                labels,
-                keyword,
-                {c.route: c.score for c in ranked},
-                {c.route: c.probability for c in ranked if c.probability is not None},
-                spread,
-            )
-        events = []
-        for entry in confidence.candidates(self.config.top_k):
-            near = by_label.get(entry["route"])
-            if near is not None:
-                entry.update(matched=near.text, similarity=round(near.score, 4))
-            events.append(entry)
-        if reused is not None:
-            events.append(
-                {
-                    "route": reused.route,
-                    "matched": reused.text,
-                    "origin": "llm",
-                    "similarity": round(reused.score, 4),
-                }
-            )
+        confidence = self._confidence(ranked, spread, context, unknown)
         winner = by_label.get(confidence.winner)
         shown = {
             "confidence": round(confidence.confidence, 4),
-            "candidates": events,
+            "candidates": self._shown(confidence, by_label, reused),
             "threshold": self.min_confidence,
             "fit": self.model.name,
         }
@@ -472,3 +390,71 @@ class SemanticStage:
             context.default_reason = "no_match"
             context.default_fields = {"nearest": winner.text, "similarity": round(winner.score, 4)}
         return None
+
+    def _reuse(self, query: str, reused: Candidate, context: ResolveContext) -> Decision:
+        """A paraphrase of a question the LLM already routed: its route, at the LLM's
+        confidence."""
+        decision = single(reused.route, LLM_CONFIDENCE)
+        record(
+            Step.INTENT_SEMANTIC,
+            query=query,
+            matched_query=reused.text,
+            similarity=round(reused.score, 4),
+            decision=reused.route,
+            threshold=self.config.reuse_threshold,
+            origin="llm",
+            matched=True,
+            confidence=LLM_CONFIDENCE,
+            candidates=decision.candidates(),
+        )
+        if self.decision_cache is not None and context.discourse is None:
+            self.decision_cache.put(query, reused.route, self.name, LLM_CONFIDENCE)
+        return Decision(reused.route, self.name, confidence=LLM_CONFIDENCE)
+
+    def _confidence(
+        self,
+        ranked: list[Candidate],
+        spread: Spread | None,
+        context: ResolveContext,
+        unknown: int,
+    ) -> Ranked:
+        """The fitted confidence over the labels with exemplars and the keyword scores'
+        routes. With `unknown` words only, the similarities are between fragments of
+        letters, not evidence, so the confidence is the fit's own with no evidence at all
+        (the candidates, all equal, in the order of their nearest exemplars)."""
+        keyword = context.keyword.scores if context.keyword is not None else {}
+        labels = [*self.labels(), *(r for r in keyword if r in self.routes or r == NONE)]
+        labels = list(dict.fromkeys(labels))
+        if unknown:
+            nearness = {c.route: i for i, c in enumerate(ranked)}
+            by_nearness = sorted(labels, key=lambda r: nearness.get(r, len(nearness)))
+            return self.model.keyword(by_nearness, {})
+        return self.model.full(
+            labels,
+            keyword,
+            {c.route: c.score for c in ranked},
+            {c.route: c.probability for c in ranked if c.probability is not None},
+            spread,
+        )
+
+    def _shown(
+        self, confidence: Ranked, by_label: Mapping[str, Candidate], reused: Candidate | None
+    ) -> list[dict[str, Any]]:
+        """The event's candidates: the best `top_k` with their nearest exemplar, and the
+        nearest earlier LLM decision when it was not near enough to reuse."""
+        events = []
+        for entry in confidence.candidates(self.config.top_k):
+            near = by_label.get(entry["route"])
+            if near is not None:
+                entry.update(matched=near.text, similarity=round(near.score, 4))
+            events.append(entry)
+        if reused is not None:
+            events.append(
+                {
+                    "route": reused.route,
+                    "matched": reused.text,
+                    "origin": "llm",
+                    "similarity": round(reused.score, 4),
+                }
+            )
+        return events

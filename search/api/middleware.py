@@ -15,15 +15,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 OPEN_PATHS = frozenset({"/healthz", "/ui", "/ui/", "/ui/app.js", "/ui/style.css"})
 
 
+_SCHEME = b"bearer "  # the scheme, lower case, and the one space before the token
+
+
 class BearerTokenMiddleware:
     """Require `Authorization: Bearer <token>` on every route but `/healthz`.
 
-    The comparison is constant-time, and the token is never echoed or logged.
+    The scheme is case-insensitive (RFC 7235: `bearer` is `Bearer`); the token is
+    compared in constant time, exactly (no padding stripped), and never echoed or logged.
     """
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or scope.get("path") in OPEN_PATHS:
@@ -34,7 +38,9 @@ class BearerTokenMiddleware:
             if name == b"authorization":
                 presented = value
                 break
-        if hmac.compare_digest(presented, self._expected):
+        scheme, credentials = presented[: len(_SCHEME)], presented[len(_SCHEME) :]
+        valid = hmac.compare_digest(credentials, self._token)
+        if valid and scheme.lower() == _SCHEME:
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":

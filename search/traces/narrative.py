@@ -89,26 +89,9 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
     source = event.get("source")
     decision = event.get("decision")
     if step == Step.DECOMPOSED:
-        parts = event.get("parts") or []
-        count = event.get("part_count", len(parts))
-        text = f"the query was split into {count} parts"
-        if with_text and parts:
-            text += ": " + ", ".join(_quote(p) for p in parts)
-        for claim in event.get("claimed") or []:
-            routes = claim.get("routes") or ["?", "?"]
-            text += (
-                f" (part {claim.get('part')} split off because the keyword rules claim it"
-                f" for {routes[-1]}, the part before for {routes[0]})"
-            )
-        return text
+        return _decomposed(event, with_text)
     if step == Step.CONDITIONAL_DETECTED:
-        word = "unless" if event.get("negated") else "if"
-        if with_text:
-            return (
-                f"a condition was found: {word} {_quote(event.get('condition'))} "
-                f"then {_quote(event.get('consequence'))}"
-            )
-        return f"a condition was found ({word})"
+        return _conditional(event, with_text)
     if step == Step.CONTROL_WITHHELD:
         return _withheld(event, with_text)
     if isinstance(step, str) and step.startswith("intent_") and decision is None:
@@ -128,19 +111,7 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
             text += " (escalated from the conversation)"
         return text
     if step == Step.INTENT_SEMANTIC:
-        similarity = event.get("similarity")
-        how = "similarity"
-        if isinstance(similarity, (int, float)):
-            how += f" {similarity:.2f}"
-        if event.get("origin") == "user_label":
-            like = (
-                f"the user's label {_quote(event.get('matched_query'))}"
-                if with_text
-                else "a query the user labelled"
-            )
-        else:
-            like = _quote(event.get("matched_query")) if with_text else "an earlier query"
-        return f"went to {decision} by {how} to {like}"
+        return _semantic(event, with_text)
     if step == Step.INTENT_DEFAULT:
         return f"went to {decision} by default ({event.get('reason') or 'no stage decided'})"
     if step == Step.PLANNED:
@@ -150,23 +121,9 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         what = f"answered {_count(count)}" if isinstance(count, int) else "answered"
         return f"{source} {what} from the result cache"
     if step == Step.SOURCE_INVOKED and event.get("operation") == "act":
-        what = _command(event) if with_text else "a command"
-        if event.get("outcome") in ("ok", "empty"):
-            return f"{source} carried out {what} in {_ms(event.get('elapsed_ms'))}"
-        reason = str(event.get("reason") or "error")
-        return f"{source} was asked to {what} and " + _FAILURES.get(reason, f"failed ({reason})")
+        return _acted(event, with_text)
     if step == Step.SOURCE_INVOKED:
-        outcome = event.get("outcome")
-        elapsed = _ms(event.get("elapsed_ms"))
-        if outcome == "ok":
-            return f"{source} answered {_count(event.get('result_count'))} in {elapsed}"
-        if outcome == "empty":
-            return f"{source} found nothing in {elapsed}"
-        if outcome == "timeout":
-            return f"{source} timed out after {elapsed}"
-        reason = str(event.get("reason") or "error")
-        failure = _FAILURES.get(reason, f"failed ({reason})")
-        return f"{source} {failure} after {elapsed}"
+        return _searched(event)
     if step == Step.SOURCE_SKIPPED:
         reason = str(event.get("reason") or "skipped")
         return f"{source} " + _FAILURES.get(reason, f"was skipped ({reason})")
@@ -181,6 +138,75 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         return text
     target = decision or source or event.get("route")
     return f"{step} {target}" if target else str(step)
+
+
+def _decomposed(event: dict[str, Any], with_text: bool) -> str:
+    """How many parts, which, and why a keyword claim split one off."""
+    parts = event.get("parts") or []
+    count = event.get("part_count", len(parts))
+    text = f"the query was split into {count} parts"
+    if with_text and parts:
+        text += ": " + ", ".join(_quote(p) for p in parts)
+    for claim in event.get("claimed") or []:
+        routes = claim.get("routes") or ["?", "?"]
+        text += (
+            f" (part {claim.get('part')} split off because the keyword rules claim it"
+            f" for {routes[-1]}, the part before for {routes[0]})"
+        )
+    return text
+
+
+def _conditional(event: dict[str, Any], with_text: bool) -> str:
+    word = "unless" if event.get("negated") else "if"
+    if with_text:
+        return (
+            f"a condition was found: {word} {_quote(event.get('condition'))} "
+            f"then {_quote(event.get('consequence'))}"
+        )
+    return f"a condition was found ({word})"
+
+
+def _semantic(event: dict[str, Any], with_text: bool) -> str:
+    """A semantic decision: how near, and to what (an exemplar, or the user's label)."""
+    similarity = event.get("similarity")
+    how = "similarity"
+    if isinstance(similarity, (int, float)):
+        how += f" {similarity:.2f}"
+    if event.get("origin") == "user_label":
+        like = (
+            f"the user's label {_quote(event.get('matched_query'))}"
+            if with_text
+            else "a query the user labelled"
+        )
+    else:
+        like = _quote(event.get("matched_query")) if with_text else "an earlier query"
+    return f"went to {event.get('decision')} by {how} to {like}"
+
+
+def _acted(event: dict[str, Any], with_text: bool) -> str:
+    """A command a source was asked to carry out, and whether it did."""
+    source = event.get("source")
+    what = _command(event) if with_text else "a command"
+    if event.get("outcome") in ("ok", "empty"):
+        return f"{source} carried out {what} in {_ms(event.get('elapsed_ms'))}"
+    reason = str(event.get("reason") or "error")
+    return f"{source} was asked to {what} and " + _FAILURES.get(reason, f"failed ({reason})")
+
+
+def _searched(event: dict[str, Any]) -> str:
+    """A source's search: what it answered, or how it failed, and how long it took."""
+    source = event.get("source")
+    outcome = event.get("outcome")
+    elapsed = _ms(event.get("elapsed_ms"))
+    if outcome == "ok":
+        return f"{source} answered {_count(event.get('result_count'))} in {elapsed}"
+    if outcome == "empty":
+        return f"{source} found nothing in {elapsed}"
+    if outcome == "timeout":
+        return f"{source} timed out after {elapsed}"
+    reason = str(event.get("reason") or "error")
+    failure = _FAILURES.get(reason, f"failed ({reason})")
+    return f"{source} {failure} after {elapsed}"
 
 
 def _rewritten(event: dict[str, Any], with_text: bool) -> str:

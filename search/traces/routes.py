@@ -101,6 +101,11 @@ class TraceSummary(BaseModel):
     replay_of: str | None
     part_count: int
     sources: list[str]
+    parts: list[dict[str, str | None]] = Field(
+        default_factory=list,
+        description="Each part's `route` and `status` (ok, empty, error, unserved, "
+        "withheld, planned), in part order.",
+    )
 
 
 class TracePage(BaseModel):

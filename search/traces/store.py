@@ -33,7 +33,8 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,7 +62,11 @@ log = logging.getLogger("search.traces")
 MAX_LIMIT = 1000
 _SUMMARY = (
     "id, trace_id, started_at, query, status_code, duration_ms, failed, fallback, cached, "
-    "dry_run, redacted, captured, replay_of, part_count, sources, session_id"
+    "dry_run, redacted, captured, replay_of, part_count, sources, session_id, "
+    # each part's route and status, read from the stored results by SQLite itself: an
+    # unserved or withheld request shows what became of it in a list of traces
+    "(SELECT json_group_array(json_object('route', json_extract(value, '$.route'), "
+    "'status', json_extract(value, '$.status'))) FROM json_each(traces.results)) AS parts"
 )
 
 
@@ -281,7 +286,18 @@ def _summary(row: sqlite3.Row) -> dict[str, Any]:
         "session_id": row["session_id"],
         "part_count": row["part_count"],
         "sources": [s for s in row["sources"].split("|") if s],
+        "parts": _parts(row),
     }
+
+
+def _parts(row: sqlite3.Row) -> list[dict[str, Any]]:
+    """The summary's `parts` column, or (a whole row, as `get_trace` reads it) the same
+    read off its results."""
+    if "parts" in row.keys():  # noqa: SIM118 - `in` on a Row looks at its values
+        return json.loads(row["parts"]) if row["parts"] else []
+    return [
+        {"route": r.get("route"), "status": r.get("status")} for r in json.loads(row["results"])
+    ]
 
 
 def _detail(row: sqlite3.Row) -> dict[str, Any]:
@@ -741,8 +757,18 @@ class SQLiteTraceStore:
                 self._pseudonym = Pseudonymizer(key)
         return self._pseudonym
 
+    @contextmanager
+    def _naming_the_path(self) -> Iterator[None]:
+        """A file SQLite cannot open or read (a read-only directory, where the -shm of WAL
+        mode cannot be made; a file that is no database) is the config's `trace.path`
+        problem, said as `open_sync` says it: every command exits 2 naming it."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise TraceStoreError(f"trace.path: cannot open {self.path}: {exc}") from None
+
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        with self._read_lock:
+        with self._read_lock, self._naming_the_path():
             return self._reader().execute(sql, tuple(args)).fetchall()
 
     def list_traces(self, filters: TraceFilter) -> dict[str, Any]:
@@ -771,7 +797,7 @@ class SQLiteTraceStore:
 
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
         """The stored trace, with the labels stored beside it (oldest first)."""
-        with self._read_lock:
+        with self._read_lock, self._naming_the_path():
             reader = self._reader()
             rows = reader.execute("SELECT * FROM traces WHERE trace_id = ?", (trace_id,)).fetchall()
             if not rows:
@@ -783,7 +809,7 @@ class SQLiteTraceStore:
 
     def labels(self) -> list[Label]:
         """Every stored label, in the order stored."""
-        with self._read_lock:
+        with self._read_lock, self._naming_the_path():
             return read_labels(self._reader())
 
     def add_label(self, trace_id: str, part: Any, route: Any, routes: Iterable[str]) -> Label:
@@ -797,26 +823,28 @@ class SQLiteTraceStore:
         if trace is None:
             raise KeyError(trace_id)
         target = check_label(trace, part, route, routes)
-        conn = self._connect()
-        try:
-            return insert_label(
-                conn,
-                trace_id,
-                target,
-                str(route),
-                bool(trace["redacted"]),
-                max_labels=self.config.max_labels,
-            )
-        finally:
-            conn.close()
+        with self._naming_the_path():
+            conn = self._connect()
+            try:
+                return insert_label(
+                    conn,
+                    trace_id,
+                    target,
+                    str(route),
+                    bool(trace["redacted"]),
+                    max_labels=self.config.max_labels,
+                )
+            finally:
+                conn.close()
 
     def mark_exported(self, ids: Iterable[int]) -> None:
         """The labels `search label --export` wrote out (their traces may then leave)."""
-        conn = self._connect()
-        try:
-            mark_exported(conn, ids)
-        finally:
-            conn.close()
+        with self._naming_the_path():
+            conn = self._connect()
+            try:
+                mark_exported(conn, ids)
+            finally:
+                conn.close()
 
     def resolve_id(self, prefix: str) -> str | None:
         """The full id for an id or a unique prefix of one (at least 6 characters)."""

@@ -486,6 +486,12 @@
     }
   }
 
+  // Each part as "route status" (a part no route took: "— unserved"), so a request that
+  // was not served reads so in the list, not as an empty sources cell.
+  function partsText(parts) {
+    return (parts || []).map((p) => `${p.route || "—"} ${p.status}`).join(" · ");
+  }
+
   function traceRow(t) {
     const flags = [];
     if (t.failed) flags.push("failed");
@@ -498,7 +504,9 @@
       el("td", { class: "time", text: new Date(t.started_at * 1000).toLocaleString() }),
       el("td", { class: "query" }, link),
       el("td", { text: t.status_code }), el("td", { class: "num", text: fmtMs(t.duration_ms) }),
-      el("td", { text: (t.sources || []).join(", ") }), el("td", { class: "flags", text: flags.join(" · ") }));
+      el("td", { text: (t.sources || []).join(", ") }),
+      el("td", { class: "parts", text: partsText(t.parts) }),
+      el("td", { class: "flags", text: flags.join(" · ") }));
     row.addEventListener("click", (e) => {
       if (e.target.tagName !== "A") location.hash = `#/trace/${encodeURIComponent(t.trace_id)}`;
     });

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from mcp import Client
 
+from search.api.app import create_app
 from search.config import ConfigError, parse_config
 from search.service import Service
 from tests.support.app import build_app, uvicorn_server
@@ -80,6 +81,25 @@ def test_a_1000_character_query_of_hundreds_of_parts_is_refused(base: str) -> No
     response = httpx.post(f"{base}/search", json={"query": query}, timeout=30)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["field"] == "query"
+
+
+def test_over_http_the_part_count_is_checked_once_per_request(demo_zim: Path) -> None:
+    """The handler checks (a 422 before any trace or source); the router does not again."""
+    config = parse_config(zim_config(demo_zim, max_parts=MAX_PARTS))
+    service = Service(config)
+    checked: list[str] = []
+    original = service.router.check_parts
+
+    def counted(query: str) -> int:
+        checked.append(query)
+        return original(query)
+
+    service.router.check_parts = counted  # type: ignore[method-assign]
+    within, over = parts_query(MAX_PARTS), parts_query(MAX_PARTS + 1)
+    with uvicorn_server(create_app(config, service)) as url:
+        assert httpx.post(f"{url}/search", json={"query": within}, timeout=30).status_code == 200
+        assert httpx.post(f"{url}/search", json={"query": over}, timeout=30).status_code == 422
+    assert checked == [within, over]
 
 
 async def test_mcp_search_over_the_cap_is_an_error_naming_query(base: str) -> None:

@@ -7,7 +7,8 @@
 - With `server.api_token` set, every route the app has (the MCP endpoint included)
   answers 401 without the exact bearer token; `/healthz` and the trace viewer's static
   files (no data in them) answer without it. Only the exact token passes: every prefix,
-  extension and one-character change of it is refused.
+  extension and one-character change of it is refused; the scheme is case-insensitive
+  (RFC 7235: `bearer` is `Bearer`).
 """
 
 from __future__ import annotations
@@ -186,13 +187,17 @@ def test_only_the_exact_token_is_accepted(guarded: Any) -> None:
     _, base = guarded
     with httpx.Client(base_url=base, timeout=10) as client:
         for wrong in wrong_tokens():
-            for header in (f"Bearer {wrong}", wrong or "x", f"bearer {TOKEN}", f"Basic {TOKEN}"):
+            for header in (f"Bearer {wrong}", f"bearer {wrong}", wrong or "x", f"Basic {TOKEN}"):
                 if header != header.strip():
                     continue  # an HTTP client cannot send that (no header value ends so)
                 response = client.get("/metrics", headers={"Authorization": header})
                 assert response.status_code == 401, header
                 assert TOKEN not in response.text
         assert client.get("/metrics").status_code == 401  # no header at all
-        assert (
-            client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
-        )
+        # The scheme is case-insensitive (RFC 7235), the token is not.
+        for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+            response = client.get("/metrics", headers={"Authorization": f"{scheme} {TOKEN}"})
+            assert response.status_code == 200, scheme
+        for scheme in ("Bearer:", "Bearers", "Basic", "Bear"):
+            response = client.get("/metrics", headers={"Authorization": f"{scheme} {TOKEN}"})
+            assert response.status_code == 401, scheme

@@ -3,6 +3,7 @@ ends as, over the real dispatcher and scripted sources (see tests/support/script
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -62,6 +63,46 @@ async def test_over_max_parts_is_refused_before_any_part_is_resolved() -> None:
     assert (refused.value.parts, refused.value.limit) == (3, 2)
     assert resolver.calls == []
     assert svc.sources["kiwix"].calls == 0  # type: ignore[attr-defined]
+
+
+def counting_checks(router: Router) -> list[str]:
+    """The queries `router.check_parts` is asked about, from here on."""
+    checked: list[str] = []
+    original = router.check_parts
+
+    def counted(query: str) -> int:
+        checked.append(query)
+        return original(query)
+
+    router.check_parts = counted  # type: ignore[method-assign]
+    return checked
+
+
+async def test_the_part_count_is_checked_once_per_request() -> None:
+    """A surface checks first (to refuse before anything is loaded or traced); `run` does
+    not check the same query again in that request, and checks any other."""
+    router = router_over(CountingResolver({}), service({"kiwix": {}}, {}), max_parts=2)
+    checked = counting_checks(router)
+    router.check_parts("one thing; another thing")  # the surface's check
+    await run(router, "one thing; another thing")
+    assert checked == ["one thing; another thing"]
+    await run(router, "a third thing")  # no surface checked it: `run` does
+    assert checked == ["one thing; another thing", "a third thing"]
+
+
+async def test_a_check_in_another_request_does_not_count() -> None:
+    router = router_over(CountingResolver({}), service({"kiwix": {}}, {}), max_parts=2)
+    checked = counting_checks(router)
+    # another request (its own task, so its own context) checked the same words
+    await asyncio.create_task(_check(router, "one; two"))
+    with pytest.raises(TooManyParts):
+        await run(router, "one; two; three")
+    await run(router, "one; two")
+    assert checked == ["one; two", "one; two; three", "one; two"]
+
+
+async def _check(router: Router, query: str) -> None:
+    router.check_parts(query)
 
 
 async def test_a_leading_condition_counts_as_one_part() -> None:

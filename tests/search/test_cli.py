@@ -122,6 +122,32 @@ def test_route_input_reads_lines_and_jsonl(tmp_path: Path, demo_zim: Path) -> No
     assert lines[1]["parts"][0]["stage"] == "intent_default"
 
 
+def test_a_reader_that_stops_reading_ends_the_command_quietly(
+    tmp_path: Path, demo_zim: Path
+) -> None:
+    """`search route --input ... | head -1`: the pipe closes while lines are still coming;
+    the command stops, exit 141 (128 + SIGPIPE) and nothing on stderr."""
+    config = write_config(tmp_path, demo_zim)
+    queries = tmp_path / "queries.txt"
+    queries.write_text("".join(f"who wrote book number {i}\n" for i in range(2000)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "search", "route", "--input", str(queries)]
+    with subprocess.Popen(
+        [*command, "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        first = json.loads(process.stdout.readline())
+        process.stdout.close()  # as `head -1` exits
+        stderr = process.stderr.read().decode()
+        code = process.wait(timeout=120)
+    assert first["query"] == "who wrote book number 0"
+    assert (code, stderr) == (141, "")
+
+
 @pytest.mark.parametrize(
     ("config_text", "needle"),
     [

@@ -20,8 +20,14 @@ import pytest
 import yaml
 
 from routing.language.lexicon import parse_lexicon
-from routing.stages.build import resolved_routes, semantic_stage
-from routing.stages.route_data import NONE, RouteDataError, resolve_routes, shipped_routes
+from routing.stages.build import resolved_routes
+from routing.stages.route_data import (
+    NONE,
+    RouteDataError,
+    parse_route_file,
+    resolve_routes,
+    shipped_routes,
+)
 from search.config import ConfigError, parse_config
 from search.service import Service
 from tests.support import scripted
@@ -64,8 +70,6 @@ def test_every_shipped_route_has_its_data() -> None:
     assert set(routes) == SHIPPED
     for name, data in routes.items():
         assert data.keywords and data.exemplars, name
-        # No per-route threshold ships: the calibrated confidence decides (routing/stages/confidence.py).
-        assert data.threshold is None, name
         assert (data.description != "") == (name != NONE), name
 
 
@@ -139,20 +143,42 @@ def test_descriptions_come_from_the_route_unless_the_source_has_one() -> None:
     assert own.sources["ha"].description == "Route's."
 
 
-def test_a_configured_threshold_is_still_parsed() -> None:
-    routes = ["kiwix", "forecast", "ha", "web"]
-    overridden = semantic_stage(
-        config(
-            {
-                "routes": {"kiwix": {"threshold": 0.42}},
-                "semantic": {"enabled": False, "thresholds": {"web": 0.33}, "none_threshold": 0.44},
-            }
+RETIRED = "no longer used: the fitted confidence decides (routing.min_confidence)"
+
+
+@pytest.mark.parametrize(
+    ("routing", "message"),
+    [
+        ({"routes": {"kiwix": {"threshold": 0.42}}}, f"routing.routes.kiwix.threshold: {RETIRED}"),
+        (
+            {"semantic": {"default_threshold": 0.3}},
+            f"routing.semantic.default_threshold: {RETIRED}",
         ),
-        routes,
-    )
-    assert overridden.threshold("kiwix") == 0.42
-    assert overridden.threshold("web") == 0.33
-    assert overridden.threshold(NONE) == 0.44
+        ({"semantic": {"thresholds": {"web": 0.3}}}, f"routing.semantic.thresholds: {RETIRED}"),
+        ({"semantic": {"none_threshold": 0.4}}, f"routing.semantic.none_threshold: {RETIRED}"),
+        ({"semantic": {"margin": 0.1}}, f"routing.semantic.margin: {RETIRED}"),
+        (
+            {"semantic": {"classifier_weight": 0.1}},
+            "routing.semantic.classifier_weight: no longer used: the fitted confidence weighs "
+            "the classifier (routing.semantic.classifier: false turns it off)",
+        ),
+    ],
+)
+def test_a_key_that_no_longer_decides_is_refused_naming_it(
+    routing: dict[str, Any], message: str
+) -> None:
+    """Accepted and ignored, it would read as a knob that works."""
+    with pytest.raises(ConfigError) as caught:
+        config(routing)
+    assert str(caught.value) == message
+
+
+def test_a_shipped_route_file_with_a_threshold_is_refused() -> None:
+    with pytest.raises(RouteDataError) as caught:
+        parse_route_file("ha", "keywords: [sauna]\nthreshold: 0.4\n")
+    message = str(caught.value)
+    assert message.startswith("routing/routes/ha.yaml: ") and "threshold" in message, message
+    assert RETIRED in message, message
 
 
 async def test_without_shipped_routes_only_the_configs_rules_count() -> None:
@@ -171,7 +197,6 @@ async def test_without_shipped_routes_only_the_configs_rules_count() -> None:
         ),
         ({"routes": {"ha": {"keywords": "sauna"}}}, "routing.routes.ha.keywords: "),
         ({"routes": {"ha": {"rules": ["sauna"]}}}, "routing.routes.ha.rules: unknown key"),
-        ({"routes": {"ha": {"threshold": 2}}}, "routing.routes.ha.threshold: "),
         ({"routes": {"ha": ["sauna"]}}, "routing.routes.ha: "),
         (
             {"routes": {"ha": {"disable_keywords": ["lights", "no such rule"]}}},

@@ -30,7 +30,6 @@ NONE = ["set an alarm for 7 am", "tell me a joke", "play some music"]
 
 def config(
     *,
-    thresholds: dict[str, float] | None = None,
     llm: str = "",
     reuse: float = 0.8,
     min_confidence: float | None = None,
@@ -44,9 +43,6 @@ def config(
                 "semantic": {
                     "exemplars": EXEMPLARS,
                     "none_exemplars": NONE,
-                    "default_threshold": 0.5,
-                    "none_threshold": 0.5,
-                    "thresholds": thresholds or {},
                     "reuse_threshold": reuse,
                 },
                 "llm": {"base_url": llm, "model": "m", "timeout_s": 2, "bias_check": False},

@@ -146,6 +146,14 @@ def test_the_list_shows_recent_traces_and_filters_them(page: Any, site: dict[str
     # Newest first.
     assert rows.first.get_attribute("data-trace-id") == ids["parts"]
     assert "4 of 4 traces" in page.inner_text("#list-status")
+    # Each part's route and status, as stored: the fallback's route is ha (web answered).
+    parts = {
+        rows.nth(i).get_attribute("data-trace-id"): rows.nth(i).locator("td.parts").inner_text()
+        for i in range(4)
+    }
+    assert parts[ids["plain"]] == "kiwix ok"
+    assert parts[ids["fallback"]] == "ha ok"
+    assert parts[ids["parts"]] == "web ok · ha ok"
 
     page.check("#filters input[name=fallback]")
     page.click("#filters button[type=submit]")
@@ -537,3 +545,36 @@ def test_a_part_is_labelled_from_its_trace_page(browser: Any, tmp_path: Path) ->
             labels = http.get(f"/traces/{trace_id}").json()["labels"]
         assert [(lab["part"], lab["route"]) for lab in labels] == [("1", "web")]
         context.close()
+
+
+def test_an_unserved_request_reads_so_in_the_list(page: Any, site: dict[str, Any]) -> None:
+    """A request no source served has no sources; its parts say what became of it. The
+    list is given a page as the API serves it (a store with such a trace)."""
+    summary = {
+        "trace_id": "f" * 32,
+        "started_at": 1.0,
+        "time": "1970-01-01T00:00:01.000+00:00",
+        "query": "set an alarm and unlock the door",
+        "status_code": 200,
+        "duration_ms": 1.0,
+        "failed": False,
+        "fallback": False,
+        "cached": False,
+        "dry_run": False,
+        "redacted": False,
+        "captured": False,
+        "replay_of": None,
+        "session_id": None,
+        "part_count": 2,
+        "sources": [],
+        "parts": [{"route": None, "status": "unserved"}, {"route": "ha", "status": "withheld"}],
+    }
+    page.route(
+        "**/traces?*",
+        lambda route: route.fulfill(
+            json={"traces": [summary], "total": 1, "limit": 50, "offset": 0, "next_cursor": None}
+        ),
+    )
+    page.goto(site["base"] + "/ui")
+    cell = page.locator("#trace-list tbody tr td.parts")
+    expect(cell).to_have_text("— unserved · ha withheld")

@@ -7,6 +7,10 @@ Traces are recorded by the real Service into a real SQLite file; the CLI is the 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -213,3 +217,50 @@ def test_the_narrative_says_why_the_rules_split_a_query() -> None:
     assert sentence({**event, "claimed": None}) == (
         "the query was split into 2 parts: 'will it rain', 'hall lights too'"
     )
+
+
+@contextmanager
+def read_only(directory: Path) -> Iterator[None]:
+    """`directory` made read-only for this process: root (as the suite runs in CI) is not
+    stopped by a mode, so there it is made immutable (`chattr +i`), as a read-only mount
+    would be; SQLite then cannot create the -shm file a WAL store is read through."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(directory)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(directory)], check=True)
+    else:
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("trace", "list"),
+        ("trace", "show", "{id}"),
+        ("label", "{id}", "web"),
+        ("label", "--export", "{out}"),
+        ("replay", "{id}"),
+    ],
+)
+def test_a_store_that_cannot_be_opened_is_one_line_naming_trace_path_and_exit_2(
+    recorded: tuple[Path, list[str]],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    command: tuple[str, ...],
+) -> None:
+    config, ids = recorded
+    argv = [part.format(id=ids[0], out=tmp_path.parent / "labels.yaml") for part in command]
+    for leftover in tmp_path.glob("traces.db-*"):  # as after a clean close: no -shm to reuse
+        leftover.unlink()
+    with read_only(tmp_path):
+        code, out = cli(capsys, *argv, "--config", str(config))
+    assert code == 2, out
+    assert out.splitlines() == [
+        f"search: trace.path: cannot open {tmp_path / 'traces.db'}: unable to open database file"
+    ]
