@@ -24,12 +24,7 @@ LAYERS = ("sources", "routing", "search")  # each may import only those before i
 # Known cycles, each closed by one deferred import, being removed by the lead (the
 # correction loop's regroup): (importer, imported). Empty this as they go; an entry whose
 # import is gone fails `test_the_known_cycles_are_still_there`, so it cannot linger.
-KNOWN_CYCLES = frozenset(
-    {
-        # the label route reads its body with the app's reader, and the app mounts it
-        ("search.correction.label_routes", "search.api.app"),
-    }
-)
+KNOWN_CYCLES: frozenset[tuple[str, str]] = frozenset()
 
 PROBE = """
 import importlib, pkgutil, sys

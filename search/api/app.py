@@ -26,6 +26,7 @@ from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.api.authority import may_act, open_to_network_warning, token_required
+from search.api.body import BodyTooLarge, read_body
 from search.api.middleware import BearerTokenMiddleware
 from search.api.openapi import openapi_document
 from search.api.request_guard import RequestGuard
@@ -56,25 +57,6 @@ def settle_heap() -> None:
     """
     gc.collect()
     gc.freeze()
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing more than `limit` bytes without reading them all."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JSONResponse:

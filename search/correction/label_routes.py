@@ -21,6 +21,7 @@ from starlette.routing import Route
 from routing.chain.events import run_in_thread
 from routing.stages.build import route_descriptions
 from search.api.authority import may_act
+from search.api.body import BodyTooLarge, read_body
 from search.api.schemas import component_schemas, error_response, first_error
 from search.api.schemas import json_ref as _json
 from search.correction.labels import LabelError
@@ -64,8 +65,6 @@ def _parse(raw: bytes) -> LabelRequest | JSONResponse:
 
 
 async def add_label(request: Request) -> Response:
-    from search.api.app import BodyTooLarge, read_body  # the app imports this module
-
     service = request.app.state.service
     if not may_act(request, service.config):
         return error_response(
