@@ -111,16 +111,26 @@ class Service:
         # Not for a replay (`wrap_source`): it must answer from its captures alone, and
         # must not publish them to the live workers.
         self.shared: RedisLink | None = None
+        if config.cache.redis_url is not None and wrap_source is None:
+            self.shared = RedisLink(
+                config.cache.redis_url.get_secret_value(),
+                prefix=config.cache.redis_key_prefix,
+                timeout_s=config.cache.redis_timeout_s,
+                retry_after_s=config.cache.redis_retry_after_s,
+            )
+        self.dispatcher = self._dispatcher(breakers, acting)
+        self.resolver = self._resolver(self.household)
+        self._log_unexpected(self.dispatcher, "answer")
+        self.router = Router(self.resolver, self.dispatcher, config.routing.max_parts)
+        self._started_sources: list[Source] = []
+
+    def _dispatcher(self, breakers: dict[str, CircuitBreaker], acting: bool) -> Dispatcher:
+        """The dispatcher over this service's sources, caches and breakers (through Redis
+        when the service has a link)."""
+        config = self.config
         shared_results: SharedCache[tuple[str, str], list[Item]] | None = None
         shared_breakers: dict[str, SharedBreaker] | None = None
-        cache = config.cache
-        if cache.redis_url is not None and wrap_source is None:
-            self.shared = RedisLink(
-                cache.redis_url.get_secret_value(),
-                prefix=cache.redis_key_prefix,
-                timeout_s=cache.redis_timeout_s,
-                retry_after_s=cache.redis_retry_after_s,
-            )
+        if self.shared is not None:
             shared_results = SharedCache(
                 self.shared,
                 "result_cache",
@@ -136,7 +146,7 @@ class Service:
                 )
                 for name in breakers
             }
-        self.dispatcher = Dispatcher(
+        return Dispatcher(
             self.sources,
             fallbacks={name: entry.fallback for name, entry in config.sources.items()},
             fusion=config.routing.fusion,
@@ -149,10 +159,6 @@ class Service:
             shared_breakers=shared_breakers,
             acting=acting,
         )
-        self.resolver = self._resolver(self.household)
-        self._log_unexpected(self.dispatcher, "answer")
-        self.router = Router(self.resolver, self.dispatcher, config.routing.max_parts)
-        self._started_sources: list[Source] = []
 
     def _resolver(self, household: HouseholdRouting | None) -> Resolver:
         resolver = build_resolver(self.config, self.shared, household)
