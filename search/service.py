@@ -151,7 +151,12 @@ class Service:
         )
         self.resolver = self._resolver(self.household)
         self._log_unexpected(self.dispatcher, "answer")
-        self.router = Router(self.resolver, self.dispatcher, config.routing.max_parts)
+        self.router = Router(
+            self.resolver,
+            self.dispatcher,
+            config.routing.max_parts,
+            time_sensitive=config.routing.time_sensitive,
+        )
         self._started_sources: list[Source] = []
 
     def _resolver(self, household: HouseholdRouting | None) -> Resolver:
