@@ -291,7 +291,8 @@ class Router:
                 return PartResult(
                     text, None, "unserved", stage=decision.stage, confidence=decision.confidence
                 )
-            routed = self.live.route(text, decision.route)  # a snapshot's answer may be old
+            # a snapshot's answer to a question of now may be old: a live source answers it
+            routed = self.live.route(text, decision.route, decision.stage)
             circumstances = Circumstances(
                 dry_run=context.dry_run,
                 conditional=conditional,

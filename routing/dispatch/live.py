@@ -7,8 +7,9 @@ enabled (`live_route`, web), the part goes there, with the snapshot as its fallb
 no live source enabled the snapshot still answers, and the chain says its answer may be
 out of date. Either way `time_sensitive` is recorded here, where the choice is made.
 
-Only a question is redirected: a part any source reads as a command ("turn the lights
-off now") keeps its route, so time words never move a command to another source.
+Only a question a stage judged encyclopedic is redirected: a part that ended at the
+default (nothing judged it) keeps the default, and a part any source reads as a command
+("turn the lights off now") keeps its route, so time words never move a command.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from routing.chain.steps import Step
 from routing.config import TimeSensitiveConfig
 from routing.dispatch.dispatcher import Dispatcher
 from routing.language.time_sensitive import time_cue
+
+DEFAULT = "intent_default"  # the stage that decided nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +52,10 @@ class LiveRedirect:
             return "disabled"
         return None
 
-    def route(self, text: str, route: str) -> Routed:
+    def route(self, text: str, route: str, stage: str) -> Routed:
         """The route `text` goes to, recording `time_sensitive` when its time words
         change it (or would, had a live source been enabled)."""
-        if not self.config.enabled or route not in self.from_routes:
+        if not self.config.enabled or route not in self.from_routes or stage == DEFAULT:
             return Routed(route)
         cue = time_cue(text)
         if cue is None or self.dispatcher.is_command(text):

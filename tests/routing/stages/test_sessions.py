@@ -82,8 +82,7 @@ async def test_without_a_session_or_in_another_session_nothing_is_inherited(
     await service.search("what's the weather in oslo", dry_run=True, session_id="s1")
     alone = await service.search("and tomorrow?", dry_run=True)
     other = await service.search("and tomorrow?", dry_run=True, session_id="s2")
-    # the default (kiwix) part asks of "tomorrow": time-sensitive, so the live web source
-    assert parts(alone) == parts(other) == [("web", "intent_default")]
+    assert parts(alone) == parts(other) == [("kiwix", "intent_default")]
 
 
 async def test_the_last_turn_wins_and_follow_ups_and_defaults_do_not_replace_it(
