@@ -293,8 +293,6 @@ class Router:
                 )
             # a snapshot's answer to a question of now may be old: a live source answers it
             routed = self.live.route(text, decision.route, decision.stage)
-            # a snapshot's answer to a question of now may be old: a live source answers it
-            routed = self.live.route(text, decision.route, decision.stage)
             circumstances = Circumstances(
                 dry_run=context.dry_run,
                 conditional=conditional,
