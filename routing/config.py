@@ -71,6 +71,22 @@ class SemanticConfig(Strict):
     threads: int = Field(default=1, ge=1, le=64, description="Torch threads for encoding.")
 
 
+class TimeSensitiveConfig(Strict):
+    """Where a question whose answer changes with time goes (routing/language/time_sensitive.py)."""
+
+    enabled: bool = True
+    from_routes: list[str] = Field(
+        default_factory=lambda: ["kiwix"],
+        description="Routes that answer from a snapshot (an offline encyclopedia): a "
+        "time-sensitive part routed to one goes to `live_route` instead, with it as fallback.",
+    )
+    live_route: str = Field(
+        default="web",
+        description="The live source; when it is not configured or not enabled the snapshot "
+        "answers and the chain says its answer may be out of date.",
+    )
+
+
 class RoutingConfig(Strict):
     default_source: str = "kiwix"
     request_deadline_s: float = Field(default=15.0, gt=0, le=600)
@@ -121,6 +137,7 @@ class RoutingConfig(Strict):
     session_ttl_s: float = Field(default=900.0, ge=0)
     session_max_entries: int = Field(default=1000, ge=0)
     semantic: SemanticConfig = Field(default_factory=SemanticConfig)
+    time_sensitive: TimeSensitiveConfig = Field(default_factory=TimeSensitiveConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
 
     def route_overrides(self) -> dict[str, RouteOverride]:

@@ -20,8 +20,10 @@ from typing import Any
 
 from routing.chain.events import part_scope, record
 from routing.chain.steps import Step
+from routing.config import TimeSensitiveConfig
 from routing.dispatch.control import Circumstances
 from routing.dispatch.dispatcher import Answer, Dispatcher
+from routing.dispatch.live import LiveRedirect
 from routing.language.conditional import Conditional, extract_conditional
 from routing.language.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.stages.resolver import Resolver
@@ -139,10 +141,15 @@ class Router:
     """Turns a query into part results, recording every step on the way."""
 
     def __init__(
-        self, resolver: Resolver, dispatcher: Dispatcher, max_parts: int | None = None
+        self,
+        resolver: Resolver,
+        dispatcher: Dispatcher,
+        max_parts: int | None = None,
+        time_sensitive: TimeSensitiveConfig | None = None,
     ) -> None:
         self.resolver = resolver
         self.dispatcher = dispatcher
+        self.live = LiveRedirect(dispatcher, time_sensitive or TimeSensitiveConfig())
         self.claims: Claims | None = resolver.keyword_claims()
         self.max_parts = max_parts
 
@@ -284,6 +291,8 @@ class Router:
                 return PartResult(
                     text, None, "unserved", stage=decision.stage, confidence=decision.confidence
                 )
+            # a snapshot's answer to a question of now may be old: a live source answers it
+            routed = self.live.route(text, decision.route, decision.stage)
             circumstances = Circumstances(
                 dry_run=context.dry_run,
                 conditional=conditional,
@@ -293,12 +302,14 @@ class Router:
                 authorized=context.authorized,
             )
             if context.dry_run:
-                record(Step.PLANNED, query=text, route=decision.route, stage=decision.stage)
-                self.dispatcher.withhold_plan(decision.route, text, circumstances)
+                record(Step.PLANNED, query=text, route=routed.route, stage=decision.stage)
+                self.dispatcher.withhold_plan(routed.route, text, circumstances)
                 return PartResult(
-                    text, decision.route, "planned", route=decision.route, stage=decision.stage
+                    text, routed.route, "planned", route=routed.route, stage=decision.stage
                 )
-            answer: Answer = await self.dispatcher.answer(decision.route, text, circumstances)
+            answer: Answer = await self.dispatcher.answer(
+                routed.route, text, circumstances, routed.then
+            )
         except Exception as exc:  # noqa: BLE001 - one part's bug must not hide the others
             message = str(exc) or type(exc).__name__
             record(Step.ERROR, query=text, error_type=type(exc).__name__, message=message)
@@ -313,7 +324,7 @@ class Router:
             answer.source,
             answer.status,
             [item.to_dict() for item in answer.items],
-            route=decision.route,
+            route=routed.route,
             stage=decision.stage,
             error=answer.error,
             withheld=answer.withheld,

@@ -200,6 +200,15 @@ class Config(Strict):
             for name in table:
                 if name not in routes:
                     raise ValueError(f"routing.{section}.{name}: unknown source or route")
+        timely = self.routing.time_sensitive
+        named = (
+            [("live_route", timely.live_route)] if "live_route" in timely.model_fields_set else []
+        )
+        if "from_routes" in timely.model_fields_set:
+            named += [("from_routes", name) for name in timely.from_routes]
+        for key, name in named:
+            if name not in routes:
+                raise ValueError(f"routing.time_sensitive.{key}: unknown source {name!r}")
         try:
             resolved = resolve_routes(
                 routes, self.routing.route_overrides(), shipped=self.routing.shipped_routes

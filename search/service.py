@@ -121,7 +121,7 @@ class Service:
         self.dispatcher = self._dispatcher(breakers, acting)
         self.resolver = self._resolver(self.household)
         self._log_unexpected(self.dispatcher, "answer")
-        self.router = Router(self.resolver, self.dispatcher, config.routing.max_parts)
+        self.router = self._router(self.resolver)
         self._started_sources: list[Source] = []
 
     def _dispatcher(self, breakers: dict[str, CircuitBreaker], acting: bool) -> Dispatcher:
@@ -160,6 +160,14 @@ class Service:
             acting=acting,
         )
 
+    def _router(self, resolver: Resolver) -> Router:
+        return Router(
+            resolver,
+            self.dispatcher,
+            self.config.routing.max_parts,
+            time_sensitive=self.config.routing.time_sensitive,
+        )
+
     def _resolver(self, household: HouseholdRouting | None) -> Resolver:
         resolver = build_resolver(self.config, self.shared, household)
         self._log_unexpected(resolver, "resolve")
@@ -187,7 +195,7 @@ class Service:
         await resolver.start()
         old = self.resolver
         self.household, self.resolver = household, resolver
-        self.router = Router(resolver, self.dispatcher, self.config.routing.max_parts)
+        self.router = self._router(resolver)
         await old.aclose()
         log.info("routing reloaded: %s", name)
         return True

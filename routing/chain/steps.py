@@ -74,6 +74,12 @@ class Step(StrEnum):
         ("query", "decision", "reason"),
         "No stage decided: the default route, or none when unserved.",
     )
+    TIME_SENSITIVE = (
+        "time_sensitive",
+        ("query", "cue", "from_route", "to_route"),
+        "A part's answer changes with time (`cue`): sent to a live source, or, with none "
+        "enabled (`to_route` unchanged, `reason`), answered by a snapshot that may be old.",
+    )
     PLANNED = (
         "planned",
         ("query", "route", "stage"),

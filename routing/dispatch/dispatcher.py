@@ -140,14 +140,24 @@ class Dispatcher:
         return True
 
     async def answer(
-        self, route: str, query: str, circumstances: Circumstances | None = None
+        self,
+        route: str,
+        query: str,
+        circumstances: Circumstances | None = None,
+        then: tuple[str, ...] = (),
     ) -> Answer:
+        """`then`: routes whose chains follow the route's own when it fails (a live
+        source standing in for the snapshot the part was routed to)."""
         found = self.command_for(route, query)
         if found is not None:
             return await self._command(*found, query, circumstances or Circumstances())
         if route in self.fusion:
             return await self._fuse(route, query)
-        return await self._with_fallback(route, query)
+        return await self._with_fallback(route, query, then)
+
+    def is_command(self, query: str) -> bool:
+        """Whether any source would read `query` as a command to change something."""
+        return any(self.command_for(name, query) is not None for name in self.sources)
 
     def _withheld(
         self,
@@ -297,8 +307,10 @@ class Dispatcher:
                 "[" + json.dumps(name, ensure_ascii=False) + ","
             )
 
-    async def _with_fallback(self, name: str, query: str) -> Answer:
-        chain = self.chains[name]
+    async def _with_fallback(self, name: str, query: str, then: tuple[str, ...] = ()) -> Answer:
+        chain = list(self.chains[name])
+        for extra in then:
+            chain += [s for s in self.chains.get(extra, [extra]) if s not in chain]
         empty_from: str | None = None
         last = _Outcome("error", [], "error", "no source tried")
         for position, source_name in enumerate(chain):

@@ -1,4 +1,5 @@
-"""The word lists of decomposition, sentences, conditions, discourse and follow-ups, as data (routing/words.yaml).
+"""The word lists of decomposition, sentences, conditions, discourse, follow-ups and
+time-sensitivity, as data (routing/words.yaml).
 
 Which words open a request, which make a condition a premise, which pronouns point back:
 the grammar lives in code, the vocabulary it uses in one shipped YAML file, read once
@@ -96,6 +97,24 @@ class FollowUpWords(_Section):
     subject_ends: Words
 
 
+class TimeWords(_Section):
+    present: Words
+    recent: Words
+    relative: Words
+    age: Words
+    measures: Words
+    roles: Words
+    role_frames: Words
+    fixed_roles: Words
+    holding: Words
+    superlatives: Words
+    present_frames: Words
+    perfect: Words
+    perfect_subjects: Words
+    past: Words
+    noun_current: Words
+
+
 class Lexicon(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,6 +123,7 @@ class Lexicon(BaseModel):
     conditional: ConditionalWords
     discourse: DiscourseWords
     followup: FollowUpWords
+    time_sensitive: TimeWords
 
 
 def parse_lexicon(text: str) -> Lexicon:

@@ -63,6 +63,10 @@ _STRUCTURAL = frozenset(
         "reasons",
         "operation",
         "rule",
+        "from_route",
+        "to_route",
+        "live_route",
+        "kind",
     }
 )
 # A stage's calibrated confidence and why it declined are numbers, never query text.
@@ -114,6 +118,8 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         return _semantic(event, with_text)
     if step == Step.INTENT_DEFAULT:
         return f"went to {decision} by default ({event.get('reason') or 'no stage decided'})"
+    if step == Step.TIME_SENSITIVE:
+        return _time_sensitive(event, with_text)
     if step == Step.PLANNED:
         return f"planned for {event.get('route')} (dry run, {event.get('stage')})"
     if step == Step.RESULT_CACHE_HIT:
@@ -207,6 +213,17 @@ def _searched(event: dict[str, Any]) -> str:
     reason = str(event.get("reason") or "error")
     failure = _FAILURES.get(reason, f"failed ({reason})")
     return f"{source} {failure} after {elapsed}"
+
+
+def _time_sensitive(event: dict[str, Any], with_text: bool) -> str:
+    """A part whose answer changes with time: sent live, or answered from a snapshot."""
+    said = f"{_quote(event.get('cue'))} makes" if with_text else "its words make"
+    text = f"{said} its answer change with time"
+    snapshot, live = event.get("from_route"), event.get("live_route") or event.get("to_route")
+    if event.get("to_route") != snapshot:
+        return f"{text}, so it went to {live} ({snapshot} if {live} fails)"
+    why = "is not configured" if event.get("reason") == "not_configured" else "is disabled"
+    return f"{text}, but the live source {live} {why}: {snapshot}'s answer may be out of date"
 
 
 def _rewritten(event: dict[str, Any], with_text: bool) -> str:

@@ -1,0 +1,175 @@
+"""Time-sensitive parts go live (routing.dispatch.live), through the real pipeline.
+
+The shipped config.yaml with real parts: the bundled MiniLM model, the real libzim source
+over the demo ZIM, and for `web` a loopback server speaking SearXNG's documented JSON API
+(tests/support/wire_servers.py; SearXNG itself cannot run here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from search.config import ConfigError, parse_config
+from search.service import Service
+from search.traces.narrative import narrative
+from tests.support.wire_servers import Fault, SearxngServer, closed_port_url, searxng_result
+
+ROOT = Path(__file__).resolve().parents[3]
+MAYOR = "who is the current mayor of Paris"
+EVEREST = "what is the current height of Mount Everest"
+
+Build = Callable[..., Any]
+
+
+def shipped(zim: Path, web: dict[str, Any] | None = None, ha: bool = False, **routing: Any) -> Any:
+    """config.yaml over the demo ZIM; `ha`: Home Assistant enabled (at a closed port:
+    only dry runs use it, which read its commands and call nothing)."""
+    data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    data["sources"]["kiwix"] = {"type": "zim", "paths": [str(zim)], "timeout_s": 10}
+    if web is not None:
+        data["sources"]["web"].update(web)
+    if ha:
+        data["sources"]["ha"].update(enabled=True, url=closed_port_url(), token="test-token")
+    data["routing"].update(routing)
+    data["trace"] = {"enabled": False}
+    return parse_config(data)
+
+
+@pytest.fixture
+async def build(demo_zim: Path) -> AsyncIterator[Build]:
+    started: list[Service] = []
+
+    async def make(web: dict[str, Any] | None = None, ha: bool = False, **routing: Any) -> Service:
+        svc = Service(shipped(demo_zim, web, ha, **routing))
+        await svc.start()
+        started.append(svc)
+        return svc
+
+    yield make
+    for svc in started:
+        await svc.aclose()
+
+
+def steps(chain: list[dict[str, Any]], step: str) -> list[dict[str, Any]]:
+    return [e for e in chain if e["step"] == step]
+
+
+LIVE = {"enabled": True, "url": "http://127.0.0.1:9", "timeout_s": 1}
+
+
+async def test_a_dry_run_plans_web_for_a_time_sensitive_question(build: Build) -> None:
+    svc = await build(LIVE)
+    outcome = await svc.search(MAYOR, explain=True, dry_run=True)
+    (part,) = outcome.body["results"]
+    assert (part["source"], part["status"]) == ("web", "planned")
+    (event,) = steps(outcome.chain, "time_sensitive")
+    assert (event["cue"], event["from_route"], event["to_route"]) == ("the current", "kiwix", "web")
+    assert event["query"] == MAYOR
+    (planned,) = steps(outcome.chain, "planned")
+    assert planned["route"] == "web" and planned["seq"] > event["seq"]
+    assert not steps(outcome.chain, "source_invoked")
+
+
+async def test_a_fixed_fact_and_other_routes_are_untouched(build: Build) -> None:
+    svc = await build(LIVE)
+    for query, route in (
+        ("who wrote Romeo and Juliet", "kiwix"),
+        ("what is the weather today", "forecast"),
+        ("turn off the kitchen lights now", "ha"),
+    ):
+        outcome = await svc.search(query, explain=True, dry_run=True)
+        assert [r["source"] for r in outcome.body["results"]] == [route], query
+        assert not steps(outcome.chain, "time_sensitive"), query
+
+
+async def test_a_command_never_becomes_time_sensitive(build: Build) -> None:
+    # Even with ha listed as a snapshot route, its command with "now" in it stays with ha
+    # (and is withheld on a dry run, as every command is).
+    svc = await build(LIVE, ha=True, time_sensitive={"from_routes": ["kiwix", "ha"]})
+    outcome = await svc.search("turn off the kitchen lights now", explain=True, dry_run=True)
+    assert [r["source"] for r in outcome.body["results"]] == ["ha"]
+    assert not steps(outcome.chain, "time_sensitive")
+    (withheld,) = steps(outcome.chain, "control_withheld")
+    assert "dry_run" in withheld["reasons"]
+
+
+async def test_web_answers_and_kiwix_is_not_asked(build: Build) -> None:
+    with SearxngServer() as web:
+        web.results = [searxng_result("Everest survey", "https://example.org/everest", "8849 m")]
+        svc = await build({"enabled": True, "url": web.url, "timeout_s": 2})
+        outcome = await svc.search(EVEREST, explain=True)
+        assert [r.param("q") for r in web.requests] == [EVEREST]
+    (part,) = outcome.body["results"]
+    assert (part["source"], part["status"], part["route"]) == ("web", "ok", "web")
+    assert part["items"][0]["url"] == "https://example.org/everest"
+    assert [e["source"] for e in steps(outcome.chain, "source_invoked")] == ["web"]
+    assert outcome.body["fallback_occurred"] is False
+
+
+@pytest.mark.parametrize("fallback", [["kiwix"], []])
+async def test_kiwix_answers_when_web_fails(build: Build, fallback: list[str]) -> None:
+    """Also when the user's web source lists no fallback: the snapshot the part was
+    routed to follows the live source."""
+    with SearxngServer() as web:
+        web.set_fault(Fault.status(500))
+        svc = await build({"enabled": True, "url": web.url, "timeout_s": 2, "fallback": fallback})
+        outcome = await svc.search(EVEREST, explain=True)
+    invoked = [(e["source"], e["outcome"]) for e in steps(outcome.chain, "source_invoked")]
+    assert invoked == [("web", "error"), ("kiwix", "ok")]
+    (moved,) = steps(outcome.chain, "fallback")
+    assert (moved["from_source"], moved["to_source"], moved["reason"]) == (
+        "web",
+        "kiwix",
+        "server_error",
+    )
+    (part,) = outcome.body["results"]
+    assert (part["source"], part["status"]) == ("kiwix", "ok")
+    assert part["items"][0]["title"] == "Mount Everest"
+    assert outcome.body["fallback_occurred"] is True
+
+
+async def test_without_web_kiwix_answers_and_the_narrative_says_it_may_be_old(
+    build: Build,
+) -> None:
+    svc = await build()  # the shipped config: web is disabled
+    outcome = await svc.search(EVEREST, explain=True)
+    (part,) = outcome.body["results"]
+    assert (part["source"], part["status"]) == ("kiwix", "ok")
+    (event,) = steps(outcome.chain, "time_sensitive")
+    assert (event["from_route"], event["to_route"], event["reason"]) == (
+        "kiwix",
+        "kiwix",
+        "disabled",
+    )
+    (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
+    assert "'the current' makes its answer change with time" in line
+    assert "web is disabled: kiwix's answer may be out of date" in line
+    # a fixed fact says nothing of the kind
+    plain = await svc.search("who wrote Romeo and Juliet", explain=True)
+    assert not any("out of date" in line for line in narrative(plain.chain))
+
+
+async def test_a_live_route_that_is_not_configured_is_named(build: Build, demo_zim: Path) -> None:
+    data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    data["sources"] = {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}}
+    data["routing"]["fusion"] = {}
+    data["trace"] = {"enabled": False}
+    svc = Service(parse_config(data))
+    await svc.start()
+    try:
+        outcome = await svc.search(EVEREST, explain=True, dry_run=True)
+    finally:
+        await svc.aclose()
+    (event,) = steps(outcome.chain, "time_sensitive")
+    assert event["reason"] == "not_configured" and event["to_route"] == "kiwix"
+    assert any("web is not configured" in line for line in narrative(outcome.chain))
+
+
+def test_a_misspelt_live_route_is_refused(demo_zim: Path) -> None:
+    with pytest.raises(ConfigError, match=r"routing.time_sensitive.live_route: unknown source"):
+        shipped(demo_zim, time_sensitive={"live_route": "wbe"})
