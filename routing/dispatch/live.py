@@ -8,8 +8,10 @@ no live source enabled the snapshot still answers, and the chain says its answer
 out of date. Either way `time_sensitive` is recorded here, where the choice is made.
 
 Only a question a stage judged encyclopedic is redirected: a part that ended at the
-default (nothing judged it) keeps the default, and a part any source reads as a command
-("turn the lights off now") keeps its route, so time words never move a command.
+default (nothing judged it) keeps the default, a part the household labelled keeps the
+route of its label (the household said where these words go), and a part any source
+reads as a command ("turn the lights off now") keeps its route, so time words never move
+a command.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from routing.dispatch.dispatcher import Dispatcher
 from routing.language.time_sensitive import time_cue
 
 DEFAULT = "intent_default"  # the stage that decided nothing
+KEPT_STAGES = frozenset({DEFAULT, "intent_label"})  # decisions a time word never moves
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ class LiveRedirect:
     def route(self, text: str, route: str, stage: str) -> Routed:
         """The route `text` goes to, recording `time_sensitive` when its time words
         change it (or would, had a live source been enabled)."""
-        if not self.config.enabled or route not in self.from_routes or stage == DEFAULT:
+        if not self.config.enabled or route not in self.from_routes or stage in KEPT_STAGES:
             return Routed(route)
         cue = time_cue(text)
         if cue is None or self.dispatcher.is_command(text):

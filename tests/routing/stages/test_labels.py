@@ -60,3 +60,12 @@ async def test_a_label_of_a_route_no_longer_configured_is_not_applied(tmp_path: 
 async def test_without_a_household_the_chain_names_the_shipped_fit(tmp_path: Path) -> None:
     _, _, _, chain = await routed(tmp_path, None, "lights status")
     assert next(e for e in chain if e["step"] == "intent_keyword")["fit"] == "shipped"
+
+
+async def test_a_time_word_never_moves_a_labelled_part(tmp_path: Path) -> None:
+    """'latest' sends an encyclopedia question to a live source; the household's label
+    of the same words to kiwix holds."""
+    labels = HouseholdRouting.of({"latest news": "kiwix"}, None, "household:abc")
+    route, _, stage, chain = await routed(tmp_path, labels, "latest news")
+    assert (route, stage) == ("kiwix", "intent_label")
+    assert not [e for e in chain if e["step"] == "time_sensitive"]
