@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     queries = eval_queries(args.queries)
+    load_avg = os.getloadavg()[0]  # the shared machine's load: it moves these timings a lot
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "queries.txt"
         path.write_text("\n".join(queries) + "\n", encoding="utf-8")
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     print(JSON_PREFIX + json.dumps(result))
     if args.json_out:
         figures = {key: value for key, value in result.items() if key != "bench"}
+        figures["load_avg_at_start"] = round(load_avg, 2)
         results.write(args.json_out, "route_batch", "python bench/route_batch.py", figures)
     return 0
 
