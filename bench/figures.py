@@ -141,6 +141,19 @@ def label_fit() -> str:
     return "\n".join(lines) + "\n"
 
 
+def ha_parse() -> str:
+    body = results.load("ha_parse")
+    f = body["figures"]
+    return _para(
+        f"Measured ({_when(body)}; `ROUTING_EVAL_DIR=/path/to/eval`, it starts a real Home "
+        f"Assistant {f['ha_version']} from the cached venv): of {f['commands']} on/off "
+        f"commands, the router's parser reads {f['local_right']} right, Home Assistant's "
+        f"matching {f['ha_right']}, either of them {f['either_right']}; of the {f['others']} "
+        f"other sentences, the router's parser takes {f['local_false']} for an on/off "
+        f"command, Home Assistant's {f['ha_false']}."
+    )
+
+
 def ece_noise() -> str:
     body = results.load("ece_noise")
     f = body["figures"]
@@ -159,6 +172,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "sealed": sealed,
     "ece_noise": ece_noise,
     "label_fit": label_fit,
+    "ha_parse": ha_parse,
 }
 
 
