@@ -154,6 +154,28 @@ def ha_parse() -> str:
     )
 
 
+def sentence_splits() -> str:
+    body = results.load("sentence_splits")
+    f = body["figures"]
+    label = {
+        "two requests": 'compound rows rejoined as two sentences ("Light up. Tell me the weather.")',
+        "one request": "a statement of context and a request, written for the bench",
+    }
+    lines = [
+        _para(f"Measured ({_when(body)}), no LLM, the shipped `config.yaml`:"),
+        "| set | rows | two requests only (the rule) | every sentence end (the rule before) "
+        "| ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in f.items():
+        now, before = row["two requests only"], row["every sentence end"]
+        ratio = f"{now / before:.2f}" if before else "–"
+        lines.append(
+            f"| {label.get(name, name)} | {row['rows']} | {now:.1%} | {before:.1%} | {ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def ece_noise() -> str:
     body = results.load("ece_noise")
     f = body["figures"]
@@ -173,6 +195,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "ece_noise": ece_noise,
     "label_fit": label_fit,
     "ha_parse": ha_parse,
+    "sentence_splits": sentence_splits,
 }
 
 

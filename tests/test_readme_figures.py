@@ -69,9 +69,7 @@ def test_the_stated_threshold_is_the_shipped_fit() -> None:
 
 
 def test_the_stated_corpus_size_is_the_corpus() -> None:
-    found = re.search(
-        r"from the ([0-9,]+) articles in\s+`sources/corpus/articles.jsonl`", README
-    )
+    found = re.search(r"from the ([0-9,]+) articles in\s+`sources/corpus/articles.jsonl`", README)
     assert found, "README states the corpus size"
     corpus = (ROOT / "sources/corpus/articles.jsonl").read_text("utf-8").splitlines()
     assert int(found.group(1).replace(",", "")) == sum(1 for line in corpus if line.strip())
@@ -87,3 +85,13 @@ def test_the_stated_held_out_fit_figures_are_the_shipped_fit() -> None:
     assert found, "bench/README.md states the shipped fit's held-out figures"
     assert float(found.group(1)) == shipped["report"]["ece_held_out"]
     assert float(found.group(2)) == shipped["min_confidence"]
+
+
+def test_the_stated_fit_settings_are_the_fit_s() -> None:
+    from routing.fitting import fit
+
+    flat = " ".join(README.split())
+    low, high = min(fit.THRESHOLDS), max(fit.THRESHOLDS)
+    assert f"the threshold ({low} to {high}) with the best held-out accuracy" in flat
+    assert f"route at most {fit.NONE_ROUTED_MAX:.0%} of the unserved requests" in flat
+    assert f"and {fit.LABEL_NOISE:.0%} of labels are taken to be wrong" in flat
