@@ -1,6 +1,6 @@
 """`search query` with a server running, against `search query --local`, side by side.
 
-    .venv/bin/python bench/cli_latency.py [--config config.yaml] [--rounds 5]
+    .venv/bin/python bench/cli_latency.py [--config config.yaml] [--rounds 5] [--json-out PATH]
 
 A fresh CLI process per call, as a user runs it. The shipped config is copied with a free
 port and its trace store in a temporary directory, and served by a real `search serve`;
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import results  # noqa: E402
 from bench.common import emit, free_port, median, order, run_search  # noqa: E402
 
 TARGET_S = 1.0
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--json-out", help="also write the figures, dated, here (bench/results/cli_latency.json)"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,6 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         target_s=TARGET_S,
         passed=server_s < TARGET_S,
     )
+    if args.json_out:
+        figures = {
+            "rounds": args.rounds,
+            "server_s": server_s,
+            "local_s": local_s,
+            "target_s": TARGET_S,
+        }
+        results.write(args.json_out, "cli_latency", "python bench/cli_latency.py", figures)
     return 0
 
 

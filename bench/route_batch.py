@@ -1,6 +1,6 @@
 """`search route --input` over 1,000 queries, as a user runs it: a fresh process, model load included.
 
-    .venv/bin/python bench/route_batch.py [--config config.yaml] [--queries 1000]
+    .venv/bin/python bench/route_batch.py [--config config.yaml] [--queries 1000] [--json-out PATH]
 
 The queries are distinct utterances from the eval sets (`../shared/eval/*.jsonl`, single and
 compound, in a fixed order), written to a temporary file. Two runs of the real CLI, side
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import results  # noqa: E402
 from bench.common import JSON_PREFIX, run_search  # noqa: E402
 from bench.routing_quality import default_eval_dir, load_rows  # noqa: E402
 
@@ -41,9 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
     parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument(
+        "--json-out", help="also write the figures, dated, here (bench/results/route_batch.json)"
+    )
     args = parser.parse_args(argv)
 
     queries = eval_queries(args.queries)
+    load_avg = os.getloadavg()[0]  # the shared machine's load: it moves these timings a lot
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "queries.txt"
         path.write_text("\n".join(queries) + "\n", encoding="utf-8")
@@ -81,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         "passed": batch_s < TARGET_S,
     }
     print(JSON_PREFIX + json.dumps(result))
+    if args.json_out:
+        figures = {key: value for key, value in result.items() if key != "bench"}
+        figures["load_avg_at_start"] = round(load_avg, 2)
+        results.write(args.json_out, "route_batch", "python bench/route_batch.py", figures)
     return 0
 
 

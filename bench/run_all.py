@@ -6,7 +6,7 @@ Each bench prints its own lines (shown as it finishes) and a machine-readable la
 this script collects them into one Markdown table: every row's measured ratio beside its
 target, then the extra figures. NAMEs pick a subset (e.g. `throughput memory`).
 `BENCH_SCALE=0.5` halves every bench's rounds (a quicker, noisier run); single knobs are
-in each bench's docstring. The whole run takes about 3 minutes on the 2-core machine.
+in each bench's docstring. The last line says how long the whole run took.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Routing quality on sealed corpora: the estimate of unseen language that can be trusted.
 
-The sealed corpora (bench/sealed/MANIFEST.md) are left out of everything routing learnt:
-no rule, exemplar, word list, threshold or fit was written from them, and nobody reads
-them row by row. This script is the one way they are scored, and it prints aggregates
+No rule, exemplar, word list, threshold or confidence fit was written from the sealed
+corpora (bench/sealed/MANIFEST.md), and nobody reads them row by row. This script is the one way they are scored, and it prints aggregates
 only: never a row, a sentence or a per-row error. Every line names the day and commit.
 
 It runs the decisions the service really makes (a `Service` in dry-run mode, as

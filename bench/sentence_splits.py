@@ -15,7 +15,7 @@ swapped for the scripted kind, dry run, no LLM), over two sets:
   trip. What's the weather in Boston on Friday?"), written for this bench (not from any
   evaluation corpus). Right when the query stays one part and goes where its request goes.
 
-    .venv/bin/python bench/sentence_splits.py [--eval-dir DIR] [--errors N]
+    .venv/bin/python bench/sentence_splits.py [--eval-dir DIR] [--errors N] [--json-out PATH]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import results as results_file  # noqa: E402
 from bench import routing_quality as rq  # noqa: E402
 
 # Written for this bench: statements that ask nothing, and requests with their route.
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--eval-dir", default=None, help="default: ../shared/eval")
     parser.add_argument("--errors", type=int, default=0)
+    parser.add_argument("--json-out", help="also write the figures, dated, here")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     eval_dir = Path(args.eval_dir) if args.eval_dir else rq.default_eval_dir()
@@ -159,12 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no compound rows in {eval_dir}: measuring the written set only", file=sys.stderr)
     results = asyncio.run(measure(sets))
     names = list(results)
+    figures: dict[str, dict[str, object]] = {}
     print(f"{'set':<16}{'rows':>6}" + "".join(f"{n:>22}" for n in names) + f"{'ratio':>8}")
     for set_name, rows in sets.items():
         if not rows:
             continue
         shares = [sum(map(correct, results[n][set_name])) / len(rows) for n in names]
         ratio = shares[0] / shares[1] if shares[1] else float("inf")
+        figures[set_name] = {
+            "rows": len(rows),
+            **{n: round(v, 4) for n, v in zip(names, shares, strict=True)},
+        }
         print(
             f"{set_name:<16}{len(rows):>6}"
             + "".join(f"{s:>22.1%}" for s in shares)
@@ -175,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             for o in wrong[: args.errors]:
                 parts = " | ".join(f"{p} -> {label}" for p, label, _ in o.parts)
                 print(f"   x [{name}] expected {o.row.expected}: {parts}")
+    if args.json_out:
+        command = "python bench/sentence_splits.py"
+        results_file.write(args.json_out, "sentence_splits", command, figures)
     return 0
 
 

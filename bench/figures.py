@@ -1,0 +1,243 @@
+"""The README figure blocks, rendered from the committed results files.
+
+    .venv/bin/python bench/figures.py            # exit 1 and name each block that differs
+    .venv/bin/python bench/figures.py --write    # rewrite the blocks from bench/results/
+
+A figure the README quotes sits between `<!-- figures:NAME -->` and `<!-- /figures -->`,
+and is rendered by `RENDER[NAME]` from `bench/results/*.json`, which the benches write
+(`--json-out`) or which were copied from a dated run's printed output. Each block names
+the command that printed it, the date and the commit, so a reader can re-measure it, and a
+figure edited by hand, or results re-measured without rewriting the README, fail
+`tests/test_readme_figures.py`. To refresh a figure: run its bench with
+`--json-out bench/results/NAME.json`, then `bench/figures.py --write`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import results  # noqa: E402
+
+DOCS = (ROOT / "README.md", ROOT / "bench" / "README.md")
+BLOCK = re.compile(r"<!-- figures:([a-z_]+) -->\n(.*?)<!-- /figures -->", re.DOTALL)
+
+
+def _para(text: str) -> str:
+    """One paragraph, wrapped as the READMEs are (92 columns)."""
+    return textwrap.fill(text, width=92, break_long_words=False, break_on_hyphens=False) + "\n"
+
+
+def _pct(right: int, of: int) -> str:
+    return f"{100 * right / of:.1f}%"
+
+
+def _when(body: dict[str, Any]) -> str:
+    """`command`, date, commit: where a figure comes from."""
+    copied = "" if body["source"] == results.MEASURED else ", as printed then"
+    return f"`{body['command']}`, {body['date']} at {body['commit']}{copied}"
+
+
+def route_batch() -> str:
+    body = results.load("route_batch")
+    f = body["figures"]
+    return _para(
+        f"Measured ({_when(body)}): {f['queries']:,} queries in {f['batch_s']:.1f} s on the "
+        f"shared 2-core machine, of which {f['load_s']:.1f} s is the start-up and model load "
+        f"one query alone also takes; routing ~{f['routing_ms_per_query']:.1f} ms per query "
+        f"(load average {f['load_avg_at_start']} at the start, from other work)."
+    )
+
+
+def cli_latency() -> str:
+    body = results.load("cli_latency")
+    f = body["figures"]
+    return _para(
+        f"Measured ({_when(body)}): {f['server_s']:.2f} s with a server running, against "
+        f"{f['local_s']:.1f} s in-process (a fresh CLI process each, {f['note']})."
+    )
+
+
+def llm_quality() -> str:
+    body = results.load("llm_quality")
+    f = body["figures"]
+    now = results.load("label_fit")
+    [zero] = [row for row in now["figures"]["rows"] if row["labels"] == 0]
+    n = f["rows"]
+    return (
+        _para(f"Measured ({_when(body)}), {f['server']}, all {n:,} utterances of `../shared/eval`:")
+        + "\n"
+        "| | right | parts the LLM decided (right) |\n"
+        "|---|---|---|\n"
+        f"| no LLM | {_pct(f['no_llm_right'], n)} ({f['no_llm_right']}) | – |\n"
+        f"| LLM, every answer | {_pct(f['every_answer_right'], n)} ({f['every_answer_right']}) "
+        f"| {f['every_answer_decided']} ({f['every_answer_decided_right']}) |\n"
+        f"| LLM, bias check (default) | {_pct(f['bias_check_right'], n)} "
+        f"({f['bias_check_right']}) | {f['bias_check_decided']}: its every answer was its "
+        "habit, declined |\n"
+        "\n"
+        + _para(
+            "These are in-corpus figures (the rows were read while the rules were written), "
+            "and routing has changed since: the same rows without an LLM routed "
+            f"{100 * zero['eval']:.1f}% in a later run ({_when(now)}, no labels). For unseen "
+            "language quote the sealed estimate."
+        )
+    )
+
+
+def llm_overhead_real() -> str:
+    body = results.load("llm_overhead_real")
+    f = body["figures"]
+    return _para(
+        f"Measured ({_when(body)}): the stage adds {f['stage_p50_ms']:.2f} ms p50 (p99 "
+        f"{f['stage_p99_ms']:.2f} ms) to the server's own {f['server_ms']} ms, against "
+        f"{f['bare_post_ms']:.2f} ms for a bare httpx POST of the same body ({f['calls']} "
+        "calls each, interleaved): the stage's own work is lost in the HTTP floor; the model "
+        "is everything else."
+    )
+
+
+def sealed() -> str:
+    body = results.load("sealed_quality")
+    f = body["figures"]
+    corpora = ", ".join(f"{name} {_pct(*pair)}" for name, pair in f["corpora"].items())
+    routes = ", ".join(f"`{route}` {_pct(*pair)}" for route, pair in f["per_route"].items())
+    return _para(
+        f'The sealed estimate ({_when(body)}; bench/README.md, "Sealed estimate"), '
+        f"{f['rows_per_corpus']:,} rows per corpus through the real pipeline: {corpora}; per "
+        f"route {routes}; unserved requests routed to a source {_pct(*f['none_routed'])}; two "
+        f"requests joined {_pct(*f['compound'])}; calibration error (ECE) of the stated "
+        f"confidence {f['pipeline_ece']:.3f}."
+    )
+
+
+def label_fit() -> str:
+    body = results.load("label_fit")
+    f = body["figures"]
+    lines = [
+        _para(
+            f"Measured ({_when(body)}), {f['eval_rows']:,} eval utterances and "
+            f"{f['quiz_rows']} quiz questions:"
+        ),
+        "| labels | `min_confidence` | eval sets | ECE (decided parts) | quiz questions "
+        "| labels holding |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in f["rows"]:
+        holding = "–" if row["holding"] is None else "{}/{}".format(*row["holding"])
+        lines.append(
+            f"| {row['labels']} | {row['min_confidence']} | {row['eval']:.3f} | "
+            f"{row['ece']:.3f} | {row['quiz']:.3f} | {holding} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def ha_parse() -> str:
+    body = results.load("ha_parse")
+    f = body["figures"]
+    return _para(
+        f"Measured ({_when(body)}; `ROUTING_EVAL_DIR=/path/to/eval`, it starts a real Home "
+        f"Assistant {f['ha_version']} from the cached venv): of {f['commands']} on/off "
+        f"commands, the router's parser reads {f['local_right']} right, Home Assistant's "
+        f"matching {f['ha_right']}, either of them {f['either_right']}; of the {f['others']} "
+        f"other sentences, the router's parser takes {f['local_false']} for an on/off "
+        f"command, Home Assistant's {f['ha_false']}."
+    )
+
+
+def sentence_splits() -> str:
+    body = results.load("sentence_splits")
+    f = body["figures"]
+    label = {
+        "two requests": 'compound rows rejoined as two sentences ("Light up. Tell me the weather.")',
+        "one request": "a statement of context and a request, written for the bench",
+    }
+    lines = [
+        _para(f"Measured ({_when(body)}), no LLM, the shipped `config.yaml`:"),
+        "| set | rows | two requests only (the rule) | every sentence end (the rule before) "
+        "| ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in f.items():
+        now, before = row["two requests only"], row["every sentence end"]
+        ratio = f"{now / before:.2f}" if before else "–"
+        lines.append(
+            f"| {label.get(name, name)} | {row['rows']} | {now:.1%} | {before:.1%} | {ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def ece_noise() -> str:
+    body = results.load("ece_noise")
+    f = body["figures"]
+    return _para(
+        f"A perfectly calibrated model scores an ECE of {f['ece_mean']:.3f} on average on "
+        f"{f['rows']} rows, and above {f['ece_p95']:.3f} in only 5% of draws (simulated: "
+        f"{_when(body)}, stated confidence {f['mean_confidence']} ± {f['sd_confidence']})."
+    )
+
+
+RENDER: dict[str, Callable[[], str]] = {
+    "route_batch": route_batch,
+    "cli_latency": cli_latency,
+    "llm_quality": llm_quality,
+    "llm_overhead_real": llm_overhead_real,
+    "sealed": sealed,
+    "ece_noise": ece_noise,
+    "label_fit": label_fit,
+    "ha_parse": ha_parse,
+    "sentence_splits": sentence_splits,
+}
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """Every figure block of a document: (name, its content)."""
+    return BLOCK.findall(text)
+
+
+def rendered(text: str) -> str:
+    """`text` with every block's content rendered afresh; KeyError for an unknown block."""
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in RENDER:
+            raise KeyError(f"no renderer for figure block {name!r} (bench/figures.py RENDER)")
+        return f"<!-- figures:{name} -->\n{RENDER[name]()}<!-- /figures -->"
+
+    return BLOCK.sub(fill, text)
+
+
+def stale(text: str) -> list[str]:
+    """The names of the blocks whose content differs from their rendering."""
+    fresh = dict(blocks(rendered(text)))
+    return [name for name, content in blocks(text) if fresh[name] != content]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the blocks in place")
+    args = parser.parse_args(argv)
+    differs = False
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        names = stale(text)
+        if args.write and names:
+            doc.write_text(rendered(text), encoding="utf-8")
+            print(f"{doc.relative_to(ROOT)}: rewrote {', '.join(names)}")
+        elif names:
+            differs = True
+            print(f"{doc.relative_to(ROOT)}: differs from bench/results: {', '.join(names)}")
+    return 1 if differs else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
