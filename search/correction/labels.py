@@ -58,10 +58,19 @@ CREATE INDEX IF NOT EXISTS labels_trace ON labels(trace_id);
 """
 # Schema 5: `replaced` counts the earlier labels of the same part that this one replaced
 # (one row per part is kept); `exported_at` is when `search label --export` wrote it out.
-LABELS_SCHEMA_5 = """
-ALTER TABLE labels ADD COLUMN replaced INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE labels ADD COLUMN exported_at REAL;
-"""
+LABELS_SCHEMA_5 = {
+    "replaced": "ALTER TABLE labels ADD COLUMN replaced INTEGER NOT NULL DEFAULT 0",
+    "exported_at": "ALTER TABLE labels ADD COLUMN exported_at REAL",
+}
+
+
+def upgrade_labels_5(conn: sqlite3.Connection) -> None:
+    """Schema 5's columns, each added only where the file lacks it (a file may have had
+    its labels table created in the newest shape under an older version number)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(labels)")}
+    for column, statement in LABELS_SCHEMA_5.items():
+        if column not in have:
+            conn.execute(statement)
 LABELS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS labels (
     id INTEGER PRIMARY KEY,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from routing.chain.steps import Step
-from search.correction.labels import LABELS_SCHEMA, LABELS_SCHEMA_4, LABELS_SCHEMA_5
+from search.correction.labels import LABELS_SCHEMA, LABELS_SCHEMA_4, upgrade_labels_5
 from search.json_codec import dumps_text
 from search.pseudonym import LEGACY_PREFIX, PREFIX, Pseudonymizer, ephemeral
 from search.traces.records import TraceRecord
@@ -125,13 +125,13 @@ COLUMNS = (
 # unkeyed digests of older redacted rows, is `rekey_legacy_digests` (it needs the key).
 # Version 4 adds the labels beside the traces (search/correction/labels.py); 5, one label per
 # part with a count of those it replaced, and when a label was exported.
-MIGRATIONS: dict[int, str] = {
+MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     2: "ALTER TABLE traces ADD COLUMN session_id TEXT;"
     "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "
     "WHERE session_id IS NOT NULL;",
     3: "",
     4: LABELS_SCHEMA_4,
-    5: LABELS_SCHEMA_5,
+    5: upgrade_labels_5,
 }
 INSERT = (
     f"INSERT OR IGNORE INTO traces ({', '.join(COLUMNS)}) "

@@ -494,7 +494,11 @@ class SQLiteTraceStore:
                     )
                 for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
                     if version:  # an older file: bring it up to date
-                        conn.executescript(MIGRATIONS[target])
+                        step = MIGRATIONS[target]
+                        if isinstance(step, str):
+                            conn.executescript(step)
+                        else:
+                            step(conn)
                 conn.executescript(SCHEMA)
                 if 0 < version < 3:
                     rekey_legacy_digests(conn, self._pseudonym)

@@ -396,3 +396,35 @@ async def test_the_fit_report_routes_the_labels_and_replays_the_store(tmp_path: 
     assert report.changed_traces == [wrong]
     assert report.changes == [(wrong, "part 0 'lights status': decision changed: ha -> kiwix")]
     assert report.replayed == 2
+
+
+def test_a_schema_4_store_gets_the_label_count_and_export_columns(tmp_path: Path) -> None:
+    """A store written before one label per part: its labels keep, and gain `replaced`
+    and `exported_at`."""
+    from search.correction.labels import LABELS_SCHEMA_4
+
+    db = tmp_path / "traces.db"
+    store = SQLiteTraceStore(TraceConfig(path=str(db)))
+    store.open_sync()
+    store.close_sync()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("DROP TABLE labels")
+    conn.executescript(LABELS_SCHEMA_4)
+    conn.execute(
+        "INSERT INTO labels (trace_id, part, route, query, decision, created_at, redacted)"
+        " VALUES ('t', '0', 'ha', 'how is the shed', 'kiwix', 1.0, 0)"
+    )
+    conn.execute("PRAGMA user_version = 4")
+    conn.close()
+    store = SQLiteTraceStore(TraceConfig(path=str(db)))
+    store.open_sync()
+    try:
+        (label,) = store.labels()
+    finally:
+        store.close_sync()
+    assert (label.query, label.route, label.replaced, label.exported_at) == (
+        "how is the shed",
+        "ha",
+        0,
+        None,
+    )
