@@ -34,7 +34,6 @@ class Withheld(StrEnum):
     """Why a command was not carried out, in the order they are reported."""
 
     NOT_ALLOWED = "not_allowed"
-    NOT_AUTHORIZED = "not_authorized"
     DRY_RUN = "dry_run"
     REPLAY = "replay"
     CONDITIONAL = "conditional"
@@ -42,6 +41,8 @@ class Withheld(StrEnum):
     LOW_CONFIDENCE = "low_confidence"
     REWRITTEN = "rewritten"
     READ_ONLY = "read_only"
+    # Last: a more particular reason (a dry run, a condition, a read-only tool) says more.
+    NOT_AUTHORIZED = "not_authorized"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +109,6 @@ def withheld_reasons(
     reasons: list[Withheld] = []
     if not allowed:
         reasons.append(Withheld.NOT_ALLOWED)
-    if not circumstances.authorized:
-        reasons.append(Withheld.NOT_AUTHORIZED)
     if circumstances.dry_run:
         reasons.append(Withheld.DRY_RUN)
     if not acting:
@@ -124,6 +123,8 @@ def withheld_reasons(
         reasons.append(Withheld.REWRITTEN)
     if circumstances.read_only:
         reasons.append(Withheld.READ_ONLY)
+    if not circumstances.authorized:
+        reasons.append(Withheld.NOT_AUTHORIZED)
     return reasons
 
 

@@ -508,6 +508,9 @@ class Replayer:
             dry_run=bool(original.get("dry_run")),
             session_id=original.get("session_id"),
             replay_of=original["trace_id"],
+            # with the authority the original had, read from its chain: a replay never
+            # acts (the service is built unable to), but it says what the request would do
+            authorized=not _was_unauthorized(original.get("chain") or []),
         )
         return ReplayOutcome(
             original=original,
@@ -518,6 +521,15 @@ class Replayer:
             parts=compare(original.get("chain", []), outcome.chain),
             session_turns=turns,
         )
+
+
+def _was_unauthorized(chain: Iterable[dict[str, Any]]) -> bool:
+    """Whether the recorded request came from someone who might not act."""
+    return any(
+        event.get("step") == Step.CONTROL_WITHHELD
+        and "not_authorized" in (event.get("reasons") or [event.get("reason")])
+        for event in chain
+    )
 
 
 # --- the regression sweep (`replay --all`, and what `search fit` predicts) -------------

@@ -61,7 +61,7 @@ async def test_a_caller_that_does_not_say_it_may_act_never_acts() -> None:
     defaults = withheld_reasons(
         allowed=True, acting=True, deferred=False, circumstances=Circumstances()
     )
-    assert [r.value for r in defaults] == ["not_authorized", "low_confidence"]
+    assert [r.value for r in defaults] == ["low_confidence", "not_authorized"]
 
 
 async def test_a_plain_command_with_control_allowed_acts_once_through_the_gate() -> None:
