@@ -79,7 +79,7 @@ COMPONENTS: list[tuple[str, str, str]] = [
     ("search/traces/store.py", "_drain", "trace store drain"),
     ("search/traces/store.py", "_send", "trace store drain"),
     ("search/traces/store.py", "_write_some", "trace store drain"),
-    ("search/traces/store.py", "_encode_pending", "trace store drain"),
+    ("search/traces/store.py", "_encode", "trace store drain"),
     ("search/traces/writer.py", "record_line", "trace store drain"),
     ("search/traces/writer.py", "_plain", "trace store drain"),
     ("search/traces/store.py", "*", "trace submit"),
