@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from routing.chain.events import RecordedChain, RouteLog, record, route_log
+from routing.chain.events import FIELDS, RecordedChain, RouteLog, record, route_log
 from routing.chain.steps import Step
 from routing.dispatch.breaker import CircuitBreaker
 from routing.dispatch.dispatcher import Dispatcher
@@ -270,7 +270,7 @@ class Service:
     def _scrub_chain(self, recorded: RecordedChain) -> None:
         """Messages in the recorded events, scrubbed before anything reads the chain."""
         for entry in recorded.entries:
-            fields = entry.fields
+            fields = entry[FIELDS]
             if "message" in fields or "detail" in fields:  # few events do; this runs on all
                 for key in ("message", "detail"):
                     value = fields.get(key)
