@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,6 +29,7 @@ from search.config import Config, ConfigError
 from search.correction import household as household_artefact
 from search.observability.telemetry import current_trace_id
 from search.scrub import Scrubber
+from search.trace_ids import new_trace_id
 from search.traces.records import RequestObserver, TraceRecord, TraceSink
 from search.traces.store import open_trace_sink
 from sources.base import Item, Source, SourceError
@@ -356,7 +356,7 @@ class Service:
         """One request. `read_only`: the caller promised not to act (a read-only tool), so
         every command in it is withheld. `authorized`: the requester may act (the surface
         checked a token or that the client is on this machine); never by default."""
-        trace_id = uuid.uuid4().hex
+        trace_id = new_trace_id()
         started_wall = time.time()
         trace_token = current_trace_id.set(trace_id)  # log records carry it (telemetry)
         try:
