@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -29,7 +29,7 @@ from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.api.authority import may_act, open_to_network_warning, token_required
-from search.api.body import BodyTooLarge, read_body
+from search.api.body import BodyTooLarge, receive_body
 from search.api.middleware import BearerTokenMiddleware
 from search.api.openapi import openapi_document
 from search.api.request_guard import RequestGuard
@@ -65,31 +65,6 @@ def settle_heap() -> None:
 # The query check reads every character; a household asks the same few questions, so the
 # verdicts on the last texts are remembered (bounded; a pure function of the text).
 _query_problem = lru_cache(maxsize=2048)(query_problem)
-
-
-async def receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The body straight from the ASGI messages (no `Request` object, no stream generator:
-    `/search` reads its body on every request), refusing more than `limit` bytes."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            if value.isdigit() and int(value) > limit:
-                raise BodyTooLarge
-            break
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        kind = message["type"]
-        if kind == "http.request":
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        elif kind == "http.disconnect":
-            raise ClientDisconnect
 
 
 def _loads(raw: bytes) -> Any:
@@ -173,8 +148,9 @@ def create_app(
 
     class SearchEndpoint:
         """`POST /search` as a plain ASGI app (Starlette runs a class instance as one):
-        no `Request` object and no exception-handling wrapper on the busiest route; it
-        raises nothing Starlette's handlers would answer (bad input is answered here)."""
+        the body read from the ASGI messages and no exception-handling wrapper on the
+        busiest route; it raises nothing Starlette's handlers would answer (bad input is
+        answered here)."""
 
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
             response = await search(scope, receive)
@@ -202,7 +178,7 @@ def create_app(
             explain=parsed.explain,
             dry_run=parsed.dry_run,
             session_id=parsed.session_id,
-            authorized=may_act(request, config),
+            authorized=may_act(Request(scope), config),
         )
         return FastJSONResponse(outcome.body, status_code=outcome.status_code)
 
