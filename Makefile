@@ -39,7 +39,7 @@ lint: install-test
 	$(VENV)/bin/ruff format --check search routing sources tests bench
 	$(VENV)/bin/mypy
 
-bench: install-test
+bench: install-test  # needs wrk (Debian: apt-get install -y wrk) and valgrind; see bench/README.md
 	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
 
 clean:

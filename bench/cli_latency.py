@@ -4,7 +4,8 @@
 
 A fresh CLI process per call, as a user runs it. The shipped config is copied with a free
 port and its trace store in a temporary directory, and served by a real `search serve`;
-rounds alternate which side runs first. Target: under a second when the server answers.
+rounds alternate which side runs first. Target: at most 0.3 s to the printed answer when
+the server answers (the client imports no torch, starlette or numpy).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ if str(ROOT) not in sys.path:
 from bench import results  # noqa: E402
 from bench.common import emit, free_port, median, order, run_search  # noqa: E402
 
-TARGET_S = 1.0
+TARGET_S = 0.3
 QUERY = "who wrote romeo and juliet"
 
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     server_s, local_s = median(times["server"]), median(times["local"])
     print(
         f"search query, a server running: {server_s:.2f} s (median of {args.rounds}; "
-        f"target < {TARGET_S:.0f} s)"
+        f"target <= {TARGET_S:g} s)"
     )
     print(f"search query --local:           {local_s:.2f} s")
     print(f"ratio local / server:           {local_s / server_s:.1f}x")
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         local_s=local_s,
         ratio=local_s / server_s,
         target_s=TARGET_S,
-        passed=server_s < TARGET_S,
+        passed=server_s <= TARGET_S,
     )
     if args.json_out:
         figures = {

@@ -44,6 +44,7 @@ SIZES = [1, 10, 100, 1_000, 10_000, 100_000]
 LOOKUPS = env_int("BENCH_SCALING_LOOKUPS", 10_000)
 CACHED_ROUNDS = env_int("BENCH_SCALING_CACHED_ROUNDS", 16)
 CACHED_PER_ROUND = env_int("BENCH_SCALING_CACHED_PER_ROUND", 40)
+PER_PART_TARGET_US = 60.0  # what each part past the first may add to a cache-hit request
 
 
 def parts_query(n: int) -> str:
@@ -219,6 +220,11 @@ async def main() -> None:
         f"200 ms-source latency x{eight['slow_ms'] / one['slow_ms']:.3f}, events "
         f"{one['events_slow']} -> {eight['events_slow']}"
     )
+    per_part = (eight["cache_hit_us"] - one["cache_hit_us"]) / 7
+    print(
+        f"each part past the first adds {per_part:.0f} us to a cache-hit request "
+        f"(target <= {PER_PART_TARGET_US:g} us)"
+    )
     memory = cache_memory()
     lookups = cache_lookups()
     decisions = await grow_decisions()
@@ -236,6 +242,8 @@ async def main() -> None:
     emit(
         "scaling",
         parts={str(n): row for n, row in parts.items()},
+        per_part_us=per_part,
+        per_part_target_us=PER_PART_TARGET_US,
         decisions={
             str(s): {
                 "memory_bytes": memory[s],

@@ -10,7 +10,7 @@
    flush, the wall time and the server process's CPU time (which includes encoding each
    trace for the writer process), and apart from it the writer process's CPU per trace
    (`search.traces.writer`: another process, at a lower priority, so it takes no GIL
-   from requests but does compete for cores). Target: under 5% on the request.
+   from requests but does compete for cores). Target: under 2% on the request (paired rounds and instructions).
    Also counted in CPU instructions of the server process (callgrind, store on against
    off, `bench.common.count_instructions`): the in-process cost, free of this shared
    machine's noise; the writer process is not in it (its CPU is reported above).
@@ -73,13 +73,17 @@ def make_app(trace: dict[str, Any]) -> Any:
 
 
 async def timed_round(app: Any, n: int) -> list[float]:
-    """Per-request latency in microseconds."""
+    """Per-request latency in microseconds. Between requests the event loop runs, as it
+    does in a server (every request there waits on its socket): the store's drain runs
+    when due, and its work (encoding the queued traces, the pipe write) is counted in
+    the round's CPU and instructions, not left queued until the flush."""
     out = []
     for _ in range(n):
         start = time.perf_counter_ns()
         status, body = await post_json(app, "/search", QUERY)
         out.append((time.perf_counter_ns() - start) / 1000)
         assert status == 200 and b'"cached":true' in body, body[:200]
+        await asyncio.sleep(0)
     return out
 
 
@@ -232,7 +236,7 @@ async def main() -> None:
         print(f"cache-hit /search, store on:  {med['on']:8.1f} us/request")
         print(
             f"  ratio on/off: {result['ratio']:.4f} "
-            f"({(result['ratio'] - 1) * 100:+.2f}%; target < +5%)"
+            f"({(result['ratio'] - 1) * 100:+.2f}%; target < +2%)"
         )
         print(
             f"  median of per-round paired ratios: {result['paired_ratio']:.4f} "
@@ -275,12 +279,12 @@ async def main() -> None:
                 f"store throughput ({label}): {rate:,.0f} traces/s "
                 f"({len(sample.chain)}-event chains, burst of {BURST})"
             )
-        verdict = result["paired_ratio"] < 1.05
+        verdict = result["paired_ratio"] < 1.02
         print(
             "PASS" if verdict else "FAIL",
-            "- persisting adds under 5% to a cache-hit request"
+            "- persisting adds under 2% to a cache-hit request"
             if verdict
-            else "- persisting adds 5% or more",
+            else "- persisting adds 2% or more",
         )
         print(
             json.dumps(

@@ -6,20 +6,21 @@ Exit status: 0 on success, 1 on a failed search, 2 on bad usage or bad config.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from search.config import Config, ConfigError, load_config
-from search.correction.label_cli import add_commands as add_label_commands
+from search.client_settings import ClientSettings, read_client_settings, settings_of
+from search.errors import ConfigError
 from search.query_text import has_visible_text, query_problem
 from search.terminal import say
-from search.traces.cli import add_commands as add_trace_commands
+
+if TYPE_CHECKING:
+    from search.config import Config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141
@@ -29,7 +30,13 @@ class UsageError(Exception):
     """Bad arguments or input file: exit 2."""
 
 
-def _parser() -> argparse.ArgumentParser:
+# The commands defined in this module; any other needs the full parser (trace, label, fit:
+# their modules import the trace store and the config models, which a client asking the
+# running server does without).
+CORE_COMMANDS = frozenset({"serve", "query", "route", "doctor", "mcp"})
+
+
+def _parser(full: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="search", description="Explainable search router")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -60,11 +67,14 @@ def _parser() -> argparse.ArgumentParser:
         "does not push real history out of the trace store)",
     )
     route.add_argument("--config")
-    COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
-    COMMANDS.update(add_label_commands(commands))  # label, check
-    from search.correction.fit_cli import add_fit_command
+    if full:
+        from search.correction.fit_cli import add_fit_command
+        from search.correction.label_cli import add_commands as add_label_commands
+        from search.traces.cli import add_commands as add_trace_commands
 
-    COMMANDS.update(add_fit_command(commands))  # fit
+        COMMANDS.update(add_trace_commands(commands))  # trace list|show, replay
+        COMMANDS.update(add_label_commands(commands))  # label, check
+        COMMANDS.update(add_fit_command(commands))  # fit
 
     doctor = commands.add_parser(
         "doctor", help="check each configured source and the LLM: reachable, version, auth"
@@ -78,7 +88,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(path: str | None) -> Config:
+    from search.config import load_config
+
     return load_config(path)
+
+
+def _client_settings(args: argparse.Namespace) -> tuple[ClientSettings, Config | None]:
+    """What asking the running server needs, read without the full config when it can be
+    (`search.client_settings`); else the full config too, which names a bad key."""
+    settings = None if args.local else read_client_settings(args.config)
+    if settings is not None:
+        return settings, None
+    config = _load(args.config)
+    return settings_of(config), config
 
 
 def _check_parts(service: Any, query: str, where: str = "") -> None:
@@ -142,12 +164,12 @@ def _before_loading_model() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _ask_server(config: Config, payload: dict[str, Any]) -> Any:
+def _ask_server(settings: ClientSettings, payload: dict[str, Any]) -> Any:
     """The running server's answer, or None when none answers at the configured address."""
     from search.remote import RemoteRefused, ask
 
     try:
-        return ask(config, payload)
+        return ask(settings, payload)
     except RemoteRefused as exc:
         raise UsageError(str(exc)) from None
 
@@ -155,16 +177,16 @@ def _ask_server(config: Config, payload: dict[str, Any]) -> Any:
 def cmd_query(args: argparse.Namespace) -> int:
     from search.traces.render import chain_table, results_text
 
-    config = _load(args.config)
-    problem = query_problem(args.text, config.server.max_query_chars)
+    settings, config = _client_settings(args)
+    problem = query_problem(args.text, settings.max_query_chars)
     if problem is not None:
         raise UsageError(problem)
 
     outcome = None
     if not args.local:
-        outcome = _ask_server(config, {"query": args.text, "explain": args.explain})
+        outcome = _ask_server(settings, {"query": args.text, "explain": args.explain})
     if outcome is None:
-        outcome = _query_locally(config, args.text, args.explain)
+        outcome = _query_locally(config or _load(args.config), args.text, args.explain)
     if args.json:
         say(json.dumps(outcome.body, indent=2, ensure_ascii=False), json_text=True)
     else:
@@ -194,6 +216,8 @@ def _query_locally(config: Config, text: str, explain: bool) -> Any:
             return await service.search(text, explain=explain, authorized=True)
         finally:
             await service.aclose()
+
+    import asyncio
 
     return asyncio.run(run())
 
@@ -252,15 +276,16 @@ def cmd_route(args: argparse.Namespace) -> int:
         raise UsageError("route: give either TEXT or --input FILE")
     if args.store and not args.input:
         raise UsageError("route: --store goes with --input (one TEXT is always stored)")
-    config = _load(args.config)
     queries = list(_read_queries(args.input)) if args.input else [args.text]
+    config: Config | None = None
     if not args.input:
-        problem = query_problem(args.text, config.server.max_query_chars)
+        settings, config = _client_settings(args)
+        problem = query_problem(args.text, settings.max_query_chars)
         if problem is not None:
             raise UsageError(problem)
         if not args.local:
             # A batch stays in-process: the server would keep a trace of every line.
-            answer = _ask_server(config, {"query": args.text, "explain": True, "dry_run": True})
+            answer = _ask_server(settings, {"query": args.text, "explain": True, "dry_run": True})
             if answer is not None:
                 if answer.status_code != 200:
                     error = answer.body.get("error") or {}
@@ -268,7 +293,7 @@ def cmd_route(args: argparse.Namespace) -> int:
                     return EXIT_FAILED
                 _print_plan(args, args.text, _plan_parts(answer.body["results"]), answer.chain)
                 return EXIT_OK
-    return _route_locally(config, args, queries)
+    return _route_locally(config or _load(args.config), args, queries)
 
 
 def _route_locally(config: Config, args: argparse.Namespace, queries: list[str]) -> int:
@@ -292,6 +317,8 @@ def _route_locally(config: Config, args: argparse.Namespace, queries: list[str])
             await service.aclose()
         return EXIT_OK
 
+    import asyncio
+
     return asyncio.run(run())
 
 
@@ -301,6 +328,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from search.terminal import escape_controls
 
     config = _load(args.config)
+    import asyncio
+
     findings = asyncio.run(diagnose(config))
     scrubber = Scrubber.from_config(config)
     for finding in findings:
@@ -339,7 +368,8 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(full=not argv or argv[0] not in CORE_COMMANDS).parse_args(argv)
     if args.command in MODEL_COMMANDS:
         _before_loading_model()
     try:

@@ -23,6 +23,7 @@ from pydantic import (
 
 from routing.config import RoutingConfig, Strict
 from routing.stages.route_data import RouteDataError, resolve_routes
+from search.errors import ConfigError
 from sources.registry import KINDS, SourceConfig, kind_module
 
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -32,10 +33,6 @@ _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 def default_data_dir() -> str:
     """$SEARCH_DATA_DIR, else ~/.local/share/search-router: outside any checkout."""
     return os.environ.get("SEARCH_DATA_DIR") or "~/.local/share/search-router"
-
-
-class ConfigError(Exception):
-    """config.yaml is unreadable or invalid; the message names the key."""
 
 
 class ServerConfig(Strict):

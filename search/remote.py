@@ -5,7 +5,7 @@ answer (seconds); a running server has both loaded and answers in milliseconds. 
 standard library's HTTP client is used, so asking costs no heavy import either.
 
 The server is the one at `server.host:server.port` of the CLI's config, with its
-`server.api_token`. Nothing listening there means "run in-process"; anything else that
+`server.api_token` (read by `search.client_settings`, which validates only those keys). Nothing listening there means "run in-process"; anything else that
 answers but is not this API (not JSON, no `trace_id`) also falls back to in-process.
 """
 
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from search.config import Config
+from search.client_settings import ClientSettings
 
 CONNECT_TIMEOUT_S = 0.5
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
@@ -44,27 +44,26 @@ class RemoteAnswer:
         return list(self.body.get("explanation") or [])
 
 
-def server_address(config: Config) -> tuple[str, int]:
+def server_address(settings: ClientSettings) -> tuple[str, int]:
     """Where the configured server listens, as a client dials it (a wildcard bind is
     reached on loopback)."""
-    host = config.server.host
+    host = settings.host
     if host in WILDCARD_HOSTS:
         host = "127.0.0.1"
-    return host.strip("[]"), config.server.port
+    return host.strip("[]"), settings.port
 
 
-def ask(config: Config, payload: dict[str, Any]) -> RemoteAnswer | None:
+def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | None:
     """`POST /search` to the configured server; None when no search server answers there.
 
     Connecting waits at most `CONNECT_TIMEOUT_S` (a local server accepts at once); the
     answer may take up to the request deadline, plus a margin for the server's own work.
     """
-    host, port = server_address(config)
-    read_timeout_s = config.routing.request_deadline_s + 5.0
+    host, port = server_address(settings)
+    read_timeout_s = settings.request_deadline_s + 5.0
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    token = config.server.api_token
-    if token is not None and token.get_secret_value():
-        headers["Authorization"] = f"Bearer {token.get_secret_value()}"
+    if settings.api_token:
+        headers["Authorization"] = f"Bearer {settings.api_token}"
     connection = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT_S)
     try:
         try:

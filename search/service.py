@@ -11,12 +11,11 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from routing.chain.events import RecordedChain, RouteLog, record, route_log
+from routing.chain.events import FIELDS, RecordedChain, RouteLog, record, route_log
 from routing.chain.steps import Step
 from routing.dispatch.breaker import CircuitBreaker
 from routing.dispatch.dispatcher import Dispatcher
@@ -30,6 +29,7 @@ from search.config import Config, ConfigError
 from search.correction import household as household_artefact
 from search.observability.telemetry import current_trace_id
 from search.scrub import Scrubber
+from search.trace_ids import new_trace_id
 from search.traces.records import RequestObserver, TraceRecord, TraceSink
 from search.traces.store import open_trace_sink
 from sources.base import Item, Source, SourceError
@@ -284,7 +284,7 @@ class Service:
     def _scrub_chain(self, recorded: RecordedChain) -> None:
         """Messages in the recorded events, scrubbed before anything reads the chain."""
         for entry in recorded.entries:
-            fields = entry.fields
+            fields = entry[FIELDS]
             if "message" in fields or "detail" in fields:  # few events do; this runs on all
                 for key in ("message", "detail"):
                     value = fields.get(key)
@@ -370,7 +370,7 @@ class Service:
         """One request. `read_only`: the caller promised not to act (a read-only tool), so
         every command in it is withheld. `authorized`: the requester may act (the surface
         checked a token or that the client is on this machine); never by default."""
-        trace_id = uuid.uuid4().hex
+        trace_id = new_trace_id()
         started_wall = time.time()
         trace_token = current_trace_id.set(trace_id)  # log records carry it (telemetry)
         try:

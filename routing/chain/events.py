@@ -17,7 +17,7 @@ import contextvars
 import operator
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Final, NamedTuple, ParamSpec, TypeVar
 
 from routing.chain.steps import ALWAYS_KEPT, Step
 
@@ -28,10 +28,17 @@ DEFAULT_MAX_EVENTS = 1000
 
 _clock = time.perf_counter
 # This module runs on every event of every request, so it keeps Python-level calls out
-# of the hot path: an Entry is built by the C `tuple.__new__` (`Entry(...)` runs a Python
-# __new__), and steps are read by `map` with a C getter rather than a Python loop.
-_new_tuple = tuple.__new__
-_step_of = operator.itemgetter(2)  # Entry.step
+# of the hot path: an entry is a plain tuple laid out as `Entry` (building a named tuple
+# costs a second allocation and a call; a plain one is one instruction, and encodes as a
+# JSON array without a fallback), and steps are read by `map` with a C getter rather than
+# a Python loop.
+# An entry's fields, as `Entry` names them (Final: each indexes with its own type).
+AT: Final = 0
+PART: Final = 1
+STEP: Final = 2
+FIELDS: Final = 3
+SEQ: Final = 4
+_step_of = operator.itemgetter(STEP)
 
 
 class RouteLog:
@@ -55,7 +62,7 @@ class RouteLog:
     __slots__ = ("entries", "dropped_steps", "max_events", "started", "captures")
 
     def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
-        self.entries: list[Entry] = []
+        self.entries: list[EntryRow] = []
         self.dropped_steps: list[str] = []
         self.max_events = max_events
         self.started = time.perf_counter()
@@ -67,7 +74,7 @@ class RouteLog:
         kept only if it must be."""
         if step in ALWAYS_KEPT:  # a failed chain always says why it failed
             seq = len(self.entries) + len(self.dropped_steps)
-            self.entries.append(Entry(_clock(), part, step, fields, seq))
+            self.entries.append((_clock(), part, step, fields, seq))
         else:
             self.dropped_steps.append(step)
 
@@ -96,13 +103,17 @@ class RouteLog:
 
 
 class Entry(NamedTuple):
-    """One recorded event as `record` stores it; the event dict is built only when read."""
+    """The layout of one recorded event as `record` stores it (as a plain tuple of these
+    fields: `EntryRow`); the event dict is built only when read."""
 
     at: float  # perf_counter at recording
     part: str
     step: str
     fields: dict[str, Any]  # the keyword fields given to `record`
     seq: int | None = None  # set past the bound; before it, seq is the entry's index
+
+
+EntryRow = tuple[float, str, str, dict[str, Any], "int | None"]
 
 
 class RecordedChain:
@@ -115,7 +126,7 @@ class RecordedChain:
 
     __slots__ = ("entries", "started", "_events")
 
-    def __init__(self, entries: list[Entry], started: float) -> None:
+    def __init__(self, entries: list[EntryRow], started: float) -> None:
         """`entries` as `RouteLog` holds them (taken as they are: this runs per request)."""
         self.entries = entries
         self.started = started
@@ -124,12 +135,12 @@ class RecordedChain:
     @classmethod
     def from_rows(cls, rows: list[list[Any]], started: float) -> RecordedChain:
         """A chain from its entries as lists, as they come back from JSON."""
-        return cls([Entry(*row) for row in rows], started)
+        return cls([(row[0], row[1], row[2], row[3], row[4]) for row in rows], started)
 
     def step_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(step, the event's own fields) per event, in order, without building events."""
         for entry in self.entries:
-            yield entry.step, entry.fields
+            yield entry[STEP], entry[FIELDS]
 
     def events(self) -> list[dict[str, Any]]:
         events = self._events
@@ -138,13 +149,13 @@ class RecordedChain:
             # Microsecond resolution via int(): round(x, 3) costs more than the event.
             events = [
                 {
-                    "step": entry.step,
-                    "seq": index if entry.seq is None else entry.seq,
-                    "t_ms": int((entry.at - started) * 1_000_000) / 1000.0,
-                    "part": entry.part,
-                    **entry.fields,
+                    "step": step,
+                    "seq": index if seq is None else seq,
+                    "t_ms": int((at - started) * 1_000_000) / 1000.0,
+                    "part": part,
+                    **fields,
                 }
-                for index, entry in enumerate(self.entries)
+                for index, (at, part, step, fields, seq) in enumerate(self.entries)
             ]
             self._events = events  # two racing readers build equal lists; either wins
         return events
@@ -166,36 +177,39 @@ class NullRouteLog(RouteLog):
         return None
 
 
-_log: contextvars.ContextVar[RouteLog | None] = contextvars.ContextVar("route_log", default=None)
-_part: contextvars.ContextVar[str] = contextvars.ContextVar("route_part", default="")
+# The request's log and the part being run, in one ContextVar: `record` reads both with
+# one lookup. A part scope outside a request holds no log.
+_scope: contextvars.ContextVar[tuple[RouteLog | None, str]] = contextvars.ContextVar(
+    "route_scope", default=(None, "")
+)
 
 
 def record(step: Step, **fields: Any) -> None:
     """Append one event to the current request's chain; a no-op outside a request."""
-    log = _log.get()
+    log, part = _scope.get()
     if log is None:
         return
     # Inline, no method call: this runs for every event of every request.
     entries = log.entries
     if len(entries) < log.max_events:
-        entries.append(_new_tuple(Entry, (_clock(), _part.get(), step, fields, None)))
+        entries.append((_clock(), part, step, fields, None))
     else:
-        log.past_bound(step, _part.get(), fields)
+        log.past_bound(step, part, fields)
 
 
 def capture(source: str, query: str, items: list[Any]) -> None:
     """Keep a source's answer with the request (stored only if capture is configured)."""
-    log = _log.get()
+    log = _scope.get()[0]
     if log is not None:
         log.captures.append((source, query, items))
 
 
 def current_log() -> RouteLog | None:
-    return _log.get()
+    return _scope.get()[0]
 
 
 def current_part() -> str:
-    return _part.get()
+    return _scope.get()[1]
 
 
 def part_key(path: str) -> tuple[int, ...]:
@@ -211,7 +225,7 @@ class route_log:  # noqa: N801 - used as a function: `with route_log() as log:`
     and a generator costs several times as much to enter and leave.
     """
 
-    __slots__ = ("_log", "_token", "_part_token")
+    __slots__ = ("_log", "_token")
 
     def __init__(
         self, max_events: int = DEFAULT_MAX_EVENTS, factory: Callable[[int], RouteLog] = RouteLog
@@ -219,13 +233,11 @@ class route_log:  # noqa: N801 - used as a function: `with route_log() as log:`
         self._log = factory(max_events)
 
     def __enter__(self) -> RouteLog:
-        self._token = _log.set(self._log)
-        self._part_token = _part.set("")
+        self._token = _scope.set((self._log, ""))
         return self._log
 
     def __exit__(self, *exc_info: object) -> None:
-        _part.reset(self._part_token)
-        _log.reset(self._token)
+        _scope.reset(self._token)
 
 
 class part_scope:  # noqa: N801 - used as a function: `with part_scope("1"):`
@@ -237,10 +249,10 @@ class part_scope:  # noqa: N801 - used as a function: `with part_scope("1"):`
         self._path = path
 
     def __enter__(self) -> None:
-        self._token = _part.set(self._path)
+        self._token = _scope.set((_scope.get()[0], self._path))
 
     def __exit__(self, *exc_info: object) -> None:
-        _part.reset(self._token)
+        _scope.reset(self._token)
 
 
 async def run_in_thread(func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:

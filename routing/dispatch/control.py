@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 
 class Withheld(StrEnum):
@@ -86,12 +87,16 @@ _DEFERRAL = re.compile(
 )
 
 
+# Pure functions of the text, asked of every part an acting source answers: the last
+# texts' answers are remembered (bounded).
+@lru_cache(maxsize=2048)
 def deferral(text: str) -> str | None:
     """The time qualifier in `text` ("in an hour", "at 7 pm", "when I get home"), if any."""
     found = _DEFERRAL.search(text)
     return found.group(0) if found else None
 
 
+@lru_cache(maxsize=2048)
 def without_deferral(text: str) -> str:
     """`text` with its time qualifiers cut out, so "in ten minutes turn off the oven" still
     reads as the command it holds (and is then withheld as deferred)."""

@@ -7,6 +7,7 @@ Every cache (results, routing decisions, replayed captures, learned LLM decision
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _SPACE = re.compile(r"\s+")
 _EDGE = " \t\r\n.,;:!?¿¡\"'“”‘’()"
@@ -17,6 +18,7 @@ CLAUSE_WORD = re.compile(r"[A-Za-z0-9'’]+")
 CLAUSE_TRIM = " \t\r\n,;.!?:-"
 
 
+@lru_cache(maxsize=4096)  # the cache key of every source call and decision lookup
 def normalise(query: str) -> str:
     """The cache key of a query: case, spacing, curly quotes and end punctuation don't
     make a different question."""

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.language.discourse import dependency
-from routing.stages.confidence import ConfidenceModel, declined, load_model
-from routing.stages.keyword_rules import NONE, KeywordRules
+from routing.stages.confidence import ConfidenceModel, Ranked, declined, load_model
+from routing.stages.keyword_rules import NONE, KeywordMatch, KeywordRules
 from routing.stages.sessions import SessionStore
 from routing.types import Decision, Escalation, IntentStage, ResolveContext
 
@@ -31,6 +31,16 @@ _dependency = lru_cache(maxsize=_MEMO_SIZE)(dependency)
 
 
 CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
+
+
+class _Ranking(NamedTuple):
+    """What the keyword stage makes of one text, before recording it."""
+
+    match: KeywordMatch
+    ranked: Ranked
+    confidence: float  # rounded, as the event shows it
+    candidates: tuple[tuple[str, float, float], ...]  # (route, confidence, margin)
+    declined: str | None  # why it declines (under `min_confidence`), else None
 
 
 class KeywordStage:
@@ -59,6 +69,23 @@ class KeywordStage:
         self.labels = labels or rules.routes
         self._match = lru_cache(maxsize=_MEMO_SIZE)(rules.match)
         self._scores = lru_cache(maxsize=_MEMO_SIZE)(rules.scores)
+        self._ranking = lru_cache(maxsize=_MEMO_SIZE)(self._rank)
+
+    def _rank(self, query: str) -> _Ranking | None:
+        """The rules' match and its fitted ranking: a pure function of the text (the rules
+        and the model are fixed for the stage's life), so a repeated query ranks once."""
+        match = self._scores(query)
+        if match is None:
+            return None
+        labels = [*self.labels, *(r for r in match.scores if r not in self.labels)]
+        ranked = self.model.keyword(labels, match.scores)
+        candidates = tuple((c["route"], c["confidence"], c["margin"]) for c in ranked.candidates())
+        reason = (
+            declined("keyword", ranked, self.min_confidence)
+            if ranked.confidence < self.min_confidence
+            else None
+        )
+        return _Ranking(match, ranked, round(ranked.confidence, 4), candidates, reason)
 
     def claim(self, text: str) -> str | None:
         """The route (or "none") the rules give `text` alone by more than a hint ("nearby"
@@ -69,19 +96,22 @@ class KeywordStage:
         return match.route
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
-        match = self._scores(query)
-        if match is None:
+        ranking = self._ranking(query)
+        if ranking is None:
             return None
+        match, ranked = ranking.match, ranking.ranked
         context.keyword = match
-        labels = [*self.labels, *(r for r in match.scores if r not in self.labels)]
-        ranked = self.model.keyword(labels, match.scores)
+        # Each event gets objects of its own (a reader may change its copy).
         shown = {
-            "confidence": round(ranked.confidence, 4),
-            "candidates": ranked.candidates(),
+            "confidence": ranking.confidence,
+            "candidates": [
+                {"route": route, "confidence": p, "margin": margin}
+                for route, p, margin in ranking.candidates
+            ],
             "fit": self.model.name,
         }
         matched = list(match.matched)
-        if ranked.confidence < self.min_confidence:
+        if ranking.declined is not None:
             # A tie, or words that point several ways: the semantic stage weighs them too.
             record(
                 Step.INTENT_KEYWORD,
@@ -90,7 +120,7 @@ class KeywordStage:
                 discourse_escalated=False,
                 matched=matched,
                 outcome="declined",
-                declined=declined("keyword", ranked, self.min_confidence),
+                declined=ranking.declined,
                 **shown,
             )
             context.ranked = ranked

@@ -17,6 +17,7 @@ so they can't be counted; `search_dropped_events_total` says how many were lost.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -144,6 +145,18 @@ class MetricsObserver:
             self.cache_hits.labels(kind=kind)
         for stage in INTENT_STEPS:
             self.intent_decisions.labels(stage=stage)
+        # The series every request counts into, looked up once.
+        self._by_status: dict[int, Any] = {}
+        self._by_intent: dict[str, Any] = {}
+        self._result_hits = self._series(self.cache_hits, "result")
+        self._decision_hits = self._series(self.cache_hits, "decision")
+        self._others: dict[str, Callable[[dict[str, Any]], None]] = {
+            Step.SOURCE_INVOKED: self._source_invoked,
+            Step.FALLBACK: self._fallback,
+            Step.SOURCE_SKIPPED: self._source_skipped,
+            Step.SHARED_STATE_DEGRADED: self._shared_state_degraded,
+            Step.ERROR: self._error,
+        }
 
     def _series(self, metric: Any, *labels: str) -> Any:
         """The child series for these label values, looked up once: `labels()` validates
@@ -155,40 +168,55 @@ class MetricsObserver:
         return child
 
     def observe(self, trace: TraceRecord) -> None:
-        series = self._series
-        series(self.requests, str(trace.status_code)).inc()
+        code = trace.status_code
+        requests = self._by_status.get(code)
+        if requests is None:
+            requests = self._by_status[code] = self._series(self.requests, str(code))
+        requests.inc()
         self.request_seconds.observe(max(trace.duration_ms, 0.0) / 1000.0)
         if trace.dropped_events:
             self.dropped_events.inc(trace.dropped_events)
+        # The commonest steps first (every request has an intent step; a cache hit, one per
+        # part); the rest by a table rather than a chain of comparisons.
+        others = self._others
         for step, event in trace.step_fields():
-            if step == Step.SOURCE_INVOKED:
-                labels = (str(event.get("source")), str(event.get("outcome")))
-                series(self.source_calls, *labels).inc()
-                elapsed = event.get("elapsed_ms")
-                if isinstance(elapsed, (int, float)):
-                    series(self.source_seconds, *labels).observe(max(float(elapsed), 0.0) / 1000.0)
-            elif step == Step.FALLBACK:
-                series(
-                    self.fallbacks, str(event.get("from_source")), str(event.get("to_source"))
-                ).inc()
-            elif step == Step.RESULT_CACHE_HIT:
-                series(self.cache_hits, "result").inc()
-            elif step == Step.SOURCE_SKIPPED:
-                series(self.source_skips, str(event.get("source")), str(event.get("reason"))).inc()
-            elif step == Step.SHARED_STATE_DEGRADED:
-                series(
-                    self.shared_state_degraded,
-                    str(event.get("component")),
-                    str(event.get("reason")),
-                ).inc()
-            elif step == Step.ERROR:
-                series(self.errors, str(event.get("error_type"))).inc()
-            elif isinstance(step, str) and step.startswith("intent_"):
+            if step == Step.RESULT_CACHE_HIT:
+                self._result_hits.inc()
+            elif step.startswith("intent_"):
                 if event.get("decision") is None:
                     continue  # a stage that looked but did not decide (a semantic miss)
-                series(self.intent_decisions, step).inc()
+                decisions = self._by_intent.get(step)
+                if decisions is None:
+                    decisions = self._by_intent[step] = self._series(self.intent_decisions, step)
+                decisions.inc()
                 if step == Step.INTENT_CACHED:
-                    series(self.cache_hits, "decision").inc()
+                    self._decision_hits.inc()
+            else:
+                count = others.get(step)
+                if count is not None:
+                    count(event)
+
+    def _source_invoked(self, event: dict[str, Any]) -> None:
+        labels = (str(event.get("source")), str(event.get("outcome")))
+        self._series(self.source_calls, *labels).inc()
+        elapsed = event.get("elapsed_ms")
+        if isinstance(elapsed, (int, float)):
+            self._series(self.source_seconds, *labels).observe(max(float(elapsed), 0.0) / 1000.0)
+
+    def _fallback(self, event: dict[str, Any]) -> None:
+        labels = (str(event.get("from_source")), str(event.get("to_source")))
+        self._series(self.fallbacks, *labels).inc()
+
+    def _source_skipped(self, event: dict[str, Any]) -> None:
+        labels = (str(event.get("source")), str(event.get("reason")))
+        self._series(self.source_skips, *labels).inc()
+
+    def _shared_state_degraded(self, event: dict[str, Any]) -> None:
+        labels = (str(event.get("component")), str(event.get("reason")))
+        self._series(self.shared_state_degraded, *labels).inc()
+
+    def _error(self, event: dict[str, Any]) -> None:
+        self._series(self.errors, str(event.get("error_type"))).inc()
 
     def exposition_registry(self) -> CollectorRegistry:
         """What a scrape reads: this app's registry, or every worker's files summed."""

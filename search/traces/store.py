@@ -420,9 +420,12 @@ class _WriterProcess:
 class SQLiteTraceStore:
     """`TraceSink` + `TraceReader` over one SQLite file.
 
-    Writing: `submit()` encodes the record as a JSON line (a few microseconds); the event
-    loop writes the lines of a burst to the writer process's pipe in one non-blocking
-    write (`search.traces.writer` turns them into rows and commits them). No thread of this
+    Writing: `submit()`, on the request's path, only appends the record to a bounded
+    queue (past `max_pending` it is dropped and counted). After `linger_s` the event loop
+    drains the queue: it encodes the burst's records as JSON lines and writes them to the
+    writer process's pipe in one non-blocking write (`search.traces.writer` turns them
+    into rows and commits them). A submitted record is not changed afterwards (the service
+    builds it from the finished request). No thread of this
     process takes part, so row building, SQLite and waiting never compete with requests
     for the GIL. Writing needs the loop `start()` ran on; reading works from any thread.
     """
@@ -441,7 +444,7 @@ class SQLiteTraceStore:
         self.linger_s = linger_s
         self.max_pending = max_pending
         self.clock = clock
-        self._pending: list[bytes] = []  # encoded traces not yet handed to the pipe
+        self._pending: list[TraceRecord] = []  # traces not yet encoded for the pipe
         self._outbuf = bytearray()  # handed over, not yet taken by the pipe
         self._in_flight = 0  # traces in `_outbuf`
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -554,13 +557,7 @@ class SQLiteTraceStore:
             if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
                 log.warning("trace store is behind; %d traces dropped so far", self.dropped)
             return
-        try:
-            line = record_line(trace, self.config.capture_results)
-        except Exception:  # one odd record must not fail the request
-            log.exception("trace store: dropping trace %s", trace.trace_id)
-            self._lost += 1
-            return
-        self._pending.append(line)
+        self._pending.append(trace)
         if self._drain_handle is None and self._loop is not None:
             if threading.get_ident() == self._loop_thread:
                 self._schedule_drain()
@@ -579,8 +576,22 @@ class SQLiteTraceStore:
         # Swap the list first: a line submitted from another thread meanwhile lands in
         # one list or the other, never in neither.
         pending, self._pending = self._pending, []
-        self._in_flight += len(pending)
-        self._send(f'["now",{self.clock()!r}]\n'.encode() + b"".join(pending))
+        lines = self._encode(pending)
+        self._in_flight += len(lines)
+        self._send(f'["now",{self.clock()!r}]\n'.encode() + b"".join(lines))
+
+    def _encode(self, traces: list[TraceRecord]) -> list[bytes]:
+        """Each trace as its line for the writer process; one that cannot be encoded is
+        lost (and counted), the others go."""
+        capture = self.config.capture_results
+        lines = []
+        for trace in traces:
+            try:
+                lines.append(record_line(trace, capture))
+            except Exception:  # one odd record must not stop the burst
+                log.exception("trace store: dropping trace %s", trace.trace_id)
+                self._lost += 1
+        return lines
 
     def _send(self, data: bytes) -> None:
         """`data` into the pipe now if it takes it (the usual case: one write, no copy),

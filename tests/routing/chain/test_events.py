@@ -8,6 +8,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from routing.chain.events import (
+    Entry,
     NullRouteLog,
     bind_context,
     current_log,
@@ -118,7 +119,8 @@ def test_a_frozen_chain_keeps_what_was_recorded_by_then() -> None:
         frozen = log.freeze()
         record("late", n=2)  # a worker thread finishing after the answer was built
     assert [e["step"] for e in frozen.events()] == ["first"]
-    assert frozen.entries[0].step == "first" and frozen.entries[0].seq is None
+    first = Entry(*frozen.entries[0])
+    assert first.step == "first" and first.seq is None
     assert [e["step"] for e in log.snapshot()] == ["first", "late"]
 
 

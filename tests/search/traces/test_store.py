@@ -445,9 +445,10 @@ async def test_submit_never_blocks_even_when_the_file_is_locked(tmp_path: Path) 
     blocker = sqlite3.connect(db, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     try:
-        started = time.perf_counter()
-        for n in range(2000):
-            store.submit(make_record(f"{n:032x}"))
+        records = [make_record(f"{n:032x}") for n in range(2000)]
+        started = time.perf_counter()  # submitting alone is timed: it must not wait
+        for record in records:
+            store.submit(record)
         assert time.perf_counter() - started < 0.5
         await asyncio.sleep(0.2)
         assert store.written == 0  # the writer is stuck on the lock, the loop is not
@@ -465,6 +466,30 @@ async def test_traces_beyond_max_pending_are_dropped_and_counted(tmp_path: Path)
     assert store.dropped == 15
     await store.aclose()  # close still writes what was queued
     assert SQLiteTraceStore(TraceConfig(path=str(tmp_path / "t.db"))).count() == 10
+
+
+async def test_a_running_stores_full_queue_drops_and_counts_and_submit_only_enqueues(
+    tmp_path: Path,
+) -> None:
+    """The request's part is a bounded append: a record that cannot be encoded does not
+    fail `submit` (the drain loses it, counted); past `max_pending` a record is dropped."""
+    db = tmp_path / "t.db"
+    store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=60.0, max_pending=8)
+    await store.start()
+    loop: list[Any] = []
+    loop.append(loop)  # a circular value: no JSON encoding of it exists
+    store.submit(make_record("f" * 32, results=[{"items": loop}]))  # encoding would raise
+    for n in range(10):
+        store.submit(make_record(f"{n:032x}"))
+    assert store.stats()["pending"] == 8  # the odd one and 7 more; nothing drained yet
+    assert store.dropped == 3
+    await store.flush()
+    assert store.failed_writes == 1 and store.written == 7
+    assert store.stats()["pending"] == 0
+    store.submit(make_record("e" * 32))  # room again once drained
+    await store.aclose()
+    assert store.dropped == 3
+    assert SQLiteTraceStore(TraceConfig(path=str(db))).count() == 8
 
 
 async def test_concurrent_readers_see_a_consistent_store_while_writing(tmp_path: Path) -> None:

@@ -1,0 +1,43 @@
+"""Trace ids: random UUID4s as 32 hex digits, drawn from the OS in blocks.
+
+`uuid.uuid4().hex` asks the OS for 16 random bytes (a system call, dear in a VM) and
+builds a `UUID` object for every request; this takes the same OS randomness 4 KiB at a
+time and sets the same version and variant bits, so the ids are what `uuid4` makes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_BLOCK = 256  # ids per call to the OS
+_lock = threading.Lock()
+_pool: list[str] = []
+
+
+def _fill() -> None:
+    raw = bytearray(os.urandom(16 * _BLOCK))
+    for start in range(0, len(raw), 16):
+        raw[start + 6] = (raw[start + 6] & 0x0F) | 0x40  # version 4
+        raw[start + 8] = (raw[start + 8] & 0x3F) | 0x80  # the RFC 4122 variant
+    text = raw.hex()
+    _pool.extend(text[i : i + 32] for i in range(0, len(text), 32))
+
+
+def new_trace_id() -> str:
+    """A fresh random id, as `uuid.uuid4().hex` writes one (safe from any thread; a
+    forked worker must not share its parent's pool, see `_after_fork`)."""
+    try:
+        return _pool.pop()
+    except IndexError:
+        with _lock:
+            if not _pool:
+                _fill()
+        return new_trace_id()
+
+
+def _after_fork() -> None:
+    _pool.clear()  # a child drawing its parent's remaining ids would repeat them
+
+
+os.register_at_fork(after_in_child=_after_fork)
