@@ -71,6 +71,8 @@ def upgrade_labels_5(conn: sqlite3.Connection) -> None:
     for column, statement in LABELS_SCHEMA_5.items():
         if column not in have:
             conn.execute(statement)
+
+
 LABELS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS labels (
     id INTEGER PRIMARY KEY,
