@@ -123,7 +123,7 @@ def shipped_rows(directory: Path = FIT_DATA) -> list[Labelled]:
 async def describe(config: Any, rows: Sequence[Labelled]) -> Examples:
     """Every row's features under `config`'s resolved routes (loads the model once)."""
     from routing.stages.build import build_resolver
-    from routing.stages.resolver import KeywordStage
+    from routing.stages.keyword import KeywordStage
     from routing.stages.semantic import SemanticStage
 
     resolver = build_resolver(config)

@@ -21,11 +21,12 @@ from routing.language.spelling import known_words
 from routing.shared_state import RedisLink
 from routing.stages.confidence import ConfidenceModel, load_model
 from routing.stages.decision_cache import DecisionCache, DecisionCacheStage
+from routing.stages.keyword import KeywordStage
 from routing.stages.keyword_rules import KeywordRules
 from routing.stages.labels import HouseholdRouting, LabelStage
 from routing.stages.llm import LLMStage
 from routing.stages.memory import DecisionMemory
-from routing.stages.resolver import KeywordStage, Resolver
+from routing.stages.resolver import Resolver
 from routing.stages.route_data import NONE, Route, resolve_routes
 from routing.stages.semantic import LearnedDecisions, SemanticStage
 from routing.stages.sessions import SessionStage, SessionStore

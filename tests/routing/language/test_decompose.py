@@ -183,8 +183,8 @@ def test_a_condition_about_the_world_is_still_extracted() -> None:
 
 
 def _keyword_claims() -> object:
+    from routing.stages.keyword import KeywordStage
     from routing.stages.keyword_rules import KeywordRules
-    from routing.stages.resolver import KeywordStage
 
     rules = KeywordRules(
         {"forecast": ["weather"], "ha": ["lights", "lamp"], "web": ["news", "nearby ^0.75"]},

@@ -26,8 +26,8 @@ from routing.stages.confidence import (
     load_model,
     single,
 )
+from routing.stages.keyword import KeywordStage
 from routing.stages.keyword_rules import KeywordRules
-from routing.stages.resolver import KeywordStage
 from routing.stages.semantic import ExemplarIndex
 from routing.types import ResolveContext
 from search.config import Config

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from routing.chain.events import route_log
+from routing.stages.keyword import KeywordStage
 from routing.stages.keyword_rules import KeywordRules, parse_rule
-from routing.stages.resolver import KeywordStage, Resolver
+from routing.stages.resolver import Resolver
 from routing.types import ResolveContext
 
 RULES = KeywordRules(

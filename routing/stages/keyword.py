@@ -1,0 +1,152 @@
+"""The keyword stage: the resolved routes' rules, weighed by the fitted keyword confidence.
+
+It decides when its winner clears `min_confidence`, else declines (saying so) for the
+semantic stage; a `none` winner ends the part unserved. A match on a query that leans on
+the conversation is escalated to the LLM when one is configured (`discourse_escalated`).
+The rules themselves (matching, inflections, typos) are routing/stages/keyword_rules.py.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from routing.chain.events import record
+from routing.chain.steps import Step
+from routing.stages.confidence import ConfidenceModel, Ranked, declined, load_model
+from routing.stages.keyword_rules import NONE, KeywordMatch, KeywordRules
+from routing.types import Decision, Escalation, ResolveContext
+
+_MEMO_SIZE = 2048  # the texts a household repeats, remembered (bounded)
+
+
+CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
+
+
+class _Ranking(NamedTuple):
+    """What the keyword stage makes of one text, before recording it."""
+
+    match: KeywordMatch
+    ranked: Ranked
+    confidence: float  # rounded, as the event shows it
+    candidates: tuple[tuple[str, float, float], ...]  # (route, confidence, margin)
+    declined: str | None  # why it declines (under `min_confidence`), else None
+
+
+class KeywordStage:
+    """Rules from the resolved routes, weighed by the fitted keyword confidence: decides when
+    its winner clears `min_confidence`, else declines (saying so) for the semantic stage.
+    Discourse-dependent matches go on to the LLM if any."""
+
+    name = "intent_keyword"
+
+    def __init__(
+        self,
+        rules: KeywordRules,
+        escalation: Escalation | None = None,
+        *,
+        labels: list[str] | None = None,
+        min_confidence: float | None = None,
+        model: ConfidenceModel | None = None,
+    ) -> None:
+        """`labels`: every route the confidence ranks (default: those with rules)."""
+        self.rules = rules
+        self.escalation = escalation
+        self.model = model or load_model()
+        self.min_confidence = (
+            self.model.min_confidence if min_confidence is None else min_confidence
+        )
+        self.labels = labels or rules.routes
+        self._match = lru_cache(maxsize=_MEMO_SIZE)(rules.match)
+        self._scores = lru_cache(maxsize=_MEMO_SIZE)(rules.scores)
+        self._ranking = lru_cache(maxsize=_MEMO_SIZE)(self._rank)
+
+    def _rank(self, query: str) -> _Ranking | None:
+        """The rules' match and its fitted ranking: a pure function of the text (the rules
+        and the model are fixed for the stage's life), so a repeated query ranks once."""
+        match = self._scores(query)
+        if match is None:
+            return None
+        labels = [*self.labels, *(r for r in match.scores if r not in self.labels)]
+        ranked = self.model.keyword(labels, match.scores)
+        candidates = tuple((c["route"], c["confidence"], c["margin"]) for c in ranked.candidates())
+        reason = (
+            declined("keyword", ranked, self.min_confidence)
+            if ranked.confidence < self.min_confidence
+            else None
+        )
+        return _Ranking(match, ranked, round(ranked.confidence, 4), candidates, reason)
+
+    def claim(self, text: str) -> str | None:
+        """The route (or "none") the rules give `text` alone by more than a hint ("nearby"
+        weighs less than a topic); records nothing."""
+        match = self._match(text)
+        if match is None or match.scores[match.route] < CLAIM_WEIGHT:
+            return None
+        return match.route
+
+    async def decide(self, query: str, context: ResolveContext) -> Decision | None:
+        ranking = self._ranking(query)
+        if ranking is None:
+            return None
+        match, ranked = ranking.match, ranking.ranked
+        context.keyword = match
+        # Each event gets objects of its own (a reader may change its copy).
+        shown = {
+            "confidence": ranking.confidence,
+            "candidates": [
+                {"route": route, "confidence": p, "margin": margin}
+                for route, p, margin in ranking.candidates
+            ],
+            "fit": self.model.name,
+        }
+        matched = list(match.matched)
+        if ranking.declined is not None:
+            # A tie, or words that point several ways: the semantic stage weighs them too.
+            record(
+                Step.INTENT_KEYWORD,
+                query=query,
+                decision=None,
+                discourse_escalated=False,
+                matched=matched,
+                outcome="declined",
+                declined=ranking.declined,
+                **shown,
+            )
+            context.ranked = ranked
+            return None
+        route = ranked.winner
+        if route == NONE:
+            # "set an alarm", "add it to my playlist": no source serves it; say so, don't route.
+            record(
+                Step.INTENT_KEYWORD,
+                query=query,
+                decision=None,
+                discourse_escalated=False,
+                matched=matched,
+                outcome="unserved",
+                **shown,
+            )
+            context.unserved = True
+            context.default_reason = "no_match"
+            context.default_fields = {"nearest": matched[0] if matched else None}
+            context.ranked = ranked
+            return None
+        escalate = self.escalation is not None and context.discourse is not None
+        fields: dict[str, Any] = {}
+        if escalate:
+            fields["discourse"] = context.discourse
+        record(
+            Step.INTENT_KEYWORD,
+            query=query,
+            decision=route,
+            discourse_escalated=escalate,
+            matched=matched,
+            **shown,
+            **fields,
+        )
+        if escalate and self.escalation is not None:
+            fresh = await self.escalation.escalate(query, context, route)
+            if fresh is not None:
+                return fresh
+        return Decision(route, self.name, confidence=ranked.confidence)
