@@ -95,6 +95,98 @@ def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JS
     return request
 
 
+class SearchEndpoint:
+    """`POST /search` as a plain ASGI app (Starlette runs a class instance as one): the
+    body read from the ASGI messages and no exception-handling wrapper on the busiest
+    route; it raises nothing Starlette's handlers would answer (bad input is answered
+    here)."""
+
+    def __init__(self, config: Config, service: Service) -> None:
+        self.config = config
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.answer(scope, receive)
+        await response(scope, receive, send)
+
+    async def answer(self, scope: Scope, receive: Receive) -> Response:
+        limit = self.config.server.max_body_bytes
+        try:
+            raw = await receive_body(scope, receive, limit)
+        except BodyTooLarge:
+            return error_response(
+                413, "body_too_large", f"body: larger than the maximum of {limit} bytes", "body"
+            )
+        parsed = parse_search_request(raw, self.config.server.max_query_chars)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        try:
+            self.service.router.check_parts(parsed.query)
+        except TooManyParts as exc:
+            return error_response(422, "too_many_parts", str(exc), exc.field)
+        outcome = await self.service.search(
+            parsed.query,
+            explain=parsed.explain,
+            dry_run=parsed.dry_run,
+            session_id=parsed.session_id,
+            authorized=may_act(Request(scope), self.config),
+        )
+        return FastJSONResponse(outcome.body, status_code=outcome.status_code)
+
+
+def _middleware(config: Config) -> list[Middleware]:
+    """Outermost: a cross-site or rebound request is refused before the token is looked at."""
+    middleware = [
+        Middleware(
+            RequestGuard,
+            bind_host=config.server.host,
+            port=config.server.port,
+            allowed_hosts=[*config.server.allowed_hosts, *config.mcp.allowed_hosts],
+            allowed_origins=config.server.allowed_origins,
+        )
+    ]
+    if token_required(config):
+        token = config.server.api_token.get_secret_value()  # type: ignore[union-attr]
+        middleware.append(Middleware(BearerTokenMiddleware, token=token))
+    return middleware
+
+
+def _mcp(config: Config, service: Service) -> tuple[list[Route], Any]:
+    """The `/mcp` route and its lifespan, when MCP is enabled."""
+    if not config.mcp.enabled:
+        return [], None
+    mcp_server = build_mcp_server(service, control_offered=token_required(config))
+    mcp_app, mcp_lifespan = http_endpoint(mcp_server, config.server.max_body_bytes)
+    # Stateless: no server-initiated stream, so GET is 405 (the spec's alternative to an
+    # SSE stream; an open GET stream here would never send anything nor end).
+    return [Route("/mcp", mcp_app, methods=["POST", "DELETE"])], mcp_lifespan
+
+
+def _healthz(health: HealthCache) -> Any:
+    async def healthz(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "status": "ok",
+                "version": __version__,
+                "pid": os.getpid(),  # which worker answered, under `serve --workers N`
+                # type, enabled, reachable, version (checked at most every few seconds)
+                "sources": await health.snapshot(),
+            }
+        )
+
+    return healthz
+
+
+async def _openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document(__version__))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, kind, f"{request.url.path}: {exc.detail}")
+
+
 def create_app(
     config: Config, service: Service | None = None, *, settle: bool = False
 ) -> Starlette:
@@ -113,15 +205,7 @@ def create_app(
     if metrics is None:
         metrics = MetricsObserver()
         service.observers.append(metrics)
-    mcp_routes: list[Route] = []
-    mcp_lifespan = None
-    if config.mcp.enabled:
-        mcp_server = build_mcp_server(service, control_offered=token_required(config))
-        mcp_app, mcp_lifespan = http_endpoint(mcp_server, config.server.max_body_bytes)
-        # Stateless: no server-initiated stream, so GET is 405 (the spec's alternative to an
-        # SSE stream; an open GET stream here would never send anything nor end).
-        mcp_routes.append(Route("/mcp", mcp_app, methods=["POST", "DELETE"]))
-
+    mcp_routes, mcp_lifespan = _mcp(config, service)
     health = HealthCache(service.sources, config.sources)
 
     @asynccontextmanager
@@ -146,80 +230,12 @@ def create_app(
                 if shutdown is not None:
                     await run_in_thread(shutdown)  # flush what the exporter still holds
 
-    class SearchEndpoint:
-        """`POST /search` as a plain ASGI app (Starlette runs a class instance as one):
-        the body read from the ASGI messages and no exception-handling wrapper on the
-        busiest route; it raises nothing Starlette's handlers would answer (bad input is
-        answered here)."""
-
-        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-            response = await search(scope, receive)
-            await response(scope, receive, send)
-
-    async def search(scope: Scope, receive: Receive) -> Response:
-        try:
-            raw = await receive_body(scope, receive, config.server.max_body_bytes)
-        except BodyTooLarge:
-            return error_response(
-                413,
-                "body_too_large",
-                f"body: larger than the maximum of {config.server.max_body_bytes} bytes",
-                "body",
-            )
-        parsed = parse_search_request(raw, config.server.max_query_chars)
-        if isinstance(parsed, JSONResponse):
-            return parsed
-        try:
-            service.router.check_parts(parsed.query)
-        except TooManyParts as exc:
-            return error_response(422, "too_many_parts", str(exc), exc.field)
-        outcome = await service.search(
-            parsed.query,
-            explain=parsed.explain,
-            dry_run=parsed.dry_run,
-            session_id=parsed.session_id,
-            authorized=may_act(Request(scope), config),
-        )
-        return FastJSONResponse(outcome.body, status_code=outcome.status_code)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse(
-            {
-                "status": "ok",
-                "version": __version__,
-                "pid": os.getpid(),  # which worker answered, under `serve --workers N`
-                # type, enabled, reachable, version (checked at most every few seconds)
-                "sources": await health.snapshot(),
-            }
-        )
-
-    async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document(__version__))
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, kind, f"{request.url.path}: {exc.detail}")
-
-    # Outermost: a cross-site or rebound request is refused before the token is looked at.
-    middleware = [
-        Middleware(
-            RequestGuard,
-            bind_host=config.server.host,
-            port=config.server.port,
-            allowed_hosts=[*config.server.allowed_hosts, *config.mcp.allowed_hosts],
-            allowed_origins=config.server.allowed_origins,
-        )
-    ]
-    if token_required(config):
-        token = config.server.api_token.get_secret_value()  # type: ignore[union-attr]
-        middleware.append(Middleware(BearerTokenMiddleware, token=token))
     app = Starlette(
-        middleware=middleware,
+        middleware=_middleware(config),
         routes=[
-            Route("/search", SearchEndpoint(), methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/openapi.json", openapi, methods=["GET"]),
+            Route("/search", SearchEndpoint(config, service), methods=["POST"]),
+            Route("/healthz", _healthz(health), methods=["GET"]),
+            Route("/openapi.json", _openapi, methods=["GET"]),
             *trace_routes(),
             *label_routes(),
             metrics_route(metrics),
@@ -227,7 +243,7 @@ def create_app(
             *mcp_routes,
         ],
         lifespan=lifespan,
-        exception_handlers={HTTPException: http_error},
+        exception_handlers={HTTPException: _http_error},
     )
     app.state.service = service
     app.state.config = config
