@@ -37,13 +37,14 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
 from routing.chain.events import record
 from routing.chain.steps import Step
-from routing.stages.confidence import LLM_CONFIDENCE, single
+from routing.stages.confidence import declined, load_model
+from routing.stages.llm_confidence import Calibration, Stated, calibration_for, state
 from routing.stages.llm_format import (
     Form,
     FormMemory,
@@ -64,6 +65,9 @@ NONE = "none"
 # Enough for `{"source": "<name>"}` even wrapped in a sentence or a code fence; a model that
 # rambles past it is cut off instead of spending the whole deadline.
 MAX_TOKENS = 100
+# The alternatives shown at each answer token (OpenAI allows up to 20): enough to see the
+# other routes where the answer's name parts from them.
+TOP_LOGPROBS = 10
 # Queries with no content (as in "contextual calibration", Zhao et al. 2021): a route a
 # model names for them is its bias, and the same name for a real query says nothing.
 CONTENT_FREE = ("N/A", "", "[MASK]")
@@ -91,6 +95,7 @@ class LLMAnswer:
     elapsed_ms: float
     form: Form = "prompt"  # how the answer was constrained
     usage: dict[str, Any] = field(default_factory=dict)  # what the server reported of itself
+    logprobs: Any = None  # the choice's `logprobs` as the server sent it (None: none)
 
 
 def extract_json_object(text: str) -> dict[str, Any] | None:
@@ -185,9 +190,17 @@ class LLMStage:
         capture_prompts: bool = False,
         memory: DecisionMemory | None = None,
         recall: Recall | None = None,
+        min_confidence: float | None = None,
+        calibration: Calibration | None | Literal["fitted"] = "fitted",
     ) -> None:
         """`memory`: where a fresh decision is kept (none: it is not); `recall`: a
-        session's last turn, for a query that leans on it (none: asked on its own)."""
+        session's last turn, for a query that leans on it (none: asked on its own);
+        `min_confidence`: below it the stage passes on (default: the fitted artefact's);
+        `calibration`: the map of the raw probability (default: the model's fitted one)."""
+        self.min_confidence = (
+            load_model().min_confidence if min_confidence is None else min_confidence
+        )
+        self.calibration = calibration_for(config.model) if calibration == "fitted" else calibration
         self.config = config
         self.routes = routes
         self.capture_prompts = capture_prompts
@@ -240,6 +253,9 @@ class LLMStage:
                         "temperature": 0,
                         "max_tokens": MAX_TOKENS,
                     }
+                    if self.config.logprobs:
+                        body["logprobs"] = True
+                        body["top_logprobs"] = TOP_LOGPROBS
                     constraint = response_format(form, schema)
                     if constraint is not None:
                         body["response_format"] = constraint
@@ -284,7 +300,12 @@ class LLMStage:
         except LLMFailure as failure:
             failure.form = form
             raise
-        return LLMAnswer(route, raw, elapsed_ms, form, server_usage(payload))
+        logprobs = (
+            payload["choices"][0].get("logprobs")
+            if isinstance(payload["choices"][0], dict)
+            else None
+        )
+        return LLMAnswer(route, raw, elapsed_ms, form, server_usage(payload), logprobs)
 
     async def _previous(self, context: ResolveContext) -> tuple[str, str] | None:
         if context.discourse is None or self.recall is None:
@@ -328,8 +349,9 @@ class LLMStage:
 
     async def _consult(
         self, query: str, context: ResolveContext, escalated: bool
-    ) -> LLMAnswer | None:
-        """Ask, recording the outcome; None when the LLM failed (event recorded)."""
+    ) -> tuple[LLMAnswer, Stated] | None:
+        """Ask, recording the outcome; None when the LLM failed or was unsure (event
+        recorded)."""
         messages = build_messages(self.routes, query, await self._previous(context))
         started = time.perf_counter()
         # One deadline for the whole decision, the first request's probes included.
@@ -378,6 +400,26 @@ class LLMStage:
             )
             context.default_reason = "llm_unusable"
             return None
+        named = answer.route or NONE
+        stated = state(answer.logprobs, named, [*self.routes, NONE], self.calibration)
+        if stated.confidence < self.min_confidence:
+            # The model named it, but not surely enough: the stages after it (or the
+            # default) decide, as after any unsure stage.
+            record(
+                Step.INTENT_LLM,
+                query=query,
+                decision=None,
+                discourse_escalated=escalated,
+                matched=False,
+                outcome="declined",
+                answer=named,
+                declined=declined("llm", stated.ranked, self.min_confidence),
+                **stated.fields(),
+                **fields,
+            )
+            context.ranked = stated.ranked
+            context.default_reason = "low_confidence"
+            return None
         if answer.route is None:
             record(
                 Step.INTENT_LLM,
@@ -386,8 +428,7 @@ class LLMStage:
                 discourse_escalated=escalated,
                 matched=False,
                 outcome="no_source",
-                confidence=LLM_CONFIDENCE,
-                candidates=single("none", LLM_CONFIDENCE).candidates(),
+                **stated.fields(),
                 **fields,
             )
         else:
@@ -397,31 +438,33 @@ class LLMStage:
                 decision=answer.route,
                 discourse_escalated=escalated,
                 matched=True,
-                confidence=LLM_CONFIDENCE,
-                candidates=single(answer.route, LLM_CONFIDENCE).candidates(),
+                **stated.fields(),
                 **fields,
             )
-        return answer
+        return answer, stated
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if context.unserved:
             return None
-        answer = await self._consult(query, context, escalated=False)
-        if answer is None:
+        consulted = await self._consult(query, context, escalated=False)
+        if consulted is None:
             return None
+        answer, stated = consulted
         if answer.route is None:
             context.unserved = True
             context.default_reason = "no_match"
             return None
         if self.memory is not None:
-            await self.memory.keep(query, answer.route, self.name, LLM_CONFIDENCE, context)
-        return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)
+            await self.memory.keep(query, answer.route, self.name, stated.confidence, context)
+        return Decision(answer.route, self.name, confidence=stated.confidence)
 
     async def escalate(
         self, query: str, context: ResolveContext, keyword_route: str
     ) -> Decision | None:
-        """A keyword matched a discourse-dependent query: let the LLM (with context) decide."""
-        answer = await self._consult(query, context, escalated=True)
-        if answer is None or answer.route is None:
-            return None  # the keyword's decision stands
-        return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)
+        """A keyword matched a discourse-dependent query: let the LLM (with context) decide;
+        when it fails, is unsure or names no source, the keyword's decision stands."""
+        consulted = await self._consult(query, context, escalated=True)
+        if consulted is None or consulted[0].route is None:
+            return None
+        answer, stated = consulted
+        return Decision(answer.route, self.name, confidence=stated.confidence)
