@@ -39,6 +39,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+
+from routing.stages.llm_confidence import ARTEFACT  # noqa: E402
 from routing.stages.route_data import shipped_routes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,6 +131,106 @@ async def collect(rows: int, path: Path) -> None:
         harness.stop(server.pid)
 
 
+def scored(answers: list[dict[str, Any]]) -> list[tuple[str, float, bool]]:
+    """(text, raw probability of the named route, whether it was right) per answered row."""
+    from routing.stages.llm_confidence import state
+
+    rows = []
+    for entry in answers:
+        if entry.get("named") is None:
+            continue  # no usable answer: nothing was stated
+        stated = state(entry.get("logprobs"), entry["named"], ROUTES, None)
+        rows.append((entry["text"], stated.confidence, entry["named"] == entry["route"]))
+    return rows
+
+
+def fit_platt(raw: list[float], right: list[bool]) -> tuple[float, float]:
+    """a, b of sigmoid(a * logit(p) + b) by maximum likelihood (Newton), a kept >= 0 so the
+    map is monotone; a small ridge keeps a few dozen rows from an extreme slope."""
+    x = np.log(np.clip(raw, 1e-6, 1 - 1e-6) / (1 - np.clip(raw, 1e-6, 1 - 1e-6)))
+    y = np.asarray(right, dtype=np.float64)
+    w = np.zeros(2)
+    design = np.column_stack([x, np.ones_like(x)])
+    ridge = np.diag([1e-2, 1e-4])
+    for _ in range(100):
+        p = 1 / (1 + np.exp(-(design @ w)))
+        gradient = design.T @ (p - y) + ridge @ w
+        hessian = design.T @ (design * (p * (1 - p))[:, None]) + ridge
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    if w[0] < 0:  # more raw probability, less often right: the raw figure says nothing
+        rate = float(np.clip(y.mean(), 1e-3, 1 - 1e-3))
+        return 0.0, float(np.log(rate / (1 - rate)))
+    return float(w[0]), float(w[1])
+
+
+def ece(confidence: list[float], right: list[bool], bins: int = 10) -> float:
+    """Expected calibration error: the rows' share-weighted |accuracy - mean confidence|
+    over equal-width confidence bins."""
+    total = 0.0
+    for index in range(bins):
+        low, high = index / bins, (index + 1) / bins
+        members = [
+            (c, r)
+            for c, r in zip(confidence, right, strict=True)
+            if low <= c < high or (index == bins - 1 and c == 1.0)
+        ]
+        if members:
+            accuracy = sum(r for _, r in members) / len(members)
+            mean = sum(c for c, _ in members) / len(members)
+            total += len(members) / len(confidence) * abs(accuracy - mean)
+    return total
+
+
+def fit(path: Path, artefact: Path) -> dict[str, Any]:
+    rows = [r for r in scored(read_answers(path)) if not held_out(r[0])]
+    if len(rows) < 10:
+        raise SystemExit(f"{path}: {len(rows)} fitting rows; collect more first")
+    a, b = fit_platt([r[1] for r in rows], [r[2] for r in rows])
+    data = json.loads(artefact.read_text("utf-8")) if artefact.exists() else {"models": {}}
+    data.setdefault("models", {})[MODEL_FILE] = {
+        "aliases": ["gemma-3-270m"],
+        "method": "platt",
+        "a": round(a, 6),
+        "b": round(b, 6),
+        "rows": len(rows),
+        "fitted_on": "routing/fit_data, the fitting half (bench/llm_calibration.py)",
+        "server": "llama-cpp-python[server] 0.3.36, json_object + schema, top_logprobs 10",
+        "date": dt.date.today().isoformat(),
+    }
+    artefact.write_text(json.dumps(data, indent=2) + "\n", "utf-8")
+    return data["models"][MODEL_FILE]
+
+
+def report(path: Path, artefact: Path) -> None:
+    from routing.stages.llm_confidence import calibration_for
+
+    answers = read_answers(path)
+    rows = [r for r in scored(answers) if held_out(r[0])]
+    calibration = calibration_for(MODEL_FILE, artefact)
+    if not rows or calibration is None:
+        raise SystemExit("no held-out rows or no calibration: run collect and fit first")
+    right = [r[2] for r in rows]
+    raw = [r[1] for r in rows]
+    calibrated = [calibration(p) for p in raw]
+    failed = sum(1 for a in answers if a.get("named") is None)
+    print(f"LLM stage confidence, {dt.date.today().isoformat()}, {MODEL_FILE}")
+    print(
+        f"held-out rows: {len(rows)} of {len(answers)} routed ({failed} without an answer); "
+        f"accuracy {sum(right) / len(rows):.3f}"
+    )
+    print(f"calibration: platt a={calibration.a:.3f} b={calibration.b:.3f}")
+    for name, values in (
+        (f"before (constant {CONSTANT})", [CONSTANT] * len(rows)),
+        ("raw logprob probability", raw),
+        ("after (calibrated)", calibrated),
+    ):
+        mean = sum(values) / len(values)
+        print(f"  {name:<28} ECE {ece(values, right):.3f}  mean confidence {mean:.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,13 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("fit", help="fit the calibration on the fitting half")
     sub.add_parser("report", help="print the ECE before and after, dated")
     args = parser.parse_args(argv)
+    path = answers_path()
     if args.command == "collect":
         if not 5 <= args.rows <= 300:
             print("--rows must be between 5 and 300", file=sys.stderr)
             return 2
-        asyncio.run(collect(args.rows, answers_path()))
-        return 0
-    print(dt.date.today(), CONSTANT)
+        asyncio.run(collect(args.rows, path))
+    elif args.command == "fit":
+        print(json.dumps(fit(path, ARTEFACT), indent=2))
+    else:
+        report(path, ARTEFACT)
     return 0
 
 

@@ -230,8 +230,16 @@ class LLMStage:
             await self._client.aclose()
             self._client = None
 
-    async def ask(self, messages: list[dict[str, str]], deadline: float | None = None) -> LLMAnswer:
+    async def ask(
+        self,
+        messages: list[dict[str, str]],
+        deadline: float | None = None,
+        *,
+        logprobs: bool = True,
+    ) -> LLMAnswer:
         """One chat completion -> the named route; LLMFailure on anything unusable.
+        `logprobs`: ask for them (when configured); a probe, whose answer is only a name,
+        does not pay for them.
 
         Asks in the form this server accepted before (the first form for a new server);
         a refused form is recorded (`llm_format_refused`) and the next one tried at once,
@@ -253,7 +261,7 @@ class LLMStage:
                         "temperature": 0,
                         "max_tokens": MAX_TOKENS,
                     }
-                    if self.config.logprobs:
+                    if logprobs and self.config.logprobs:
                         body["logprobs"] = True
                         body["top_logprobs"] = TOP_LOGPROBS
                     constraint = response_format(form, schema)
@@ -324,7 +332,9 @@ class LLMStage:
             if query in answered:
                 continue
             try:
-                answer = await self.ask(build_messages(self.routes, query), deadline)
+                answer = await self.ask(
+                    build_messages(self.routes, query), deadline, logprobs=False
+                )
             except LLMFailure as failure:
                 if failure.reason != "llm_unusable":
                     raise  # no answer (timeout, HTTP error): asked again next time

@@ -318,3 +318,15 @@ def test_a_reused_paraphrase_keeps_the_llms_confidence() -> None:
     vector = np.asarray([1.0, 0.0], dtype=np.float32)
     learned.add("price of a ticket to lyon", "web", vector, 0.83)
     assert learned.nearest(vector) == ("price of a ticket to lyon", "web", 1.0, 0.83)
+
+
+async def test_the_bias_probes_do_not_pay_for_logprobs(server: ChatServer) -> None:
+    """A probe's answer is only a name: it is asked without logprobs, the real query with."""
+    svc = Service(config(server.base_url, bias_check=True))
+    await svc.start(sources=False)
+    try:
+        outcome = await route(svc, "price of coffee")
+    finally:
+        await svc.aclose()
+    assert [b.get("logprobs") for b in server.bodies] == [None, None, None, True]
+    assert event(outcome, "intent_llm")["confidence_source"] == "logprobs"
