@@ -12,9 +12,11 @@ times in 10" is measured here, and a monotone map fitted that makes it so:
 270M) and routes a seeded sample of the fit corpora (routing/fit_data/, balanced over the
 routes; never an evaluation or sealed corpus) through `LLMStage.ask`, exactly as the stage
 asks (prompt, negotiated response_format, logprobs), one call at a time. The server's
-answers (route named, its logprobs) are kept in a JSON-lines file outside the checkout
-(`$SEARCH_DATA_DIR/llm_answers-<model file>.jsonl`), appended as they come, so a run that is
-stopped goes on where it left off and `fit`/`report` re-read it without asking the model again.
+answers (route named, its logprobs: every token's text and log-probability, the
+alternatives only where the route's name is spelt) are kept in
+bench/data/llm_answers-<model file>.jsonl, appended as they come, so a run that is stopped
+goes on where it left off, and `fit` and `report` re-read it without the model (about 25 s
+a call with logprobs on 2 shared cores: a collection is an hour, not part of any test).
 
 The rows are split in two by a hash of their text: `fit` fits the map on one half only
 (the shipped artefact is that fit), `report` measures on the other half the expected
@@ -30,9 +32,10 @@ import asyncio
 import datetime as dt
 import hashlib
 import json
-import os
 import random
+import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -53,13 +56,36 @@ MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 CONSTANT = 0.7
 
 
-def data_dir() -> Path:
-    default = Path.home() / ".local" / "share" / "search-router"
-    return Path(os.environ.get("SEARCH_DATA_DIR", default))
-
-
 def answers_path(model_file: str = MODEL_FILE) -> Path:
-    return data_dir() / f"llm_answers-{model_file}.jsonl"
+    return REPO / "bench" / "data" / f"llm_answers-{model_file}.jsonl"
+
+
+def compact(logprobs: Any) -> Any:
+    """What `measure` reads of the logprobs: every token's text and log-probability, the
+    alternatives only at the tokens that overlap the route's name (the rest is bulk)."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return logprobs
+    text = "".join(str(t.get("token", "")) for t in content if isinstance(t, dict))
+    value = re.search(r'"(?:source|route)"\s*:\s*"([^"]*)"', text, re.IGNORECASE)
+    start, end = value.span(1) if value else (0, 0)
+    kept, offset = [], 0
+    for token in content:
+        if not isinstance(token, dict):
+            return logprobs
+        first, offset = offset, offset + len(str(token.get("token", "")))
+        entry = {"token": token.get("token"), "logprob": _round(token.get("logprob"))}
+        if first < end and offset > start:
+            entry["top_logprobs"] = [
+                {"token": alt.get("token"), "logprob": _round(alt.get("logprob"))}
+                for alt in token.get("top_logprobs") or []
+            ]
+        kept.append(entry)
+    return {"content": kept}
+
+
+def _round(value: Any) -> Any:
+    return round(value, 5) if isinstance(value, float) else value
 
 
 def held_out(text: str) -> bool:
@@ -104,7 +130,7 @@ async def collect(rows: int, path: Path) -> None:
     done = {a["text"] for a in read_answers(path)}
     todo = [r for r in sample(max(1, rows // len(ROUTES))) if r["text"] not in done]
     path.parent.mkdir(parents=True, exist_ok=True)
-    log = path.with_suffix(".server.log")
+    log = Path(tempfile.mkdtemp(prefix="llm-calibration-")) / "server.log"
     server = harness.start(log)
     routes = descriptions()
     stage = LLMStage(LLMConfig(base_url=server.base_url, model=server.model, timeout_s=300), routes)
@@ -118,7 +144,7 @@ async def collect(rows: int, path: Path) -> None:
                         **row,
                         "named": answer.route or "none",
                         "form": answer.form,
-                        "logprobs": answer.logprobs,
+                        "logprobs": compact(answer.logprobs),
                     }
                 except LLMFailure as failure:
                     entry = {**row, "named": None, "failure": failure.detail}
