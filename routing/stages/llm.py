@@ -18,6 +18,12 @@ the first decision against a server also asks queries with no content (`CONTENT_
 a route named for them is a habit, and an answer naming it is declined (`llm_unusable`):
 such a model then leaves routing as it was without it, instead of making it worse.
 
+How sure the model is comes from the answer's token log-probabilities, asked for with
+each decision (`logprobs`, not for the probes): the probability of the route it named,
+calibrated for the model (routing/stages/llm_confidence.py). Below `min_confidence` the
+stage declines like the others (`outcome: "declined"`, the model's `answer`) and the part
+goes on; a server that sends no logprobs gets a stated, uncalibrated value, said so.
+
 What went wrong decides the default's reason: `llm_failed` (connection error, timeout,
 HTTP error) or `llm_unusable` (no JSON, no source, an unknown source, a habit). A fresh
 decision is handed to the `DecisionMemory` it was given (routing/stages/memory.py), which
