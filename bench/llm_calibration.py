@@ -37,6 +37,7 @@ import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from routing.stages.confidence import load_model  # noqa: E402
 from routing.stages.llm_confidence import ARTEFACT  # noqa: E402
 from routing.stages.route_data import shipped_routes  # noqa: E402
 
@@ -54,6 +56,7 @@ SEED = 20240601
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 # What the stage stated for every answer before it measured one.
 CONSTANT = 0.7
+MIN_CONFIDENCE = load_model().min_confidence  # the shipped fit's routing.min_confidence
 
 
 def answers_path(model_file: str = MODEL_FILE) -> Path:
@@ -254,7 +257,13 @@ def report(path: Path, artefact: Path) -> None:
         ("after (calibrated)", calibrated),
     ):
         mean = sum(values) / len(values)
-        print(f"  {name:<28} ECE {ece(values, right):.3f}  mean confidence {mean:.3f}")
+        taken = [r for v, r in zip(values, right, strict=True) if v >= MIN_CONFIDENCE]
+        print(
+            f"  {name:<28} ECE {ece(values, right):.3f}  mean confidence {mean:.3f}  "
+            f"decided at {MIN_CONFIDENCE}: {len(taken)} ({sum(taken)} right)"
+        )
+    named = Counter(a.get("named") for a in answers)
+    print("routes named: " + ", ".join(f"{k} {v}" for k, v in named.most_common()))
 
 
 def main(argv: list[str] | None = None) -> int:
