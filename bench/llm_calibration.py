@@ -262,6 +262,12 @@ def report(path: Path, artefact: Path) -> None:
             f"  {name:<28} ECE {ece(values, right):.3f}  mean confidence {mean:.3f}  "
             f"decided at {MIN_CONFIDENCE}: {len(taken)} ({sum(taken)} right)"
         )
+    times = sorted(a["elapsed_s"] for a in answers if "elapsed_s" in a)
+    if times:
+        print(
+            f"seconds a call (with logprobs): median {times[len(times) // 2]:.1f}, "
+            f"{times[0]:.1f} to {times[-1]:.1f}"
+        )
     named = Counter(a.get("named") for a in answers)
     print("routes named: " + ", ".join(f"{k} {v}" for k, v in named.most_common()))
 

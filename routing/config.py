@@ -34,7 +34,7 @@ class LLMConfig(Strict):
         "is then the calibrated probability of the route it named "
         "(routing/stages/llm_confidence.py). Off, or from a server that sends none, it is a "
         "fixed value marked uncalibrated. llama-cpp-python's server pays for them in Python "
-        "over the whole vocabulary: about 10x the answer's time with Gemma 3.",
+        "over the whole vocabulary, far slower than the answer itself with Gemma 3.",
     )
 
 

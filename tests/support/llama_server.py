@@ -49,8 +49,7 @@ START_TIMEOUT_S = 120.0
 # The stage's prompt is ~170 tokens (~200 with a previous turn) and its answer at most 100:
 # 512 holds them. Kept small because the server keeps every position's logits when asked
 # for logprobs and log-softmaxes all n_ctx rows of Gemma's 262k vocabulary per answer
-# (llama-cpp-python 0.3.36): at 2048 that alone took ~20 s on 2 shared cores, at 512 a
-# quarter of it.
+# (llama-cpp-python 0.3.36): its cost grows with n_ctx, and at 2048 it dominated an answer.
 N_CTX = 512
 STOP_TIMEOUT_S = 20.0
 _LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")

@@ -9,7 +9,7 @@ stand-in; and a 270M model constrained by the routes' enum always names a route.
 A 270M model is a poor router, so these tests assert what must hold whatever it chooses
 (a configured route, the form, the failure reasons, a confidence measured from the
 server's logprobs and calibrated), never which route it picks. Logprobs cost
-llama-cpp-python's server ~10x the answer's time (it log-softmaxes Gemma's 262k
+llama-cpp-python's server far more than the answer (it log-softmaxes Gemma's 262k
 vocabulary in Python), so only the tests about the confidence ask for them.
 Under `CI=true` a server that cannot be started fails the tests; elsewhere they skip.
 """
