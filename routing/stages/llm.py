@@ -314,12 +314,9 @@ class LLMStage:
         except LLMFailure as failure:
             failure.form = form
             raise
-        logprobs = (
-            payload["choices"][0].get("logprobs")
-            if isinstance(payload["choices"][0], dict)
-            else None
-        )
-        return LLMAnswer(route, raw, elapsed_ms, form, server_usage(payload), logprobs)
+        choice = payload["choices"][0]
+        sent = choice.get("logprobs") if isinstance(choice, dict) else None
+        return LLMAnswer(route, raw, elapsed_ms, form, server_usage(payload), sent)
 
     async def _previous(self, context: ResolveContext) -> tuple[str, str] | None:
         if context.discourse is None or self.recall is None:
