@@ -28,6 +28,14 @@ class LLMConfig(Strict):
         "a real query is not taken (the part ends at the default). A model that reads the "
         "query says 'none' to them and loses nothing.",
     )
+    logprobs: bool = Field(
+        default=True,
+        description="Ask for the answer's token log-probabilities: the stage's confidence "
+        "is then the calibrated probability of the route it named "
+        "(routing/stages/llm_confidence.py). Off, or from a server that sends none, it is a "
+        "fixed value marked uncalibrated. llama-cpp-python's server pays for them in Python "
+        "over the whole vocabulary, far slower than the answer itself with Gemma 3.",
+    )
 
 
 class SemanticConfig(Strict):

@@ -61,8 +61,9 @@ class Step(StrEnum):
     )
     INTENT_LLM = (
         "intent_llm",
-        ("query", "decision", "discourse_escalated"),
-        "A fresh LLM routing decision.",
+        ("query", "decision", "discourse_escalated", "confidence_source", "calibrated"),
+        "The LLM answered (decided, no source, or declined below min_confidence); its "
+        "confidence from the server's logprobs (`confidence_source`), calibrated or not.",
     )
     INTENT_SESSION = (
         "intent_session",

@@ -148,6 +148,9 @@ def build_resolver(
                 decision_cache, learned, semantic.embed if semantic is not None else None
             ),
             recall=sessions.recall,
+            min_confidence=(
+                model.min_confidence if routing.min_confidence is None else routing.min_confidence
+            ),
         )
 
     stages: list[IntentStage] = []

@@ -18,8 +18,8 @@ Two models: `keyword` reads only the keyword numbers (the keyword stage runs bef
 embedding), `full` reads all of them (the semantic stage). A stage decides when its winner's
 confidence clears `routing.min_confidence` and declines, saying so, when it does not.
 
-Confidence a stage cannot measure here is a documented constant, not a fit:
-`LLM_CONFIDENCE` for an LLM's answer (no LLM runs where the fit runs).
+An LLM's answer has its own measure, the probability its server's logprobs give the route
+it named, calibrated per model (routing/stages/llm_confidence.py).
 """
 
 from __future__ import annotations
@@ -52,10 +52,6 @@ FULL_FEATURES = (
     "none_similarity",
 )
 LOG_PROBABILITY_FLOOR = -8.0  # a classifier's 1e-9 should not outweigh everything else
-# An LLM's chosen route, when it answers with one: not measured (no LLM where the fit
-# runs); set just above the default threshold so its answer decides and a reused or
-# escalated one is treated as a decision, not as certainty.
-LLM_CONFIDENCE = 0.7
 CANDIDATES_SHOWN = 3
 
 

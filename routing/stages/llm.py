@@ -18,6 +18,12 @@ the first decision against a server also asks queries with no content (`CONTENT_
 a route named for them is a habit, and an answer naming it is declined (`llm_unusable`):
 such a model then leaves routing as it was without it, instead of making it worse.
 
+How sure the model is comes from the answer's token log-probabilities, asked for with
+each decision (`logprobs`, not for the probes): the probability of the route it named,
+calibrated for the model (routing/stages/llm_confidence.py). Below `min_confidence` the
+stage declines like the others (`outcome: "declined"`, the model's `answer`) and the part
+goes on; a server that sends no logprobs gets a stated, uncalibrated value, said so.
+
 What went wrong decides the default's reason: `llm_failed` (connection error, timeout,
 HTTP error) or `llm_unusable` (no JSON, no source, an unknown source, a habit). A fresh
 decision is handed to the `DecisionMemory` it was given (routing/stages/memory.py), which
@@ -37,13 +43,14 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
 from routing.chain.events import record
 from routing.chain.steps import Step
-from routing.stages.confidence import LLM_CONFIDENCE, single
+from routing.stages.confidence import declined, load_model
+from routing.stages.llm_confidence import Calibration, Stated, calibration_for, state
 from routing.stages.llm_format import (
     Form,
     FormMemory,
@@ -64,6 +71,9 @@ NONE = "none"
 # Enough for `{"source": "<name>"}` even wrapped in a sentence or a code fence; a model that
 # rambles past it is cut off instead of spending the whole deadline.
 MAX_TOKENS = 100
+# The alternatives shown at each answer token (OpenAI allows up to 20): enough to see the
+# other routes where the answer's name parts from them.
+TOP_LOGPROBS = 10
 # Queries with no content (as in "contextual calibration", Zhao et al. 2021): a route a
 # model names for them is its bias, and the same name for a real query says nothing.
 CONTENT_FREE = ("N/A", "", "[MASK]")
@@ -91,6 +101,7 @@ class LLMAnswer:
     elapsed_ms: float
     form: Form = "prompt"  # how the answer was constrained
     usage: dict[str, Any] = field(default_factory=dict)  # what the server reported of itself
+    logprobs: Any = None  # the choice's `logprobs` as the server sent it (None: none)
 
 
 def extract_json_object(text: str) -> dict[str, Any] | None:
@@ -185,9 +196,17 @@ class LLMStage:
         capture_prompts: bool = False,
         memory: DecisionMemory | None = None,
         recall: Recall | None = None,
+        min_confidence: float | None = None,
+        calibration: Calibration | None | Literal["fitted"] = "fitted",
     ) -> None:
         """`memory`: where a fresh decision is kept (none: it is not); `recall`: a
-        session's last turn, for a query that leans on it (none: asked on its own)."""
+        session's last turn, for a query that leans on it (none: asked on its own);
+        `min_confidence`: below it the stage passes on (default: the fitted artefact's);
+        `calibration`: the map of the raw probability (default: the model's fitted one)."""
+        self.min_confidence = (
+            load_model().min_confidence if min_confidence is None else min_confidence
+        )
+        self.calibration = calibration_for(config.model) if calibration == "fitted" else calibration
         self.config = config
         self.routes = routes
         self.capture_prompts = capture_prompts
@@ -217,8 +236,16 @@ class LLMStage:
             await self._client.aclose()
             self._client = None
 
-    async def ask(self, messages: list[dict[str, str]], deadline: float | None = None) -> LLMAnswer:
+    async def ask(
+        self,
+        messages: list[dict[str, str]],
+        deadline: float | None = None,
+        *,
+        logprobs: bool = True,
+    ) -> LLMAnswer:
         """One chat completion -> the named route; LLMFailure on anything unusable.
+        `logprobs`: ask for them (when configured); a probe, whose answer is only a name,
+        does not pay for them.
 
         Asks in the form this server accepted before (the first form for a new server);
         a refused form is recorded (`llm_format_refused`) and the next one tried at once,
@@ -240,6 +267,9 @@ class LLMStage:
                         "temperature": 0,
                         "max_tokens": MAX_TOKENS,
                     }
+                    if logprobs and self.config.logprobs:
+                        body["logprobs"] = True
+                        body["top_logprobs"] = TOP_LOGPROBS
                     constraint = response_format(form, schema)
                     if constraint is not None:
                         body["response_format"] = constraint
@@ -284,7 +314,9 @@ class LLMStage:
         except LLMFailure as failure:
             failure.form = form
             raise
-        return LLMAnswer(route, raw, elapsed_ms, form, server_usage(payload))
+        choice = payload["choices"][0]
+        sent = choice.get("logprobs") if isinstance(choice, dict) else None
+        return LLMAnswer(route, raw, elapsed_ms, form, server_usage(payload), sent)
 
     async def _previous(self, context: ResolveContext) -> tuple[str, str] | None:
         if context.discourse is None or self.recall is None:
@@ -303,7 +335,9 @@ class LLMStage:
             if query in answered:
                 continue
             try:
-                answer = await self.ask(build_messages(self.routes, query), deadline)
+                answer = await self.ask(
+                    build_messages(self.routes, query), deadline, logprobs=False
+                )
             except LLMFailure as failure:
                 if failure.reason != "llm_unusable":
                     raise  # no answer (timeout, HTTP error): asked again next time
@@ -328,8 +362,9 @@ class LLMStage:
 
     async def _consult(
         self, query: str, context: ResolveContext, escalated: bool
-    ) -> LLMAnswer | None:
-        """Ask, recording the outcome; None when the LLM failed (event recorded)."""
+    ) -> tuple[LLMAnswer, Stated] | None:
+        """Ask, recording the outcome; None when the LLM failed or was unsure (event
+        recorded)."""
         messages = build_messages(self.routes, query, await self._previous(context))
         started = time.perf_counter()
         # One deadline for the whole decision, the first request's probes included.
@@ -378,6 +413,26 @@ class LLMStage:
             )
             context.default_reason = "llm_unusable"
             return None
+        named = answer.route or NONE
+        stated = state(answer.logprobs, named, [*self.routes, NONE], self.calibration)
+        if stated.confidence < self.min_confidence:
+            # The model named it, but not surely enough: the stages after it (or the
+            # default) decide, as after any unsure stage.
+            record(
+                Step.INTENT_LLM,
+                query=query,
+                decision=None,
+                discourse_escalated=escalated,
+                matched=False,
+                outcome="declined",
+                answer=named,
+                declined=declined("llm", stated.ranked, self.min_confidence),
+                **stated.fields(),
+                **fields,
+            )
+            context.ranked = stated.ranked
+            context.default_reason = "low_confidence"
+            return None
         if answer.route is None:
             record(
                 Step.INTENT_LLM,
@@ -386,8 +441,7 @@ class LLMStage:
                 discourse_escalated=escalated,
                 matched=False,
                 outcome="no_source",
-                confidence=LLM_CONFIDENCE,
-                candidates=single("none", LLM_CONFIDENCE).candidates(),
+                **stated.fields(),
                 **fields,
             )
         else:
@@ -397,31 +451,33 @@ class LLMStage:
                 decision=answer.route,
                 discourse_escalated=escalated,
                 matched=True,
-                confidence=LLM_CONFIDENCE,
-                candidates=single(answer.route, LLM_CONFIDENCE).candidates(),
+                **stated.fields(),
                 **fields,
             )
-        return answer
+        return answer, stated
 
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if context.unserved:
             return None
-        answer = await self._consult(query, context, escalated=False)
-        if answer is None:
+        consulted = await self._consult(query, context, escalated=False)
+        if consulted is None:
             return None
+        answer, stated = consulted
         if answer.route is None:
             context.unserved = True
             context.default_reason = "no_match"
             return None
         if self.memory is not None:
-            await self.memory.keep(query, answer.route, self.name, LLM_CONFIDENCE, context)
-        return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)
+            await self.memory.keep(query, answer.route, self.name, stated.confidence, context)
+        return Decision(answer.route, self.name, confidence=stated.confidence)
 
     async def escalate(
         self, query: str, context: ResolveContext, keyword_route: str
     ) -> Decision | None:
-        """A keyword matched a discourse-dependent query: let the LLM (with context) decide."""
-        answer = await self._consult(query, context, escalated=True)
-        if answer is None or answer.route is None:
-            return None  # the keyword's decision stands
-        return Decision(answer.route, self.name, confidence=LLM_CONFIDENCE)
+        """A keyword matched a discourse-dependent query: let the LLM (with context) decide;
+        when it fails, is unsure or names no source, the keyword's decision stands."""
+        consulted = await self._consult(query, context, escalated=True)
+        if consulted is None or consulted[0].route is None:
+            return None
+        answer, stated = consulted
+        return Decision(answer.route, self.name, confidence=stated.confidence)

@@ -49,4 +49,4 @@ class DecisionMemory:
             if vector is None and self.embed is not None:
                 vector = await self.embed(query)
             if vector is not None:
-                self.learned.add(query, route, vector)
+                self.learned.add(query, route, vector, confidence)

@@ -105,7 +105,8 @@ class Resolver:
             decision = await stage.decide(query, context)
             if decision is not None:
                 if decision.confidence is not None and decision.confidence < self.min_confidence:
-                    # An LLM's or a session's fixed confidence under a stricter threshold.
+                    # A session's fixed confidence under a stricter threshold (the other stages
+                    # decline below it themselves).
                     decision = replace(decision, confident=False)
                 if self.sessions is not None:
                     self.sessions.remember(context.session_id, query, decision)

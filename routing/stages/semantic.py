@@ -36,7 +36,6 @@ from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.language.text import normalise
 from routing.stages.confidence import (
-    LLM_CONFIDENCE,
     NEAREST_COUNTED,
     ConfidenceModel,
     Ranked,
@@ -47,6 +46,7 @@ from routing.stages.confidence import (
 )
 from routing.stages.decision_cache import DecisionCache
 from routing.stages.keyword_rules import KeywordRules, tokenize
+from routing.stages.llm_confidence import UNMEASURED
 from routing.stages.route_data import rule_key
 from routing.ttl_cache import TTLCache
 from routing.types import Decision, ResolveContext
@@ -68,6 +68,7 @@ class Candidate:
     score: float  # cosine similarity of the best exemplar
     origin: str = "exemplar"  # or "llm" for a reused LLM decision
     probability: float | None = None  # the classifier's, when it is on
+    stated: float | None = None  # a reused LLM decision's own confidence
 
 
 class ExemplarIndex:
@@ -167,7 +168,10 @@ class LearnedDecisions:
     def __init__(
         self, max_entries: int, ttl_s: float, now: Callable[[], float] = time.monotonic
     ) -> None:
-        self._cache: TTLCache[str, tuple[str, str, np.ndarray]] = TTLCache(max_entries, ttl_s, now)
+        # key -> (query, route, embedding, the LLM's confidence in the route)
+        self._cache: TTLCache[str, tuple[str, str, np.ndarray, float]] = TTLCache(
+            max_entries, ttl_s, now
+        )
         self._keys: list[str] = []
         self._matrix: np.ndarray | None = None
 
@@ -179,11 +183,11 @@ class LearnedDecisions:
         self._keys = []
         self._matrix = None
 
-    def add(self, query: str, route: str, vector: np.ndarray) -> None:
+    def add(self, query: str, route: str, vector: np.ndarray, confidence: float) -> None:
         key = normalise(query)
         if not key:
             return
-        self._cache.set(key, (query, route, np.asarray(vector, dtype=np.float32)))
+        self._cache.set(key, (query, route, np.asarray(vector, dtype=np.float32), confidence))
         if key not in self._keys:
             self._keys.append(key)
         self._rebuild()
@@ -194,15 +198,16 @@ class LearnedDecisions:
         self._keys = [key for key, _ in live]
         self._matrix = np.stack([entry[2] for _, entry in live]) if live else None
 
-    def nearest(self, vector: np.ndarray) -> tuple[str, str, float] | None:
-        """(earlier query, its route, similarity) of the closest live decision."""
+    def nearest(self, vector: np.ndarray) -> tuple[str, str, float, float] | None:
+        """(earlier query, its route, similarity, the LLM's confidence) of the closest live
+        decision."""
         if self._matrix is None:
             return None
         scores = self._matrix @ vector
         for index in np.argsort(-scores)[:8]:
             entry = self._cache.get(self._keys[int(index)])
             if entry is not None:
-                return entry[0], entry[1], float(scores[int(index)])
+                return entry[0], entry[1], float(scores[int(index)]), entry[3]
         self._rebuild()  # everything near has expired
         return None
 
@@ -330,7 +335,7 @@ class SemanticStage:
         if self.learned is not None:
             near = self.learned.nearest(vector)
             if near is not None:
-                reused = Candidate(near[1], near[0], near[2], "llm")
+                reused = Candidate(near[1], near[0], near[2], "llm", stated=near[3])
         return ranked, reused, spread
 
     def judge(self, query: str, vector: np.ndarray, context: ResolveContext) -> Decision | None:
@@ -392,9 +397,10 @@ class SemanticStage:
         return None
 
     def _reuse(self, query: str, reused: Candidate, context: ResolveContext) -> Decision:
-        """A paraphrase of a question the LLM already routed: its route, at the LLM's
-        confidence."""
-        decision = single(reused.route, LLM_CONFIDENCE)
+        """A paraphrase of a question the LLM already routed: its route, at the confidence
+        the LLM stated for it."""
+        confidence = reused.stated if reused.stated is not None else UNMEASURED
+        decision = single(reused.route, confidence)
         record(
             Step.INTENT_SEMANTIC,
             query=query,
@@ -404,12 +410,12 @@ class SemanticStage:
             threshold=self.config.reuse_threshold,
             origin="llm",
             matched=True,
-            confidence=LLM_CONFIDENCE,
+            confidence=round(confidence, 4),
             candidates=decision.candidates(),
         )
         if self.decision_cache is not None and context.discourse is None:
-            self.decision_cache.put(query, reused.route, self.name, LLM_CONFIDENCE)
-        return Decision(reused.route, self.name, confidence=LLM_CONFIDENCE)
+            self.decision_cache.put(query, reused.route, self.name, confidence)
+        return Decision(reused.route, self.name, confidence=confidence)
 
     def _confidence(
         self,

@@ -27,7 +27,7 @@ from routing.chain.steps import Step
 from routing.language.discourse import is_follow_up
 from routing.language.followup import rewrite, subject
 from routing.shared_state import RedisLink, SharedCache
-from routing.stages.confidence import LLM_CONFIDENCE, single
+from routing.stages.confidence import single
 from routing.ttl_cache import TTLCache
 from routing.types import Decision, ResolveContext
 
@@ -164,8 +164,8 @@ class SessionStore:
 
 
 # A follow-up goes where the previous turn went: not measured (no labelled conversations
-# here), so a documented constant, equal to an LLM answer's.
-SESSION_CONFIDENCE = LLM_CONFIDENCE
+# here), so a documented constant, just above the fitted min_confidence (0.55).
+SESSION_CONFIDENCE = 0.7
 
 
 class SessionStage:

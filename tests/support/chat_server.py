@@ -24,6 +24,17 @@ and "[MASK]") it says `content_free_reply`, by default `{"source": "none"}`, as 
 that reads the query does; a test sets it to a route to play a model with a habit. Faults (slow answers, HTTP errors, a body that is not JSON) come
 from `WireServer`; every request body is kept in `bodies` for assertions.
 
+Asked for `logprobs: true` (with `top_logprobs: k`), it answers as OpenAI documents:
+`choices[0].logprobs = {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+"logprob", "bytes"}]}]}`, the tokens spelling the content exactly. The content is cut into
+words and punctuation; the answer's route name into pieces of `name_piece` characters
+(0: one token). At the name's first token the alternatives are `route_logprobs` (route ->
+log-probability, each route spelt by its own first piece), the named route's own entry its
+token's log-probability; by default the named route at log 0.9 and a token that spells no
+route (` the`) at log 0.05. Every other token is near certain (log 0.999). `logprobs_mode`
+plays other servers: "absent" sends `logprobs: null` although asked (a server without
+them), "malformed" sends `{"content": "n/a"}`.
+
     with ChatServer(reply='{"source": "web"}', api_key="sk-test") as srv:
         ... LLMConfig(base_url=srv.base_url, model="test", api_key="sk-test") ...
 """
@@ -32,6 +43,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -74,6 +87,9 @@ class ChatServer(WireServer):
         self.bodies: list[dict[str, Any]] = []  # accepted requests only
         self.refused: list[dict[str, Any]] = []  # requests refused for their response_format
         self.rejected = 0  # requests refused for a missing or wrong key
+        self.logprobs_mode: Literal["tokens", "absent", "malformed"] = "tokens"
+        self.route_logprobs: dict[str, float] | None = None
+        self.name_piece = 0
 
     @property
     def base_url(self) -> str:
@@ -120,7 +136,12 @@ class ChatServer(WireServer):
             if shape == "wrong_shape":
                 return JSONResponse({"object": "chat.completion", "choices": "none"})
             content = "" if shape == "empty" else self._content(body["messages"])
-            return JSONResponse(_completion(body["model"], content))
+            completion = _completion(body["model"], content)
+            if body.get("logprobs") is True:
+                completion["choices"][0]["logprobs"] = self._logprobs(
+                    content, int(body.get("top_logprobs") or 0)
+                )
+            return JSONResponse(completion)
 
         return await self.serve(request, answer)
 
@@ -166,6 +187,51 @@ class ChatServer(WireServer):
         if self.responder is not None:
             return self.responder(messages)
         return self.reply
+
+    def _logprobs(self, content: str, top: int) -> Any:
+        """The `logprobs` of an answer, in the shape OpenAI documents (or a broken one)."""
+        if self.logprobs_mode == "absent":
+            return None
+        if self.logprobs_mode == "malformed":
+            return {"content": "n/a"}
+        value = _VALUE.search(content)
+        tokens: list[tuple[str, float, list[tuple[str, float]]]] = []
+        if value is None:
+            pieces = [(t, _SURE) for t in _WORDS.findall(content)]
+            return {"content": [_entry(t, lp, [(t, lp)], top) for t, lp in pieces]}
+        start, end = value.span(1)
+        name = content[start:end]
+        size = self.name_piece or max(1, len(name))
+        name_tokens = [name[i : i + size] for i in range(0, len(name), size)]
+        first = self.route_logprobs or {name: math.log(0.9), " the": math.log(0.05)}
+        for word in _WORDS.findall(content[:start]):
+            tokens.append((word, _SURE, [(word, _SURE)]))
+        for index, piece in enumerate(name_tokens):
+            if index == 0:
+                alternatives = [
+                    (route[:size] if route != " the" else route, lp) for route, lp in first.items()
+                ]
+                own = dict(alternatives).get(piece, math.log(0.9))
+                tokens.append((piece, own, sorted(alternatives, key=lambda a: -a[1])))
+            else:
+                tokens.append((piece, _SURE, [(piece, _SURE), ("zz", math.log(0.001))]))
+        for word in _WORDS.findall(content[end:]):
+            tokens.append((word, _SURE, [(word, _SURE)]))
+        return {"content": [_entry(t, lp, alts, top) for t, lp, alts in tokens]}
+
+
+_SURE = math.log(0.999)
+_WORDS = re.compile(r"\w+|\s+|[^\w\s]+")
+_VALUE = re.compile(r'"source"\s*:\s*"([^"]*)"')
+
+
+def _entry(
+    token: str, logprob: float, alternatives: list[tuple[str, float]], top: int
+) -> dict[str, Any]:
+    def one(text: str, lp: float) -> dict[str, Any]:
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    return {**one(token, logprob), "top_logprobs": [one(t, lp) for t, lp in alternatives[:top]]}
 
 
 def _invalid(body: Any) -> str | None:

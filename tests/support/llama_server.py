@@ -46,6 +46,11 @@ VENV_SCRIPT = REPO_ROOT / "scripts" / "llm_venv.sh"
 TIMED_LAUNCHER = Path(__file__).resolve().parent / "llama_timed.py"
 VENV_BUILD_TIMEOUT_S = 2400.0  # a from-source build: ~8 min on 2 idle cores, more when shared
 START_TIMEOUT_S = 120.0
+# The stage's prompt is ~170 tokens (~200 with a previous turn) and its answer at most 100:
+# 512 holds them. Kept small because the server keeps every position's logits when asked
+# for logprobs and log-softmaxes all n_ctx rows of Gemma's 262k vocabulary per answer
+# (llama-cpp-python 0.3.36): its cost grows with n_ctx, and at 2048 it dominated an answer.
+N_CTX = 512
 STOP_TIMEOUT_S = 20.0
 _LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
@@ -134,7 +139,9 @@ def stop(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
 _PROCS: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def start(log_path: Path, *, timed: bool = False, threads: int = 1) -> LlamaServer:
+def start(
+    log_path: Path, *, timed: bool = False, threads: int = 1, n_ctx: int = N_CTX
+) -> LlamaServer:
     """Build or reuse the venv, start the server, wait until it answers `/v1/models`."""
     python, model = ensure_venv()
     entry = [str(TIMED_LAUNCHER)] if timed else ["-m", "llama_cpp.server"]
@@ -152,7 +159,7 @@ def start(log_path: Path, *, timed: bool = False, threads: int = 1) -> LlamaServ
         "--port",
         "0",
         "--n_ctx",
-        "2048",
+        str(n_ctx),
         "--n_threads",
         str(threads),
         "--verbose",

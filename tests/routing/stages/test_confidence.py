@@ -28,6 +28,7 @@ from routing.stages.confidence import (
 )
 from routing.stages.keyword import KeywordStage
 from routing.stages.keyword_rules import KeywordRules
+from routing.stages.llm_confidence import UNMEASURED
 from routing.stages.semantic import ExemplarIndex
 from routing.types import ResolveContext
 from search.config import Config
@@ -179,10 +180,12 @@ def test_the_artefact_is_a_probability_over_any_routes() -> None:
 
 
 async def test_the_control_gate_follows_the_same_scale() -> None:
-    """An LLM's answer (a fixed 0.7) under a stricter min_confidence decides the route but
-    is not confident: the command it would run is withheld, reason low_confidence."""
+    """An LLM's answer stated below a stricter min_confidence (a server without logprobs:
+    the fixed, uncalibrated value) is not taken: the LLM stage passes on, the part ends at
+    the default and no command runs. Under a lower threshold the same answer acts."""
     with ChatServer(reply='{"source": "ha"}') as server:
-        for threshold, reason in ((0.8, "low_confidence"), (0.6, None)):
+        server.logprobs_mode = "absent"
+        for threshold, acts in ((0.8, False), (0.5, True)):
             service = Service(
                 scripted_config(
                     {"ha": {"control_prefix": "unlockx", "allow_control": True}, "web": {}},
@@ -196,14 +199,17 @@ async def test_the_control_gate_follows_the_same_scale() -> None:
                 outcome = await service.search("unlockx the shed", explain=True, authorized=True)
             finally:
                 await service.aclose()
-            steps = [e["step"] for e in outcome.chain]
-            assert "intent_llm" in steps
-            withheld = [e["reason"] for e in outcome.chain if e["step"] == "control_withheld"]
+            [llm] = [e for e in outcome.chain if e["step"] == "intent_llm"]
+            assert llm["confidence"] == UNMEASURED and llm["confidence_source"] == "none"
             acted = service.sources["ha"].acted  # type: ignore[attr-defined]
-            if reason is None:
-                assert withheld == [] and len(acted) == 1
+            if acts:
+                assert llm["decision"] == "ha" and len(acted) == 1
             else:
-                assert withheld == [reason] and acted == []
+                assert llm["decision"] is None and llm["outcome"] == "declined"
+                assert llm["declined"] == f"llm {UNMEASURED:.2f} < 0.80"
+                [default] = [e for e in outcome.chain if e["step"] == "intent_default"]
+                assert default["reason"] == "low_confidence"
+                assert acted == []
 
 
 async def test_the_narrative_says_a_stage_declined(service: Service) -> None:

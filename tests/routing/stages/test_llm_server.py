@@ -7,7 +7,10 @@ real server shows: it refuses the standard `json_schema` form and takes `json_ob
 stand-in; and a 270M model constrained by the routes' enum always names a route.
 
 A 270M model is a poor router, so these tests assert what must hold whatever it chooses
-(a configured route, the form, the failure reasons), never which route it picks.
+(a configured route, the form, the failure reasons, a confidence measured from the
+server's logprobs and calibrated), never which route it picks. Logprobs cost
+llama-cpp-python's server far more than the answer (it log-softmaxes Gemma's 262k
+vocabulary in Python), so only the tests about the confidence ask for them.
 Under `CI=true` a server that cannot be started fails the tests; elsewhere they skip.
 """
 
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from routing.stages.llm_confidence import calibration_for
 from search.config import Config, parse_config
 from search.service import Service
 from tests.support import llama_server as harness
@@ -53,9 +57,10 @@ def config(
     timeout_s: float = PATIENT_S,
     descriptions: dict[str, str] = DESCRIPTIONS,
     bias_check: bool = False,
+    logprobs: bool = False,
 ) -> Config:
     """The bias probe (on by default) is off unless a test is about it, so a decision is
-    the model's one real answer."""
+    the model's one real answer; logprobs (on by default) likewise, for their cost."""
     return parse_config(
         {
             "routing": {
@@ -68,6 +73,7 @@ def config(
                     "model": server.model,
                     "timeout_s": timeout_s,
                     "bias_check": bias_check,
+                    "logprobs": logprobs,
                 },
             },
             "sources": {
@@ -77,6 +83,13 @@ def config(
             "trace": {"enabled": False, "capture_prompts": True},
         }
     )
+
+
+def named(llm: dict[str, object]) -> object:
+    """The route (None: "none") the model named on an `intent_llm` event, taken or not."""
+    if llm.get("outcome") == "declined":
+        return None if llm["answer"] == "none" else llm["answer"]
+    return llm["decision"]
 
 
 @pytest.fixture
@@ -100,7 +113,7 @@ async def test_a_fresh_decision_from_the_real_model(service: Service) -> None:
     # The model's real answer, as it came: JSON naming one of the routes (or none).
     answer = json.loads(llm["raw_answer"])
     assert set(answer) == {"source"} and answer["source"] in {*DESCRIPTIONS, "none"}
-    assert llm["decision"] == (None if answer["source"] == "none" else answer["source"])
+    assert named(llm) == (None if answer["source"] == "none" else answer["source"])
     # The instructions reached the model although its chat format drops system messages:
     # the server counted the prompt's tokens, routes and all, not just the query's.
     assert llm["prompt_tokens"] > 100, llm["prompt_tokens"]
@@ -109,7 +122,39 @@ async def test_a_fresh_decision_from_the_real_model(service: Service) -> None:
         assert (part.route, part.stage) == (llm["decision"], "intent_llm")
     else:
         assert part.stage == "intent_default"
-        assert event(outcome, "intent_default")["reason"] == "no_match"
+        reason = "low_confidence" if llm.get("outcome") == "declined" else "no_match"
+        assert event(outcome, "intent_default")["reason"] in {reason, "unserved"}
+
+
+async def test_the_confidence_comes_from_the_real_servers_logprobs(
+    llama_server: LlamaServer,
+) -> None:
+    """llama-cpp-python sends logprobs in the json_object form the stage negotiates: the
+    confidence is the named route's probability from them, through the calibration
+    fitted for this model (routing/fitted/llm_calibration.json), and it decides only
+    above min_confidence."""
+    svc = Service(config(llama_server, logprobs=True))
+    await svc.start(sources=False)
+    try:
+        outcome = await route(svc, QUERIES[3])
+    finally:
+        await svc.aclose()
+    llm = event(outcome, "intent_llm")
+    assert llm["response_format"] == "json_object"
+    assert llm["confidence_source"] == "logprobs" and llm["calibrated"] is True
+    assert llm["route_logprob"] < 0 and 0 < llm["raw_confidence"] <= 1
+    calibration = calibration_for(harness.MODEL_ALIAS)
+    assert calibration is not None
+    assert llm["confidence"] == pytest.approx(calibration(llm["raw_confidence"]), abs=2e-3)
+    answer = json.loads(llm["raw_answer"])["source"]
+    routes = [c["route"] for c in llm["candidates"]]
+    assert routes[0] == answer and sorted(routes) == sorted([*DESCRIPTIONS, "none"])
+    assert sum(c["confidence"] for c in llm["candidates"]) == pytest.approx(1.0, abs=2e-3)
+    if llm["confidence"] < 0.55:
+        assert llm["outcome"] == "declined" and llm["decision"] is None
+        assert event(outcome, "intent_default")["reason"] == "low_confidence"
+    else:
+        assert named(llm) == (None if answer == "none" else answer)
 
 
 async def test_the_form_is_negotiated_once_per_server(service: Service) -> None:
@@ -173,9 +218,7 @@ async def test_the_bias_probe_declines_the_models_habit(llama_server: LlamaServe
             assert part.stage == "intent_default"
             assert event(outcome, "intent_default")["reason"] == "llm_unusable"
         else:
-            assert event(outcome, "intent_llm")["decision"] == (
-                None if answer == "none" else answer
-            )
+            assert named(event(outcome, "intent_llm")) == (None if answer == "none" else answer)
 
 
 async def test_a_timeout_well_below_the_model_time(llama_server: LlamaServer) -> None:
