@@ -65,13 +65,13 @@ def routes_are_shipped(config: Config) -> bool:
     """Whether the household routes with the shipped route data, for which the shipped
     weights were fitted (the same routes, none added to or disabled)."""
     from routing.stages.build import resolved_routes
+    from routing.stages.route_data import shipped_routes
 
     routing = config.routing
-    shipped_names = {"forecast", "ha", "kiwix", "web"}
     return (
         routing.shipped_routes
         and not routing.route_overrides()
-        and set(resolved_routes(config)) - {NONE} == shipped_names
+        and set(resolved_routes(config)) - {NONE} == set(shipped_routes()) - {NONE}
     )
 
 
@@ -223,8 +223,7 @@ async def labels_report(
 ) -> LabelsReport:
     """Route the labelled queries under the current artefact and the new one, and replay
     the stored traces under the new one, exactly as `search replay --all` would."""
-    from search.correction.replay import Replayer, sweep
-    from search.traces.cli import _original_ids
+    from search.correction.replay import Replayer, original_ids, sweep
     from search.traces.records import NullTraceSink
     from search.traces.store import TraceFilter
 
@@ -240,7 +239,7 @@ async def labels_report(
         for label, was, now in zip(applied, before, after, strict=True)
     ]
     if store is not None:
-        ids = _original_ids(store, TraceFilter(), False, None)
+        ids = original_ids(store, TraceFilter(), False, None)
         progress(f"replaying {len(ids)} stored traces under the new artefact")
         async with Replayer(config, NullTraceSink(), history=store, household=new) as replayer:
             found = await sweep(replayer, store, ids)

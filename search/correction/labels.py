@@ -42,8 +42,9 @@ INTENT_STEPS = (
     "intent_session",
     "intent_default",
 )
-# The labels table as schema 4 created it (an upgrade from 3 creates this, then 5 adds to it).
-LABELS_SCHEMA_4 = """
+# The labels table as schema 4 created it; schema 5's columns are added to it by
+# `upgrade_labels_5`, on a new file as on an old one (the one place they are written).
+LABELS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS labels (
     id INTEGER PRIMARY KEY,
     trace_id TEXT NOT NULL,
@@ -73,21 +74,6 @@ def upgrade_labels_5(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
-LABELS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS labels (
-    id INTEGER PRIMARY KEY,
-    trace_id TEXT NOT NULL,
-    part TEXT NOT NULL,
-    route TEXT NOT NULL,
-    query TEXT NOT NULL,
-    decision TEXT,
-    created_at REAL NOT NULL,
-    redacted INTEGER NOT NULL,
-    replaced INTEGER NOT NULL DEFAULT 0,
-    exported_at REAL
-);
-CREATE INDEX IF NOT EXISTS labels_trace ON labels(trace_id);
-"""
 LABEL_COLUMNS = (
     "id",
     "trace_id",

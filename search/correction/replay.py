@@ -580,3 +580,28 @@ async def sweep(replayer: Replayer, store: TraceSource, ids: Iterable[str]) -> S
                 (trace_id, f"{where}: {d.description}")
             )
     return found
+
+
+def original_ids(store: Any, base: Any, failed_only: bool, limit: int | None) -> list[str]:
+    """Ids of recorded (not replayed) traces, oldest first (`replay --all`, `search fit`)."""
+    from search.traces.store import TraceFilter
+
+    ids: list[str] = []
+    cursor: int | None = None
+    while True:
+        page_filter = TraceFilter(
+            since=base.since,
+            until=base.until,
+            failed=failed_only,
+            originals_only=True,
+            limit=500,
+            cursor=cursor,
+            oldest_first=True,
+        )
+        page = store.list_traces(page_filter)
+        ids.extend(t["trace_id"] for t in page["traces"])
+        if limit is not None and len(ids) >= limit:
+            return ids[:limit]
+        if not page["next_cursor"]:
+            return ids
+        cursor = int(page["next_cursor"])

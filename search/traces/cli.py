@@ -384,9 +384,9 @@ def _replay_text(result: Any) -> list[str]:
 async def _replay_all(
     config: Config, store: SQLiteTraceStore, base: TraceFilter, args: argparse.Namespace
 ) -> int:
-    from search.correction.replay import Replayer, sweep
+    from search.correction.replay import Replayer, original_ids, sweep
 
-    ids = _original_ids(store, base, args.failed_only, args.limit)
+    ids = original_ids(store, base, args.failed_only, args.limit)
     async with Replayer(config, store) as replayer:
         found = await sweep(replayer, store, ids)
     replayed, from_captures, skipped = found.replayed, found.from_captures, found.skipped
@@ -424,28 +424,3 @@ async def _replay_all(
             for trace_id, change in other:
                 say(f"  {trace_id} {change}")
     return EXIT_CHANGED if changed else EXIT_OK
-
-
-def _original_ids(
-    store: SQLiteTraceStore, base: TraceFilter, failed_only: bool, limit: int | None
-) -> list[str]:
-    """Ids of recorded (not replayed) traces, oldest first."""
-    ids: list[str] = []
-    cursor: int | None = None
-    while True:
-        page_filter = TraceFilter(
-            since=base.since,
-            until=base.until,
-            failed=failed_only,
-            originals_only=True,
-            limit=500,
-            cursor=cursor,
-            oldest_first=True,
-        )
-        page = store.list_traces(page_filter)
-        ids.extend(t["trace_id"] for t in page["traces"])
-        if limit is not None and len(ids) >= limit:
-            return ids[:limit]
-        if not page["next_cursor"]:
-            return ids
-        cursor = int(page["next_cursor"])

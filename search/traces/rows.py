@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from routing.chain.steps import Step
-from search.correction.labels import LABELS_SCHEMA, LABELS_SCHEMA_4, upgrade_labels_5
+from search.correction.labels import LABELS_SCHEMA, upgrade_labels_5
 from search.json_codec import dumps_text
 from search.pseudonym import LEGACY_PREFIX, PREFIX, Pseudonymizer, ephemeral
 from search.traces.records import TraceRecord
@@ -130,7 +130,7 @@ MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     "CREATE INDEX IF NOT EXISTS traces_session ON traces(session_id) "
     "WHERE session_id IS NOT NULL;",
     3: "",
-    4: LABELS_SCHEMA_4,
+    4: LABELS_SCHEMA,
     5: upgrade_labels_5,
 }
 INSERT = (

@@ -42,7 +42,14 @@ from typing import Any, Protocol
 
 from routing.chain.events import run_in_thread
 from search.config import ConfigError, TraceConfig
-from search.correction.labels import Label, check_label, insert_label, mark_exported, read_labels
+from search.correction.labels import (
+    Label,
+    check_label,
+    insert_label,
+    mark_exported,
+    read_labels,
+    upgrade_labels_5,
+)
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
 from search.query_text import has_visible_text
 from search.traces.records import NullTraceSink, TraceRecord, TraceSink
@@ -503,6 +510,7 @@ class SQLiteTraceStore:
                         else:
                             step(conn)
                 conn.executescript(SCHEMA)
+                upgrade_labels_5(conn)  # the newest labels table, whatever the version
                 if 0 < version < 3:
                     rekey_legacy_digests(conn, self._pseudonym)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -401,7 +401,7 @@ async def test_the_fit_report_routes_the_labels_and_replays_the_store(tmp_path: 
 def test_a_schema_4_store_gets_the_label_count_and_export_columns(tmp_path: Path) -> None:
     """A store written before one label per part: its labels keep, and gain `replaced`
     and `exported_at`."""
-    from search.correction.labels import LABELS_SCHEMA_4
+    from search.correction.labels import LABELS_SCHEMA as LABELS_SCHEMA_4
 
     db = tmp_path / "traces.db"
     store = SQLiteTraceStore(TraceConfig(path=str(db)))
