@@ -5,10 +5,13 @@ reads each corpus at the commit bench/sealed/mapping.yaml pins, from a local git
 its repository (`--mirror-root`, one `owner+name/repo` git directory per repository),
 maps labels to routes by that file's table, drops rows whose text the project already
 has (fit rows, ../shared/eval, route exemplars: a sealed row must be new language), and
-keeps a fixed-seed sample of at most --rows per corpus. The files and their SHA-256 sums
-(bench/sealed/SHA256SUMS) are committed; bench/sealed/MANIFEST.md gives the licences.
+keeps a fixed-seed sample of at most --rows per corpus (or the corpus's own `rows`). The
+files and their SHA-256 sums (bench/sealed/SHA256SUMS) are committed;
+bench/sealed/MANIFEST.md gives the licences. `--corpus` rebuilds only the named corpora and
+keeps the other files and their sums as they are (the project's texts grow, and a rebuild
+of an old corpus against them would change a committed file).
 
-    python scripts/fetch_sealed.py [--mirror-root DIR] [--rows 1500]
+    python scripts/fetch_sealed.py [--mirror-root DIR] [--rows 1500] [--corpus NAME ...]
 """
 
 from __future__ import annotations
@@ -104,7 +107,30 @@ def ha_yaml(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
                     yield str(sentence).strip(), f"{subset}/{name[: -len('.yaml')]}"
 
 
-READERS = {"fb_tsv": fb_tsv, "sq_tsv": sq_tsv, "ha_yaml": ha_yaml}
+def taskmaster_json(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """Each dialog's opening user turn, labelled by the dialog's vertical.
+
+    Only the opening turn: a later one leans on what was said before it. Only one of at
+    least `min_words` words: a bare greeting or "yes" is no request on its own.
+    """
+    for path in repo.files(spec["path"]):
+        if not path.endswith(".json"):
+            continue
+        for dialog in json.loads(repo.read(path)):
+            turns = dialog.get("utterances") or []
+            if not turns or str(turns[0].get("speaker", "")).lower() != "user":
+                continue
+            text = str(turns[0].get("text", "")).strip()
+            if len(text.split()) >= spec["min_words"]:
+                yield text, str(dialog.get("vertical", ""))
+
+
+READERS = {
+    "fb_tsv": fb_tsv,
+    "sq_tsv": sq_tsv,
+    "ha_yaml": ha_yaml,
+    "taskmaster_json": taskmaster_json,
+}
 
 
 def known_texts() -> set[str]:
@@ -152,6 +178,7 @@ def build(name: str, spec: dict[str, Any], mirror_root: Path, rows: int, known: 
         else:
             seen.add(key)
             kept.append({"text": text, "expected": route, "label": label})
+    rows = min(rows, spec.get("rows", rows))
     sample = random.Random(f"sealed:{name}").sample(kept, min(rows, len(kept)))
     routes = Counter(row["expected"] for row in sample)
     print(
@@ -169,8 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mirror-root", default="/work/.mirror")
     parser.add_argument("--rows", type=int, default=1500)
+    parser.add_argument("--corpus", action="append", help="rebuild only this corpus (repeatable)")
     args = parser.parse_args(argv)
     corpora = yaml.safe_load(MAPPING.read_text(encoding="utf-8"))["corpora"]
+    unknown = sorted(set(args.corpus or ()) - set(corpora))
+    if unknown:
+        print(f"--corpus: not in {MAPPING.name}: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    if args.corpus:
+        corpora = {name: spec for name, spec in corpora.items() if name in args.corpus}
     mirror_root = Path(args.mirror_root)
     missing = [
         s["repo"]
@@ -182,14 +216,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     known = known_texts()
     DATA.mkdir(parents=True, exist_ok=True)
-    sums = []
+    sums = _sums() if args.corpus else {}
     for name, spec in corpora.items():
         blob = build(name, spec, mirror_root, args.rows, known)
         path = DATA / f"{name}.jsonl.gz"
         path.write_bytes(blob)
-        sums.append(f"{hashlib.sha256(blob).hexdigest()}  data/{path.name}\n")
-    SUMS.write_text("".join(sums), encoding="utf-8")
+        sums[f"data/{path.name}"] = hashlib.sha256(blob).hexdigest()
+    SUMS.write_text("".join(f"{d}  {n}\n" for n, d in sums.items()), encoding="utf-8")
     return 0
+
+
+def _sums() -> dict[str, str]:
+    """The committed sums by file name, in their order."""
+    if not SUMS.is_file():
+        return {}
+    found = {}
+    for line in SUMS.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            found[name] = digest
+    return found
 
 
 if __name__ == "__main__":
