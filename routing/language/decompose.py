@@ -298,6 +298,15 @@ def _two_requests(left: str, right: str) -> bool:
     return any(_is_request(sentence) for sentence in sentences)
 
 
+def _opens_sentence(previous: re.Match[str] | None, match: re.Match[str]) -> bool:
+    """A joining word right after a sentence end ("Who painted it? And when?")."""
+    return (
+        previous is not None
+        and previous.group("stop") is not None
+        and previous.end() == match.start()
+    )
+
+
 def _trim(query: str, start: int, end: int, claimed: tuple[str, str] | None = None) -> Span | None:
     while start < end and query[start] in CLAUSE_TRIM:
         start += 1
@@ -340,7 +349,7 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
             accept = bool(left.strip(CLAUSE_TRIM)) and bool(right.strip(CLAUSE_TRIM))
         elif match.group("stop") is not None:
             accept = _two_requests(left, right)
-        elif previous is not None and previous.group("stop") and previous.end() == match.start():
+        elif _opens_sentence(previous, match):
             # "Who painted it? And when?", "... in 2018? Also, will it rain?": a joining
             # word that opens a sentence splits as the sentence end would
             accept = _two_requests(left, _rest_of_sentence(query, match.end()).lstrip(" ,"))
