@@ -371,16 +371,6 @@ RULES: tuple[tuple[str, str, Patch], ...] = (
         lambda d: {"_RELATIVES": frozenset()},
     ),
     (
-        "comma_clause",
-        "after a comma, any clause of three words may open a request",
-        lambda d: {"_starts_a_clause": _false},
-    ),
-    (
-        "comma_inside_question",
-        "...but not inside a question",
-        lambda d: {"_inside_question": _false},
-    ),
-    (
         "and_conditional",
         '"and if it rains close the windows" opens a request',
         lambda d: {"_conditional_request": _false},

@@ -12,9 +12,7 @@ latest tech headlines", "the five day forecast") or a superlative ("best bar in 
 "tallest building"); two superlatives or two paired modifiers joined ("the fastest and
 cheapest way", "the upper and lower falls") are one phrase. After "and", a condition with its
 consequence ("and if it rains close the windows") opens one too, while a verb and a
-pronoun ("and use it", ", turn it up") continue the request before; after a
-comma, any clause of three words or more that doesn't continue the previous one
-("in Paris", "or the blue one") counts too. Where the grammar sees one request, the
+pronoun ("and use it", ", turn it up") continue the request before. Where the grammar sees one request, the
 routing rules may still see two: given `claims` (the keyword stage's verdict on a clause), a
 soft separator between two clauses claimed by different routes splits ("what will the
 weather be in Lago Vista and the last hawk gets three out of six stars"). Every part is a
@@ -143,12 +141,6 @@ def _is_number(word: str) -> bool:
     return word.isdigit() or word in _NUMBERS
 
 
-def _starts_a_clause(text: str) -> bool:
-    """After a comma: three or more words that don't continue the clause before."""
-    words = _words(text)
-    return len(words) >= 3 and words[0] not in _CONTINUATIONS and not words[0].isdigit()
-
-
 def _introduces(words: list[str]) -> bool:
     """An adverbial introduction ("on average", "in the novel the clique", "according to
     legend"): a preposition and no verb or question word we know after it."""
@@ -196,11 +188,6 @@ def _rest_of_sentence(query: str, position: int) -> str:
     sentence = _sentence_from(query, position)
     hard = _HARD_SEPARATOR.search(sentence)
     return sentence[: hard.start()] if hard else sentence
-
-
-def _inside_question(query: str, position: int) -> bool:
-    """Whether the sentence going on at `position` ends with a question mark."""
-    return _sentence_from(query, position).rstrip().endswith("?")
 
 
 def _can_stand_alone(left: str) -> bool:
@@ -362,16 +349,9 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
         ):
             accept = False  # e.g. a condition still waiting for its consequence
         else:
-            if match.group("soft") == ",":
-                # any clause of three words may start a request after a comma, but not
-                # inside a question: "Which actor, suffering from alcoholism, was ...?"
-                accept = is_complete_request(right) or (
-                    len(_words(left)) >= 3
-                    and _starts_a_clause(right)
-                    and not _inside_question(query, match.end())
-                )
-            else:
-                accept = is_complete_request(right) or _conditional_request(right)
+            accept = is_complete_request(right) or (
+                match.group("soft") != "," and _conditional_request(right)
+            )
             if not accept and len(_words(right)) >= 2:
                 claimed = _claimed_apart(left, right, claims)
                 accept = claimed is not None

@@ -362,11 +362,6 @@ def test_one_question_with_asides_stays_whole(query: str) -> None:
             "turn on the lights, is it raining and what's the weather",
             ["turn on the lights", "is it raining", "what's the weather"],
         ),
-        # without a question mark, a comma before any clause of three words still splits
-        (
-            "turn off the lights, living room lamp on",
-            ["turn off the lights", "living room lamp on"],
-        ),
         # a command before a question is no statement of fact
         ("Turn off the lights. What's the weather?", ["Turn off the lights", "What's the weather"]),
         ("Who wrote Hamlet? Is it raining?", ["Who wrote Hamlet", "Is it raining"]),
