@@ -245,34 +245,6 @@ def _no_when_question(d: Any) -> dict[str, Any]:
     return {"_can_stand_alone": changed}
 
 
-def _no_coordinated_superlatives(d: Any) -> dict[str, Any]:
-    original = d._coordinated
-
-    def changed(left: str, right: str) -> bool:
-        before, after = d._words(left), d._words(right)
-        if before and after and before[-1] in d._SUPERLATIVES and after[0] in d._SUPERLATIVES:
-            return False
-        return original(left, right)
-
-    return {"_coordinated": changed}
-
-
-def _no_two_word_topic(d: Any) -> dict[str, Any]:
-    original = d._topic_phrase
-    return {"_topic_phrase": lambda words: len(words) != 2 and original(words)}
-
-
-def _no_verb_before_topic(d: Any) -> dict[str, Any]:
-    original = d._topic_phrase
-
-    def changed(words: list[str]) -> bool:
-        if words[0] not in d._TOPIC_MODIFIERS and len(words) >= 4 and words[1] in d._ARTICLES:
-            return False
-        return original(words)
-
-    return {"_topic_phrase": changed}
-
-
 def _no_topic_opener(d: Any) -> dict[str, Any]:
     original = d.is_complete_request
 
@@ -341,11 +313,6 @@ RULES: tuple[tuple[str, str, Patch], ...] = (
     ),
     ("quotes", '"who said, ..." opens a quotation', lambda d: {"_quotes": _false}),
     (
-        "coordinated_superlatives",
-        '"the fastest and cheapest way" is one phrase',
-        _no_coordinated_superlatives,
-    ),
-    (
         "paired_modifiers",
         '"the upper and lower falls" is one phrase',
         lambda d: {"_PAIRED": frozenset()},
@@ -380,14 +347,6 @@ RULES: tuple[tuple[str, str, Patch], ...] = (
         "clauses the keyword rules give different routes split",
         lambda d: {"_claimed_apart": _none},
     ),
-    ("wake_words", '"alexa where is ..." opens a request', lambda d: {"WAKE_WORDS": frozenset()}),
-    (
-        "it_is",
-        '"it is hot today" opens a request',
-        _without_complete_branch(
-            lambda d, w: w[0] == "it" and w[1] in {"is", "will", "was", "looks", "feels", "gets"}
-        ),
-    ),
     (
         "its",
         '"it\'s ..." opens a request',
@@ -398,24 +357,12 @@ RULES: tuple[tuple[str, str, Patch], ...] = (
         '"at what age ..." opens a request',
         _without_complete_branch(lambda d, w: w[0] in d._PREPOSITIONS and w[1] in d._WH_WORDS),
     ),
-    (
-        "superlative_opens",
-        '"best bar in town" opens a request',
-        _without_complete_branch(lambda d, w: w[0] in d._SUPERLATIVES),
-    ),
     ("topic_opener", '"weather in Oslo" opens a request', _no_topic_opener),
     (
         "topic_phrase",
         '"the latest tech headlines" opens a request',
         lambda d: {"_topic_phrase": _false},
     ),
-    ("topic_two_words", '"current traffic" opens a request', _no_two_word_topic),
-    (
-        "topic_count_period",
-        '"the ten day forecast" opens a request',
-        lambda d: {"_PERIODS": frozenset()},
-    ),
-    ("topic_after_verb", '"fine the movie schedules" opens a request', _no_verb_before_topic),
 )
 
 

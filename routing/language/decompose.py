@@ -2,21 +2,24 @@
 
 Hard separators (";", "and also", "and then") always split. A sentence end splits only
 between two requests: a sentence of context ("I'm planning a trip.", see
-routing/language/sentences.py) or one that leans on the sentence before ("How tall is it?") stays
-with its request. Soft ones
-("and", "also", ",", "then") split only between two complete requests, so
-"salt and pepper" and "who wrote Romeo and Juliet" stay whole while
+routing/language/sentences.py) or one that leans on the sentence before ("How tall is it?")
+stays with its request. Soft ones ("and", "also", ",", "then") split only between two
+complete requests, so "salt and pepper" and "who wrote Romeo and Juliet" stay whole while
 "turn off the lights and what's the weather" splits. A request opens with a question word,
-an imperative, a wake word ("olly, ..."), a request's topic ("weather in Oslo", "the
-latest tech headlines", "the five day forecast") or a superlative ("best bar in town",
-"tallest building"); two superlatives or two paired modifiers joined ("the fastest and
-cheapest way", "the upper and lower falls") are one phrase. After "and", a condition with its
-consequence ("and if it rains close the windows") opens one too, while a verb and a
-pronoun ("and use it", ", turn it up") continue the request before. Where the grammar sees one request, the
-routing rules may still see two: given `claims` (the keyword stage's verdict on a clause), a
-soft separator between two clauses claimed by different routes splits ("what will the
-weather be in Lago Vista and the last hawk gets three out of six stars"). Every part is a
+an imperative or a request's topic ("weather in Oslo", "the latest tech headlines"); two
+paired modifiers joined ("the upper and lower falls") are one phrase. After "and", a condition with its consequence ("and if it
+rains close the windows") opens one too, while a verb and a pronoun ("and use it", ", turn
+it up") continue the request before. Where the grammar sees one request, the routing rules
+may still see two: given `claims` (the keyword stage's verdict on a clause), a soft
+separator between two clauses claimed by different routes splits ("what will the weather
+be in Lago Vista and the last hawk gets three out of six stars"). Every part is a
 substring of the query, and splitting a part again returns it unchanged.
+
+Each rule here pays for itself on bench/decomposition.py's compounds and singles (its
+`--ablate` table): one that changes nothing there, or whose absence helps, does not belong.
+The exceptions are the sentence-end rules for context, greetings and a sentence leaning on
+the one before, and a joining word after a sentence end: those sentences cannot occur among
+that bench's rows (each is a request of its own), so it cannot judge them.
 """
 
 from __future__ import annotations
@@ -36,20 +39,13 @@ _WORDS = lexicon().decompose  # routing/words.yaml: what each list is for
 OPENERS = _WORDS.openers
 # "when is ...", "when did ...": a question about a time, not a condition.
 QUESTION_AFTER_WHEN = _WORDS.question_after_when
-# Wake words and fillers: a clause that opens with one is a new request ("..., hey, dim the
-# lights"); a clause made only of them ("hey google") is not a request on its own.
-WAKE_WORDS = _WORDS.wake_words
-_FILLERS = WAKE_WORDS | _WORDS.fillers
 # Nouns that head a request on their own, and the words that may come before one.
 TOPIC_OPENERS = _WORDS.topic_openers
 _TOPIC_MODIFIERS = _WORDS.topic_modifiers
+# A clause made only of wake words and fillers ("hey google") is not a request on its own.
+_FILLERS = _WORDS.wake_words | _WORDS.fillers
 _ARTICLES = _WORDS.articles
-# A superlative heads a request of its own: "best bar in town", "tallest building".
-_SUPERLATIVES = _WORDS.superlatives
 _PAIRED = _WORDS.paired_modifiers
-# "ten day forecast", "3 hour forecast": a count and a unit before a topic.
-_NUMBERS = _WORDS.numbers
-_PERIODS = _WORDS.periods
 _PREPOSITIONS = _WORDS.prepositions
 _WH_WORDS = _WORDS.wh_words
 # Words that continue the clause before a comma rather than start a new one.
@@ -98,47 +94,23 @@ def is_complete_request(text: str) -> bool:
     words = _words(text)
     if len(words) < 2:
         return False
-    if words[0] in WAKE_WORDS:
-        return len(words) >= 3
-    if words[0] == "it" and words[1] in {"is", "will", "was", "looks", "feels", "gets"}:
-        return True
     if words[0] in {"it's", "its"}:
         return True
     if words[0] in _PREPOSITIONS and words[1] in _WH_WORDS:
         return True  # "at what age ...", "in which year ..."
-    if words[0] in _SUPERLATIVES:
-        return True  # "best bar in local area", "largest animal"
     return words[0] in OPENERS or words[0] in TOPIC_OPENERS or _topic_phrase(words)
 
 
 def _topic_phrase(words: list[str]) -> bool:
-    """Three words or more whose head is a request's topic: "recent tech headlines",
-    "the weather in homestead"; or a verb we don't know (often a typo) before one
-    ("fine the movie schedules"). A bare "weather" or "the news" is not enough."""
-    if len(words) == 2:  # "current traffic", "local events", "latest headlines"
-        return (
-            words[0] in _TOPIC_MODIFIERS and words[0] not in _ARTICLES and words[1] in TOPIC_OPENERS
-        )
+    """Three words or more whose head, after its modifiers, is a request's topic: "recent
+    tech headlines", "the weather in homestead". A bare "weather" or "the news" is not
+    enough."""
     if len(words) < 3:
         return False
-    start = 0
-    if words[0] not in _TOPIC_MODIFIERS and len(words) >= 4 and words[1] in _ARTICLES:
-        if words[0] in _CONTINUATIONS or words[0] in _PREPOSITIONS:
-            return False
-        start = 1
-    index = start
-    while index < len(words) and index - start < 4:
-        if words[index] in _TOPIC_MODIFIERS:
-            index += 1
-        elif index + 1 < len(words) and _is_number(words[index]) and words[index + 1] in _PERIODS:
-            index += 2  # "the ten day forecast"
-        else:
-            break
-    return index > start and index < len(words) and words[index] in TOPIC_OPENERS
-
-
-def _is_number(word: str) -> bool:
-    return word.isdigit() or word in _NUMBERS
+    index = 0
+    while index < len(words) and index < 4 and words[index] in _TOPIC_MODIFIERS:
+        index += 1
+    return 0 < index < len(words) and words[index] in TOPIC_OPENERS
 
 
 def _introduces(words: list[str]) -> bool:
@@ -215,15 +187,13 @@ def _quotes(left: str) -> bool:
 
 
 def _coordinated(left: str, right: str) -> bool:
-    """Two superlatives joined ("the fastest and cheapest way"), or two modifiers of a pair
-    ("the upper and lower peninsulas"): one phrase, not two requests. A modifier that is
+    """Two modifiers of a pair ("the upper and lower peninsulas"): one phrase, not two
+    requests. A modifier that is
     also a verb opens a request when an article or a pronoun follows it, as its object
     ("... the front door and open the window")."""
     before, after = _words(left), _words(right)
     if not (before and after):
         return False
-    if before[-1] in _SUPERLATIVES and after[0] in _SUPERLATIVES:
-        return True
     takes_object = len(after) > 1 and (after[1] in _ARTICLES or after[1] in _PRONOUNS)
     return before[-1] in _PAIRED and after[0] in _PAIRED and not takes_object
 

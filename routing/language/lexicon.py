@@ -38,10 +38,7 @@ class DecomposeWords(_Section):
     topic_openers: Words
     topic_modifiers: Words
     articles: Words
-    superlatives: Words
     paired_modifiers: Words
-    numbers: Words
-    periods: Words
     prepositions: Words
     wh_words: Words
     continuations: Words
