@@ -14,9 +14,17 @@ from and regenerates them.
   maps SNIPS intents.
 - OpenTriviaQA (uberspot/OpenTriviaQA, CC BY-SA 4.0): encyclopedic quiz questions that end
   in "?" and are short enough to be asked aloud, labelled kiwix.
+- Banking77 (PolyAI-LDN/task-specific-datasets, CC BY 4.0): banking_data/train.csv only
+  (test.csv is that benchmark's test set), a few short rows per intent, labelled none: no
+  source here serves a bank account. Its exchange_rate intent is left out, since "what is
+  the current exchange rate?" is a web question here.
+- MultiWOZ 2.2 (budzianowski/multiwoz, MIT): the first user turn of train/ dialogues only
+  (never dev/ or test/), short ones, labelled none: booking hotels, tables, trains and
+  taxis, or a town's local information, is a service nobody here offers. Written only with
+  --multiwoz, because its dialogue files are large.
 
     python scripts/fetch_fit_data.py [--git-dir-hwu DIR] [--git-dir-trivia DIR]
-        [--git-dir-snips DIR]
+        [--git-dir-snips DIR] [--git-dir-banking DIR] [--multiwoz] [--git-dir-multiwoz DIR]
 
 The evaluation directory is ../shared/eval or $ROUTING_EVAL_DIR. Without a git dir it reads raw.githubusercontent.com (10 s timeout per file).
 """
@@ -29,6 +37,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 from pathlib import Path
 
@@ -48,6 +57,14 @@ TRIVIA_CATEGORIES = ("animals", "geography", "history", "humanities", "literatur
                      "religion-faith", "science-technology", "world", "general")
 PER_INTENT = 40  # HWU64 rows per intent: enough to fit a few weights, small to ship
 TRIVIA_ROWS = 400
+BANKING_REPO = "PolyAI-LDN/task-specific-datasets"
+BANKING_PER_INTENT = 5  # 76 intents: about as many rows as another corpus, not more
+BANKING_LEFT_OUT = {"exchange_rate"}  # the current rate is a web question here
+MAX_WORDS = 30  # Banking77 and MultiWOZ: a request said aloud, not a letter
+MULTIWOZ_REPO = "budzianowski/multiwoz"
+MULTIWOZ_TRAIN = "data/MultiWOZ_2.2/train"
+MULTIWOZ_FILES = 17  # train/dialogues_001.json .. dialogues_017.json
+MULTIWOZ_ROWS = 300
 # A quiz's own framing ("which of these...") is not how anyone asks an encyclopedia.
 _QUIZ_FRAMES = ("of these", "following", "which one", "true or false", ".?")
 
@@ -91,6 +108,49 @@ def eval_texts() -> set[str]:
             if line.strip():
                 texts.add(json.loads(line)["text"].strip().lower())
     return texts
+
+
+def eval_plain() -> set[str]:
+    return {plain(text) for text in eval_texts()}
+
+
+def plain(text: str) -> str:
+    """A text as lower-case words, so punctuation and spacing do not hide a copy."""
+    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
+
+
+def banking77(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
+    read = reader(BANKING_REPO, git_dir)
+    by_intent: dict[str, set[str]] = {}
+    for row in csv.DictReader(io.StringIO(read("banking_data/train.csv"))):
+        text = " ".join(row["text"].split())
+        if (text and len(text.split()) <= MAX_WORDS and plain(text) not in exclude
+                and row["category"] not in BANKING_LEFT_OUT):
+            by_intent.setdefault(row["category"], set()).add(text)
+    rows: list[dict[str, str]] = []
+    for intent, found in sorted(by_intent.items()):
+        texts = sorted(found)
+        random.Random(f"banking77:{intent}").shuffle(texts)
+        rows += [{"text": t, "route": "none", "origin": f"banking77:{intent}"}
+                 for t in texts[:BANKING_PER_INTENT]]
+    return rows
+
+
+def multiwoz(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
+    read = reader(MULTIWOZ_REPO, git_dir)
+    found: dict[str, str] = {}  # first user turn -> the dialogue's services
+    for number in range(1, MULTIWOZ_FILES + 1):
+        for dialogue in json.loads(read(f"{MULTIWOZ_TRAIN}/dialogues_{number:03d}.json")):
+            turn = next((t for t in dialogue["turns"] if t["speaker"] == "USER"), None)
+            if turn is None:
+                continue
+            text = " ".join(turn["utterance"].split())
+            if text and len(text.split()) <= MAX_WORDS and plain(text) not in exclude:
+                found.setdefault(text, "+".join(sorted(dialogue.get("services") or [])))
+    texts = sorted(found)
+    random.Random("multiwoz").shuffle(texts)
+    return [{"text": t, "route": "none", "origin": f"multiwoz:{found[t] or 'none'}"}
+            for t in texts[:MULTIWOZ_ROWS]]
 
 
 def hwu64(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
@@ -156,10 +216,17 @@ def main() -> None:
     parser.add_argument("--git-dir-hwu", default=None)
     parser.add_argument("--git-dir-trivia", default=None)
     parser.add_argument("--git-dir-snips", default=None)
+    parser.add_argument("--git-dir-banking", default=None)
+    parser.add_argument("--multiwoz", action="store_true",
+                        help="also write multiwoz.jsonl (reads 17 large dialogue files)")
+    parser.add_argument("--git-dir-multiwoz", default=None)
     args = parser.parse_args()
     write("hwu64.jsonl", hwu64(args.git_dir_hwu, eval_texts()))
     write("opentriviaqa.jsonl", trivia(args.git_dir_trivia))
     write("snips.jsonl", snips(args.git_dir_snips, eval_texts()))
+    write("banking77.jsonl", banking77(args.git_dir_banking, eval_plain()))
+    if args.multiwoz or args.git_dir_multiwoz:
+        write("multiwoz.jsonl", multiwoz(args.git_dir_multiwoz, eval_plain()))
     for name in ("slurp_devel.jsonl", "ha_intents_tests.jsonl"):
         write(name, shared_eval(name))
 
