@@ -46,15 +46,33 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "routing" / "fit_data"
 HWU_REPO = "xliuhw/NLU-Evaluation-Data"
-HWU_DIR = ("CrossValidation/autoGeneFromRealAnno/autoGene_2018_03_22-13_01_25_169/"
-           "CrossValidation/KFold_1/trainset")
+HWU_DIR = (
+    "CrossValidation/autoGeneFromRealAnno/autoGene_2018_03_22-13_01_25_169/"
+    "CrossValidation/KFold_1/trainset"
+)
 EVAL_DIR = Path(os.environ.get("ROUTING_EVAL_DIR", ROOT / "../shared/eval"))
 SNIPS_REPO = "sonos/nlu-benchmark"
-SNIPS_ROUTES = {"GetWeather": "forecast", "SearchScreeningEvent": "web", "PlayMusic": "none",
-                "AddToPlaylist": "none", "RateBook": "none", "BookRestaurant": "none"}
+SNIPS_ROUTES = {
+    "GetWeather": "forecast",
+    "SearchScreeningEvent": "web",
+    "PlayMusic": "none",
+    "AddToPlaylist": "none",
+    "RateBook": "none",
+    "BookRestaurant": "none",
+}
 TRIVIA_REPO = "uberspot/OpenTriviaQA"
-TRIVIA_CATEGORIES = ("animals", "geography", "history", "humanities", "literature", "people",
-                     "religion-faith", "science-technology", "world", "general")
+TRIVIA_CATEGORIES = (
+    "animals",
+    "geography",
+    "history",
+    "humanities",
+    "literature",
+    "people",
+    "religion-faith",
+    "science-technology",
+    "world",
+    "general",
+)
 PER_INTENT = 40  # HWU64 rows per intent: enough to fit a few weights, small to ship
 TRIVIA_ROWS = 400
 BANKING_REPO = "PolyAI-LDN/task-specific-datasets"
@@ -71,33 +89,78 @@ _QUIZ_FRAMES = ("of these", "following", "which one", "true or false", ".?")
 # The label mapping of ../shared/eval/README.md (SLURP intents are HWU64's).
 ROUTE_OF = {
     "weather_query": "forecast",
-    **{i: "ha" for i in ("iot_cleaning", "iot_coffee", "iot_hue_lightchange",
-                         "iot_hue_lightdim", "iot_hue_lightoff", "iot_hue_lighton",
-                         "iot_hue_lightup", "iot_wemo_off", "iot_wemo_on")},
-    **{i: "web" for i in ("news_query", "qa_currency", "qa_stock", "recommendation_events",
-                          "recommendation_locations", "recommendation_movies",
-                          "transport_traffic")},
+    **{
+        i: "ha"
+        for i in (
+            "iot_cleaning",
+            "iot_coffee",
+            "iot_hue_lightchange",
+            "iot_hue_lightdim",
+            "iot_hue_lightoff",
+            "iot_hue_lighton",
+            "iot_hue_lightup",
+            "iot_wemo_off",
+            "iot_wemo_on",
+        )
+    },
+    **{
+        i: "web"
+        for i in (
+            "news_query",
+            "qa_currency",
+            "qa_stock",
+            "recommendation_events",
+            "recommendation_locations",
+            "recommendation_movies",
+            "transport_traffic",
+        )
+    },
     "qa_definition": "kiwix",
     "qa_factoid": "kiwix",
-    **{i: "none" for i in ("alarm_query", "alarm_remove", "alarm_set", "calendar_query",
-                           "calendar_remove", "calendar_set", "datetime_convert",
-                           "datetime_query", "email_addcontact", "email_query",
-                           "email_querycontact", "email_sendemail", "general_joke",
-                           "music_likeness", "play_audiobook", "play_game", "play_podcasts",
-                           "qa_maths", "social_post", "social_query", "takeaway_order",
-                           "transport_taxi", "transport_ticket")},
+    **{
+        i: "none"
+        for i in (
+            "alarm_query",
+            "alarm_remove",
+            "alarm_set",
+            "calendar_query",
+            "calendar_remove",
+            "calendar_set",
+            "datetime_convert",
+            "datetime_query",
+            "email_addcontact",
+            "email_query",
+            "email_querycontact",
+            "email_sendemail",
+            "general_joke",
+            "music_likeness",
+            "play_audiobook",
+            "play_game",
+            "play_podcasts",
+            "qa_maths",
+            "social_post",
+            "social_query",
+            "takeaway_order",
+            "transport_taxi",
+            "transport_ticket",
+        )
+    },
 }
 
 
 def reader(repo: str, git_dir: str | None):
     def read(path: str) -> str:
         if git_dir:
-            return subprocess.run(["git", f"--git-dir={git_dir}", "show", f"HEAD:{path}"],
-                                  check=True, capture_output=True).stdout.decode("utf-8", "replace")
+            return subprocess.run(
+                ["git", f"--git-dir={git_dir}", "show", f"HEAD:{path}"],
+                check=True,
+                capture_output=True,
+            ).stdout.decode("utf-8", "replace")
         url = f"https://raw.githubusercontent.com/{repo}/HEAD/{path}"
         response = httpx.get(url, timeout=10.0, follow_redirects=True)
         response.raise_for_status()
         return response.text
+
     return read
 
 
@@ -124,15 +187,21 @@ def banking77(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
     by_intent: dict[str, set[str]] = {}
     for row in csv.DictReader(io.StringIO(read("banking_data/train.csv"))):
         text = " ".join(row["text"].split())
-        if (text and len(text.split()) <= MAX_WORDS and plain(text) not in exclude
-                and row["category"] not in BANKING_LEFT_OUT):
+        if (
+            text
+            and len(text.split()) <= MAX_WORDS
+            and plain(text) not in exclude
+            and row["category"] not in BANKING_LEFT_OUT
+        ):
             by_intent.setdefault(row["category"], set()).add(text)
     rows: list[dict[str, str]] = []
     for intent, found in sorted(by_intent.items()):
         texts = sorted(found)
         random.Random(f"banking77:{intent}").shuffle(texts)
-        rows += [{"text": t, "route": "none", "origin": f"banking77:{intent}"}
-                 for t in texts[:BANKING_PER_INTENT]]
+        rows += [
+            {"text": t, "route": "none", "origin": f"banking77:{intent}"}
+            for t in texts[:BANKING_PER_INTENT]
+        ]
     return rows
 
 
@@ -149,8 +218,10 @@ def multiwoz(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
                 found.setdefault(text, "+".join(sorted(dialogue.get("services") or [])))
     texts = sorted(found)
     random.Random("multiwoz").shuffle(texts)
-    return [{"text": t, "route": "none", "origin": f"multiwoz:{found[t] or 'none'}"}
-            for t in texts[:MULTIWOZ_ROWS]]
+    return [
+        {"text": t, "route": "none", "origin": f"multiwoz:{found[t] or 'none'}"}
+        for t in texts[:MULTIWOZ_ROWS]
+    ]
 
 
 def hwu64(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
@@ -160,8 +231,11 @@ def hwu64(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
         found = list(csv.DictReader(io.StringIO(read(f"{HWU_DIR}/{intent}.csv")), delimiter=";"))
         texts = sorted({r["answer_from_anno"].strip().lower() for r in found} - exclude)
         random.Random(intent).shuffle(texts)
-        rows += [{"text": t, "route": route, "origin": f"hwu64:{intent}"}
-                 for t in texts[:PER_INTENT] if t]
+        rows += [
+            {"text": t, "route": route, "origin": f"hwu64:{intent}"}
+            for t in texts[:PER_INTENT]
+            if t
+        ]
     return rows
 
 
@@ -174,8 +248,11 @@ def snips(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
         texts = sorted({"".join(chunk["text"] for chunk in r["data"]).strip() for r in found})
         texts = [t for t in texts if t.lower() not in exclude]
         random.Random(intent).shuffle(texts)
-        rows += [{"text": t, "route": route, "origin": f"snips:{intent}"}
-                 for t in texts[:PER_INTENT] if t]
+        rows += [
+            {"text": t, "route": route, "origin": f"snips:{intent}"}
+            for t in texts[:PER_INTENT]
+            if t
+        ]
     return rows
 
 
@@ -185,13 +262,18 @@ def trivia(git_dir: str | None) -> list[dict[str, str]]:
     for category in TRIVIA_CATEGORIES:
         for block in read(f"categories/{category}").split("#Q ")[1:]:
             question = block.split("\n^")[0].replace("\n", " ").strip()
-            if (question.endswith("?") and 15 <= len(question) <= 110 and "_" not in question
-                    and not any(w in question.lower() for w in _QUIZ_FRAMES)):
+            if (
+                question.endswith("?")
+                and 15 <= len(question) <= 110
+                and "_" not in question
+                and not any(w in question.lower() for w in _QUIZ_FRAMES)
+            ):
                 questions.append(question)
     questions = sorted(set(questions))
     random.Random("trivia").shuffle(questions)
-    return [{"text": q, "route": "kiwix", "origin": "opentriviaqa"}
-            for q in questions[:TRIVIA_ROWS]]
+    return [
+        {"text": q, "route": "kiwix", "origin": "opentriviaqa"} for q in questions[:TRIVIA_ROWS]
+    ]
 
 
 def shared_eval(name: str) -> list[dict[str, str]]:
@@ -199,8 +281,9 @@ def shared_eval(name: str) -> list[dict[str, str]]:
     for line in (EVAL_DIR / name).read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            rows.append({"text": row["text"], "route": row["expected"],
-                         "origin": row["origin_label"]})
+            rows.append(
+                {"text": row["text"], "route": row["expected"], "origin": row["origin_label"]}
+            )
     return rows
 
 
@@ -217,8 +300,11 @@ def main() -> None:
     parser.add_argument("--git-dir-trivia", default=None)
     parser.add_argument("--git-dir-snips", default=None)
     parser.add_argument("--git-dir-banking", default=None)
-    parser.add_argument("--multiwoz", action="store_true",
-                        help="also write multiwoz.jsonl (reads 17 large dialogue files)")
+    parser.add_argument(
+        "--multiwoz",
+        action="store_true",
+        help="also write multiwoz.jsonl (reads 17 large dialogue files)",
+    )
     parser.add_argument("--git-dir-multiwoz", default=None)
     args = parser.parse_args()
     write("hwu64.jsonl", hwu64(args.git_dir_hwu, eval_texts()))
