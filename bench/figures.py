@@ -109,14 +109,21 @@ def llm_overhead_real() -> str:
 def sealed() -> str:
     body = results.load("sealed_quality")
     f = body["figures"]
-    corpora = ", ".join(f"{name} {_pct(*pair)}" for name, pair in f["corpora"].items())
+    corpora = ", ".join(
+        f"{name} {_pct(*pair)} of {pair[1]:,}" for name, pair in f["corpora"].items()
+    )
     routes = ", ".join(f"`{route}` {_pct(*pair)}" for route, pair in f["per_route"].items())
+    stages = ", ".join(
+        f"`{stage}` {s['parts']:,} parts stated {s['stated']:.2f}, right {s['right']:.2f}"
+        for stage, s in f["stages"].items()
+        if s["parts"] >= 20
+    )
     return _para(
         f'The sealed estimate ({_when(body)}; bench/README.md, "Sealed estimate"), '
-        f"{f['rows_per_corpus']:,} rows per corpus through the real pipeline: {corpora}; per "
-        f"route {routes}; unserved requests routed to a source {_pct(*f['none_routed'])}; two "
-        f"requests joined {_pct(*f['compound'])}; calibration error (ECE) of the stated "
-        f"confidence {f['pipeline_ece']:.3f}."
+        f"through the real pipeline with no LLM: {corpora}; per route {routes}; unserved "
+        f"requests routed to a source {_pct(*f['none_routed'])}; two requests joined "
+        f"{_pct(*f['compound'])}; calibration error (ECE) of the stated confidence "
+        f"{f['pipeline_ece']:.3f}. Per stage: {stages}."
     )
 
 

@@ -263,8 +263,48 @@ def report(singles: list[Outcome], joined: list[Outcome], seconds: float) -> lis
     return lines
 
 
+def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
+    """The same aggregates as numbers, for bench/results/sealed_quality.json: [right, total]
+    pairs per corpus and per route, unserved routed, compound, and per stage its parts,
+    mean stated confidence, share right and ECE."""
+    corpora: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    routes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for o in singles:
+        for tally in (corpora[o.row.corpus], routes[o.row.expected[0]]):
+            tally[0] += o.correct
+            tally[1] += 1
+    unserved = [o for o in singles if o.row.expected == ("none",)]
+    by_stage: dict[str, list[tuple[float, bool]]] = defaultdict(list)
+    for o in singles:
+        for d in o.decided:
+            by_stage[d.stage].append((d.confidence, d.label == o.row.expected[0]))
+    return {
+        "corpora": {name: corpora[name] for name in sorted(corpora)},
+        "per_route": {route: routes[route] for route in LABELS if route in routes},
+        "none_routed": [sum(o.to_a_source for o in unserved), len(unserved)],
+        "compound": [sum(o.correct for o in joined), len(joined)],
+        "stages": {
+            stage: {
+                "parts": len(pairs),
+                "stated": round(sum(c for c, _ in pairs) / len(pairs), 3),
+                "right": round(sum(r for _, r in pairs) / len(pairs), 3),
+                "ece": round(ece(pairs), 3),
+            }
+            for stage, pairs in sorted(by_stage.items())
+        },
+        "pipeline_ece": round(ece([p for pairs in by_stage.values() for p in pairs]), 3),
+    }
+
+
 def measure(config: Any, sealed_dir: Path = SEALED_DIR, compound: int = COMPOUND_ROWS) -> list[str]:
     """The dated aggregate lines for `config` (raises SealedDataError on a bad file)."""
+    return measure_all(config, sealed_dir, compound)[0]
+
+
+def measure_all(
+    config: Any, sealed_dir: Path = SEALED_DIR, compound: int = COMPOUND_ROWS
+) -> tuple[list[str], dict[str, Any]]:
+    """`measure`'s lines and `figures`' numbers, from one run."""
     corpora = load(sealed_dir)
     singles = [row for rows in corpora.values() for row in rows]
     joined = compounds(corpora, compound)
@@ -278,7 +318,9 @@ def measure(config: Any, sealed_dir: Path = SEALED_DIR, compound: int = COMPOUND
     elapsed = time.perf_counter() - started
     when = stamp()
     lines = report(outcomes[: len(singles)], outcomes[len(singles) :], elapsed)
-    return [f"{when} {line}" for line in lines]
+    return [f"{when} {line}" for line in lines], figures(
+        outcomes[: len(singles)], outcomes[len(singles) :]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sealed-dir", default=str(SEALED_DIR))
     parser.add_argument("--compound", type=int, default=COMPOUND_ROWS)
+    parser.add_argument(
+        "--json-out", default="", help="also write the figures (bench/results/sealed_quality.json)"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from bench.routing_quality import isolated_config
@@ -302,11 +347,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = isolated_config(config_path) if args.isolated else load_config(args.config)
     try:
-        lines = measure(config, Path(args.sealed_dir), args.compound)
+        lines, found = measure_all(config, Path(args.sealed_dir), args.compound)
     except SealedDataError as error:
         print(f"sealed data: {error}", file=sys.stderr)
         return 2
     print("\n".join(lines))
+    if args.json_out:
+        from bench import results
+
+        command = "python bench/sealed_quality.py --json-out bench/results/sealed_quality.json"
+        results.write(args.json_out, "sealed_quality", command, found)
     return 0
 
 

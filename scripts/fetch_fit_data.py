@@ -14,10 +14,6 @@ from and regenerates them.
   maps SNIPS intents.
 - OpenTriviaQA (uberspot/OpenTriviaQA, CC BY-SA 4.0): encyclopedic quiz questions that end
   in "?" and are short enough to be asked aloud, labelled kiwix.
-Banking77 and MultiWOZ are written to routing/fit_data/staged/, which `search fit` does not
-read: with them in the fit, the leave-one-corpus-out floors of
-tests/routing/fitting/test_routing_quality.py fail (routing/fit_data/NOTICE.md).
-
 - Banking77 (PolyAI-LDN/task-specific-datasets, CC BY 4.0): banking_data/train.csv only
   (test.csv is that benchmark's test set), a few short rows per intent, labelled none: no
   source here serves a bank account. Its exchange_rate intent is left out, since "what is
@@ -49,8 +45,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "routing" / "fit_data"
-# Corpora written but not yet fitted on: `search fit` reads only OUT/*.jsonl (NOTICE.md).
+# Fetched but not fitted on (routing/fit_data/NOTICE.md says why).
 STAGED = OUT / "staged"
+# Corpora written but not yet fitted on: `search fit` reads only OUT/*.jsonl (NOTICE.md).
 HWU_REPO = "xliuhw/NLU-Evaluation-Data"
 HWU_DIR = (
     "CrossValidation/autoGeneFromRealAnno/autoGene_2018_03_22-13_01_25_169/"

@@ -1,5 +1,5 @@
 """The committed fit corpora: routing/fit_data/*.jsonl, which `search fit` reads as they are,
-and routing/fit_data/staged/*.jsonl, written but not fitted on yet. Each row names a shipped
+and routing/fit_data/staged/*.jsonl, fetched but not fitted on. Each row names a shipped
 route, each file is accounted for in NOTICE.md, and no row of a corpus fetched or written
 for fitting is an evaluation text or a shipped exemplar, so a held-out figure over the
 evaluation sets is not a figure over the fit's own rows."""
@@ -17,7 +17,7 @@ from tests.support.require import missing_data
 
 ROOT = Path(__file__).resolve().parents[3]
 FIT_DATA = ROOT / "routing" / "fit_data"
-STAGED = FIT_DATA / "staged"
+STAGED = FIT_DATA / "staged"  # fetched, not fitted on (NOTICE.md says why)
 # Copied from the evaluation directory on purpose (NOTICE.md): the rest must not be.
 EVAL_COPIES = {"slurp_devel", "ha_intents_tests"}
 
@@ -43,11 +43,11 @@ def test_every_row_names_a_shipped_route_and_every_file_is_in_the_notice() -> No
 
 
 def test_the_written_distinctions_pair_kiwix_with_web_and_none() -> None:
-    rows = _rows(STAGED / "distinctions.jsonl")
+    rows = _rows(FIT_DATA / "distinctions.jsonl")
     assert all(r["origin"].startswith("written:") for r in rows)
     by_route = Counter(r["route"] for r in rows)
     assert set(by_route) == {"kiwix", "web", "none"}
-    assert min(by_route.values()) >= 60, by_route
+    assert min(by_route.values()) >= 40, by_route
     assert len({_plain(r["text"]) for r in rows}) == len(rows)  # no sentence twice
 
 
@@ -65,8 +65,13 @@ def test_no_fetched_or_written_fit_row_is_an_evaluation_text() -> None:
     }
     assert len(evaluated) > 1000
     exemplars = {_plain(t) for route in shipped_routes().values() for t in route.exemplars}
-    staged = {_plain(row["text"]) for path in STAGED.glob("*.jsonl") for row in _rows(path)}
-    assert staged and not staged & exemplars  # the fitted files: test_routes_data.py
+    fetched = {
+        _plain(row["text"])
+        for path in [*FIT_DATA.glob("*.jsonl"), *STAGED.glob("*.jsonl")]
+        if path.stem not in EVAL_COPIES
+        for row in _rows(path)
+    }
+    assert fetched and not fetched & exemplars
     copied = [
         (path.name, row["text"])
         for path in [*sorted(FIT_DATA.glob("*.jsonl")), *sorted(STAGED.glob("*.jsonl"))]
