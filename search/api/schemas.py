@@ -41,7 +41,7 @@ class ErrorDetail(BaseModel):
 class PartResult(BaseModel):
     query: str
     source: str | None
-    status: Literal["ok", "empty", "error", "planned"]
+    status: Literal["ok", "empty", "error", "planned", "unserved", "withheld"]
     items: list[Item]
     route: str | None = None
     stage: str | None = Field(default=None, description="the intent step that decided the route")
@@ -49,6 +49,10 @@ class PartResult(BaseModel):
         default=None, description="the deciding stage's calibrated confidence (0-1)"
     )
     error: ErrorDetail | None = None
+    withheld: dict[str, Any] | None = Field(
+        default=None,
+        description="with status withheld: why the command was not carried out (reason, ...)",
+    )
     condition: PartResult | None = None
     # a follow-up asked as the question it stands for (see the `rewritten` event)
     rewritten: str | None = None

@@ -363,3 +363,23 @@ async def test_a_split_made_by_the_keyword_rules_says_so_in_the_chain() -> None:
     (event,) = [e for e in grammar["explanation"] if e["step"] == "decomposed"]
     assert event["parts"] == ["will it rain in oslo", "turn on the lights"]
     assert "claimed" not in event  # the grammar split this one
+
+
+async def test_every_part_status_the_service_answers_is_one_its_schema_names() -> None:
+    """An unserved request and a withheld command answer statuses a client generated from
+    /openapi.json must accept."""
+    config = scripted_config(
+        {"kiwix": {}, "ha": {"control_prefix": "unlock", "allow_control": False}},
+        keywords={"ha": ["door"]},
+        shipped_routes=True,  # none.yaml: "set an alarm" is something no source serves
+    )
+    async with asgi_client(build_app(config)) as client:
+        unserved = await client.post("/search", json={"query": "set an alarm for 7 am"})
+        withheld = await client.post("/search", json={"query": "unlock the front door"})
+        schema = (await client.get("/openapi.json")).json()
+    part = schema["components"]["schemas"]["PartResult"]["properties"]
+    statuses = set(part["status"]["enum"])
+    assert "withheld" in part
+    seen = {part["status"] for r in (unserved, withheld) for part in r.json()["results"]}
+    assert {"unserved", "withheld"} <= seen, (unserved.json(), withheld.json())
+    assert seen <= statuses
