@@ -31,7 +31,13 @@ from dataclasses import dataclass
 from routing.language.conditional import extract_conditional
 from routing.language.discourse import dependency
 from routing.language.lexicon import lexicon
-from routing.language.sentences import first_person_request, is_context, is_greeting, is_statement
+from routing.language.sentences import (
+    first_person_request,
+    is_context,
+    is_greeting,
+    is_question,
+    is_statement,
+)
 from routing.language.text import CLAUSE_TRIM, CLAUSE_WORD
 
 _WORDS = lexicon().decompose  # routing/words.yaml: what each list is for
@@ -250,7 +256,7 @@ def _two_requests(left: str, right: str) -> bool:
     if not right.strip(CLAUSE_TRIM) or not _is_request(right) or _leans_back(right):
         return False
     sentences = _SENTENCE_ENDS.split(left)
-    if right.rstrip().endswith("?") and is_statement(_words(sentences[-1])):
+    if is_question(_words(right)) and is_statement(_words(sentences[-1])):
         return False  # "The Ferrari Testarossa went into production in 1984. What does ...?"
     return any(_is_request(sentence) for sentence in sentences)
 

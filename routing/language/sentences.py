@@ -69,6 +69,47 @@ def is_statement(words: list[str]) -> bool:
     )
 
 
+# The words a question opens with. A question is told by its words, not its "?": a part's
+# trailing "?" is trimmed, and splitting a part again must judge it the same way.
+_QUESTION_OPENERS = frozenset(
+    [
+        "what",
+        "what's",
+        "whats",
+        "who",
+        "who's",
+        "whom",
+        "whose",
+        "where",
+        "where's",
+        "when",
+        "which",
+        "why",
+        "how",
+        "how's",
+        "is",
+        "are",
+        "was",
+        "were",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "will",
+        "would",
+        "should",
+        "has",
+        "have",
+    ]
+)
+
+
+def is_question(words: list[str]) -> bool:
+    """ "What does it weigh?", "is it heavy": a question, with or without its "?"."""
+    return bool(words) and words[0] in _QUESTION_OPENERS
+
+
 def is_greeting(words: list[str]) -> bool:
     """ "Hi.", "Thanks!", "Quick question.": nothing to ask."""
     return all(word in _GREETINGS for word in words)
