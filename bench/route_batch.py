@@ -6,7 +6,7 @@ The queries are distinct utterances from the eval sets (`../shared/eval/*.jsonl`
 compound, in a fixed order), written to a temporary file. Two runs of the real CLI, side
 by side: the batch, and one query alone (the same start-up and model load with nothing to
 route), so the report separates what loading costs from what routing 1,000 queries costs.
-Target: the batch in under 60 s including model load.
+Target: the batch in under 30 s including model load.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bench import results  # noqa: E402
 from bench.common import JSON_PREFIX, run_search  # noqa: E402
 from bench.routing_quality import default_eval_dir, load_rows  # noqa: E402
 
-TARGET_S = 60.0
+TARGET_S = 30.0
 
 
 def eval_queries(count: int) -> list[str]:

@@ -499,6 +499,41 @@ def render_loco(found: dict[str, LeftOut]) -> str:
     return "\n".join(lines)
 
 
+def cost_lines() -> list[str]:
+    """What the routing measured above costs, as its benches last measured it (each
+    figure with its command, date and commit; bench/results/)."""
+    from bench import results
+
+    lines = []
+    found = {}
+    for name in ("fit_cost", "semantic_stage", "route_batch"):
+        try:
+            found[name] = results.load(name)
+        except (OSError, ValueError):
+            lines.append(f"{name}: not measured (bench/results/{name}.json is missing)")
+    when = {name: f"{body['date']} {body['commit']}" for name, body in found.items()}
+    if "fit_cost" in found:
+        f = found["fit_cost"]["figures"]
+        lines.append(
+            f"{when['fit_cost']} fit: {f['seconds']:.0f} s on {f['cores']} cores for "
+            f"{f['rows']:,} rows; artefact {f['artefact_bytes'] / 1024:.1f} kB, route data "
+            f"{f['route_data_bytes'] / 1024:.0f} kB ({f['exemplars']:,} exemplars)"
+        )
+    if "semantic_stage" in found:
+        f = found["semantic_stage"]["figures"]
+        lines.append(
+            f"{when['semantic_stage']} semantic stage p50 {f['p50_ms']:.1f} ms, p99 "
+            f"{f['p99_ms']:.1f} ms (target p50 <= {f['target_ms']:g} ms)"
+        )
+    if "route_batch" in found:
+        f = found["route_batch"]["figures"]
+        lines.append(
+            f"{when['route_batch']} search route --input, {f['queries']:,} queries: "
+            f"{f['batch_s']:.1f} s (target < {f['target_s']:g} s, model load included)"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
@@ -553,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.json:
             print("== sealed corpora (the trusted estimate; bench/sealed/MANIFEST.md)")
             print("\n".join(sealed))
+            print("== what it costs (bench/fit_cost.py, semantic_stage.py, route_batch.py)")
+            print("\n".join(cost_lines()))
             print()
     runs: dict[str, dict[str, list[Outcome]]] = {}
     started = time.perf_counter()

@@ -1,0 +1,75 @@
+"""What `search fit --shipped` costs: its time on this machine and the artefact it writes.
+
+Runs the shipped fit in-process (model load and fit-corpus encoding included; the
+encodings are cached on disk by model and text, so `--cold` clears that cache first to
+time a first fit) and prints the seconds, the rows, and the artefact's size beside the
+route data it reads at start-up. Nothing is written to routing/fitted/.
+
+    .venv/bin/python bench/fit_cost.py [--config config.yaml] [--cold] [--json-out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "config.yaml"))
+    parser.add_argument("--cold", action="store_true", help="without the embedding cache")
+    parser.add_argument("--json-out", default="")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.cold:
+        os.environ["SEARCH_EMBEDDING_CACHE"] = tempfile.mkdtemp(prefix="fit-cost-")
+    from routing.fitting import fit
+    from routing.stages.route_data import shipped_routes
+    from search.config import load_config
+
+    config = load_config(args.config)
+    rows = fit.shipped_rows()
+    started = time.perf_counter()
+    model, _ = asyncio.run(fit.fit(config, rows=rows))
+    seconds = time.perf_counter() - started
+    artefact = len((json.dumps(model.to_json(), indent=2, sort_keys=True) + "\n").encode())
+    exemplars = sum(len(route.exemplars) for route in shipped_routes().values())
+    routes_bytes = sum(p.stat().st_size for p in (ROOT / "routing" / "routes").glob("*.yaml"))
+    print(
+        f"search fit --shipped: {seconds:.1f} s for {len(rows)} rows"
+        f"{' (cold: no embedding cache)' if args.cold else ''}, {os.cpu_count()} cores; "
+        f"artefact {artefact:,} bytes; route data {routes_bytes:,} bytes "
+        f"({exemplars:,} exemplars)"
+    )
+    if args.json_out:
+        from bench import results
+
+        results.write(
+            args.json_out,
+            "fit_cost",
+            "python bench/fit_cost.py --json-out bench/results/fit_cost.json",
+            {
+                "seconds": round(seconds, 1),
+                "rows": len(rows),
+                "cold": args.cold,
+                "cores": os.cpu_count(),
+                "artefact_bytes": artefact,
+                "route_data_bytes": routes_bytes,
+                "exemplars": exemplars,
+            },
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
