@@ -11,9 +11,12 @@ drawn with a fixed seed), and prints:
 - accuracy per corpus and per route, and pooled per route;
 - the share of unserved (`none`) rows some part of which went to a source;
 - compound accuracy (the parts' labels are exactly the pair's two routes);
-- per stage, over the single-intent rows' decided parts: how many, the mean confidence
-  the stage stated on its intent event, the share right, and the calibration error
-  (ECE, 10 equal-width bins); then the pipeline's ECE over all of them.
+- per stage, over the single-intent rows' parts: how many, the mean confidence the stage
+  stated on its intent event, the share right, and the calibration error (ECE, 10
+  equal-width bins); then the pipeline's ECE over all of them. A part's confidence is
+  judged against the route its event names: a declined part's default (`kiwix` at the
+  declining stage's 0.31 for it), or `none` for an unserved one; accuracy above counts a
+  part that ended at the default as `none`, whatever the default route.
 
     .venv/bin/python bench/sealed_quality.py [--config config.yaml] [--isolated]
         [--sealed-dir DIR] [--compound N]
@@ -157,12 +160,11 @@ async def route_all(service: Any, rows: list[Row]) -> list[Outcome]:
         for event in outcome.chain:
             if str(event["step"]).startswith("intent_") and "confidence" in event:
                 last[str(event.get("part"))] = event
+        # Judged against the route the event states its confidence for: a declined part
+        # ends at the default with the default route's confidence ("kiwix, 0.31"), an
+        # unserved one with the confidence that no source serves it.
         decided = [
-            Decided(
-                str(e["step"]),
-                part_label(e.get("decision"), str(e["step"])),
-                float(e["confidence"]),
-            )
+            Decided(str(e["step"]), str(e.get("decision") or "none"), float(e["confidence"]))
             for e in last.values()
         ]
         outcomes.append(Outcome(row, tuple(sorted(labels)) or ("none",), decided))
