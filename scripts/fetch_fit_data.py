@@ -39,6 +39,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -310,6 +311,10 @@ def main() -> None:
     )
     parser.add_argument("--git-dir-multiwoz", default=None)
     args = parser.parse_args()
+    if not any(EVAL_DIR.glob("*.jsonl")):
+        # Without them no row could be checked against the evaluation texts.
+        print(f"no evaluation sets in {EVAL_DIR} (set ROUTING_EVAL_DIR)", file=sys.stderr)
+        raise SystemExit(2)
     write("hwu64.jsonl", hwu64(args.git_dir_hwu, eval_texts()))
     write("opentriviaqa.jsonl", trivia(args.git_dir_trivia))
     write("snips.jsonl", snips(args.git_dir_snips, eval_texts()))

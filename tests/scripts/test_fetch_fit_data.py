@@ -117,3 +117,21 @@ def test_multiwoz_takes_the_first_user_turn_of_train_dialogues_only(tmp_path: Pa
     assert len(rows) == fetch.MULTIWOZ_FILES  # 16 hotel turns and the taxi one
     assert not {"dev turn", "test turn", "later turn", "Sure.", "Where is the museum?"} & set(texts)
     assert {r["route"] for r in rows} == {"none"}
+
+
+def test_without_the_evaluation_sets_it_exits_2_before_fetching_anything(tmp_path: Path) -> None:
+    """No row could be checked against the evaluation texts, so nothing is fetched."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "fetch_fit_data.py"
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, "ROUTING_EVAL_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "no evaluation sets" in done.stderr and str(tmp_path) in done.stderr
