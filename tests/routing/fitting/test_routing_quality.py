@@ -47,6 +47,8 @@ SHORT_OF_TARGET = {
     ("slurp_devel_compound.jsonl", "*"): "88.9% before the written distinctions joined the "
     "fit and the exemplars (2026-12-02), 79.6% with them: its kiwix+web and kiwix+none pairs "
     "fall most, while the sealed corpora's compound requests rose (bench/README.md)",
+    ("slurp_devel.jsonl", "kiwix"): "85.8%: at the 85% target, but not by the slack above "
+    "it (88.3% before the written distinctions; bench/README.md)",
 }
 NONE_CONFIDENT_CEILING = {"slurp_devel.jsonl": 0.083, "ha_intents_tests.jsonl": 0.067}
 
