@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -42,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     model, _ = asyncio.run(fit.fit(config, rows=rows))
     seconds = time.perf_counter() - started
-    artefact = len((json.dumps(model.to_json(), indent=2, sort_keys=True) + "\n").encode())
+    with tempfile.TemporaryDirectory() as scratch:
+        written = Path(scratch) / "confidence.json"
+        fit.write(model, written)  # the artefact exactly as `search fit` writes it
+        artefact = written.stat().st_size
     exemplars = sum(len(route.exemplars) for route in shipped_routes().values())
     routes_bytes = sum(p.stat().st_size for p in (ROOT / "routing" / "routes").glob("*.yaml"))
     print(

@@ -216,74 +216,35 @@ def _share(right: int, total: int) -> str:
     return f"{right / total:.3f} ({right}/{total})" if total else "- (0/0)"
 
 
-def report(singles: list[Outcome], joined: list[Outcome], seconds: float) -> list[str]:
-    """The aggregate lines (undated): nothing in them comes from a row's text."""
-    lines = []
-    corpora = sorted({o.row.corpus for o in singles})
-    pooled: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for corpus in corpora:
-        rows = [o for o in singles if o.row.corpus == corpus]
-        per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for o in rows:
-            for tally in (per[o.row.expected[0]], pooled[o.row.expected[0]]):
-                tally[0] += o.correct
-                tally[1] += 1
-        cells = ", ".join(f"{k} {_share(*per[k])}" for k in LABELS if k in per)
-        right = sum(o.correct for o in rows)
-        lines.append(f"sealed {corpus}: all {_share(right, len(rows))}; {cells}")
-        unserved = [o for o in rows if o.row.expected == ("none",)]
-        if unserved:
-            routed = sum(o.to_a_source for o in unserved)
-            lines.append(
-                f"sealed {corpus}: none routed to a source {_share(routed, len(unserved))}"
-            )
-    cells = ", ".join(f"{k} {_share(*pooled[k])}" for k in LABELS if k in pooled)
-    lines.append(f"sealed pooled per route: {cells}")
-    unserved = [o for o in singles if o.row.expected == ("none",)]
-    routed = sum(o.to_a_source for o in unserved)
-    lines.append(f"sealed pooled: none routed to a source {_share(routed, len(unserved))}")
-    right = sum(o.correct for o in joined)
-    lines.append(f"sealed compound (two routes joined): {_share(right, len(joined))}")
-    by_stage: dict[str, list[tuple[float, bool]]] = defaultdict(list)
-    for o in singles:
-        for d in o.decided:
-            by_stage[d.stage].append((d.confidence, d.label == o.row.expected[0]))
-    for stage in sorted(by_stage):
-        pairs = by_stage[stage]
-        stated = sum(c for c, _ in pairs) / len(pairs)
-        right = sum(r for _, r in pairs)
-        lines.append(
-            f"sealed stage {stage}: parts {len(pairs)}, stated {stated:.3f}, "
-            f"right {right / len(pairs):.3f}, ECE {ece(pairs):.3f}"
-        )
-    everything = [p for pairs in by_stage.values() for p in pairs]
-    lines.append(f"sealed pipeline ECE (single-intent parts, all stages): {ece(everything):.3f}")
-    lines.append(
-        f"sealed rows: {len(singles)} single-intent, {len(joined)} compound; "
-        f"{seconds:.1f}s (model load included)"
-    )
-    return lines
-
-
 def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
-    """The same aggregates as numbers, for bench/results/sealed_quality.json: [right, total]
-    pairs per corpus and per route, unserved routed, compound, and per stage its parts,
-    mean stated confidence, share right and ECE."""
+    """The aggregates as numbers, for the printed lines and bench/results/sealed_quality.json:
+    [right, total] pairs per corpus, per corpus and route, and per route; unserved rows
+    routed to a source, per corpus and pooled; compound; and per stage its parts, mean
+    stated confidence, share right and ECE. Nothing in them comes from a row's text."""
     corpora: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     routes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for o in singles:
-        for tally in (corpora[o.row.corpus], routes[o.row.expected[0]]):
-            tally[0] += o.correct
-            tally[1] += 1
-    unserved = [o for o in singles if o.row.expected == ("none",)]
+    cells: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    routed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     by_stage: dict[str, list[tuple[float, bool]]] = defaultdict(list)
     for o in singles:
+        route = o.row.expected[0]
+        for tally in (corpora[o.row.corpus], routes[route], cells[o.row.corpus][route]):
+            tally[0] += o.correct
+            tally[1] += 1
+        if route == "none":
+            routed[o.row.corpus][0] += o.to_a_source
+            routed[o.row.corpus][1] += 1
         for d in o.decided:
-            by_stage[d.stage].append((d.confidence, d.label == o.row.expected[0]))
+            by_stage[d.stage].append((d.confidence, d.label == route))
     return {
         "corpora": {name: corpora[name] for name in sorted(corpora)},
+        "corpus_routes": {
+            name: {route: cells[name][route] for route in LABELS if route in cells[name]}
+            for name in sorted(cells)
+        },
         "per_route": {route: routes[route] for route in LABELS if route in routes},
-        "none_routed": [sum(o.to_a_source for o in unserved), len(unserved)],
+        "corpus_none_routed": {name: routed[name] for name in sorted(routed)},
+        "none_routed": [sum(r for r, _ in routed.values()), sum(t for _, t in routed.values())],
         "compound": [sum(o.correct for o in joined), len(joined)],
         "stages": {
             stage: {
@@ -296,6 +257,35 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
         },
         "pipeline_ece": round(ece([p for pairs in by_stage.values() for p in pairs]), 3),
     }
+
+
+def report(found: dict[str, Any], seconds: float) -> list[str]:
+    """The aggregate lines (undated) of `figures`."""
+    lines = []
+    for corpus, pair in found["corpora"].items():
+        cells = ", ".join(f"{k} {_share(*v)}" for k, v in found["corpus_routes"][corpus].items())
+        lines.append(f"sealed {corpus}: all {_share(*pair)}; {cells}")
+        if corpus in found["corpus_none_routed"]:
+            share = _share(*found["corpus_none_routed"][corpus])
+            lines.append(f"sealed {corpus}: none routed to a source {share}")
+    cells = ", ".join(f"{k} {_share(*v)}" for k, v in found["per_route"].items())
+    lines.append(f"sealed pooled per route: {cells}")
+    lines.append(f"sealed pooled: none routed to a source {_share(*found['none_routed'])}")
+    lines.append(f"sealed compound (two routes joined): {_share(*found['compound'])}")
+    for stage, f in found["stages"].items():
+        lines.append(
+            f"sealed stage {stage}: parts {f['parts']}, stated {f['stated']:.3f}, "
+            f"right {f['right']:.3f}, ECE {f['ece']:.3f}"
+        )
+    lines.append(
+        f"sealed pipeline ECE (single-intent parts, all stages): {found['pipeline_ece']:.3f}"
+    )
+    singles = sum(total for _, total in found["corpora"].values())
+    lines.append(
+        f"sealed rows: {singles} single-intent, {found['compound'][1]} compound; "
+        f"{seconds:.1f}s (model load included)"
+    )
+    return lines
 
 
 def measure(config: Any, sealed_dir: Path = SEALED_DIR, compound: int = COMPOUND_ROWS) -> list[str]:
@@ -318,11 +308,9 @@ def measure_all(
     finally:
         logging.disable(quiet)
     elapsed = time.perf_counter() - started
+    found = figures(outcomes[: len(singles)], outcomes[len(singles) :])
     when = stamp()
-    lines = report(outcomes[: len(singles)], outcomes[len(singles) :], elapsed)
-    return [f"{when} {line}" for line in lines], figures(
-        outcomes[: len(singles)], outcomes[len(singles) :]
-    )
+    return [f"{when} {line}" for line in report(found, elapsed)], found
 
 
 def main(argv: list[str] | None = None) -> int:

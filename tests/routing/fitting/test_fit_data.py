@@ -22,6 +22,11 @@ STAGED = FIT_DATA / "staged"  # fetched, not fitted on (NOTICE.md says why)
 EVAL_COPIES = {"slurp_devel", "ha_intents_tests"}
 
 
+def _files() -> list[Path]:
+    """Every committed corpus file, fitted or staged."""
+    return [*sorted(FIT_DATA.glob("*.jsonl")), *sorted(STAGED.glob("*.jsonl"))]
+
+
 def _plain(text: str) -> str:
     return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
 
@@ -33,7 +38,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def test_every_row_names_a_shipped_route_and_every_file_is_in_the_notice() -> None:
     routes = set(shipped_routes())
     notice = (FIT_DATA / "NOTICE.md").read_text("utf-8")
-    for path in [*sorted(FIT_DATA.glob("*.jsonl")), *sorted(STAGED.glob("*.jsonl"))]:
+    for path in _files():
         name = path.relative_to(FIT_DATA).as_posix()
         assert f"| {name} |" in notice, name
         for row in _rows(path):
@@ -67,14 +72,14 @@ def test_no_fetched_or_written_fit_row_is_an_evaluation_text() -> None:
     exemplars = {_plain(t) for route in shipped_routes().values() for t in route.exemplars}
     fetched = {
         _plain(row["text"])
-        for path in [*FIT_DATA.glob("*.jsonl"), *STAGED.glob("*.jsonl")]
+        for path in _files()
         if path.stem not in EVAL_COPIES
         for row in _rows(path)
     }
     assert fetched and not fetched & exemplars
     copied = [
         (path.name, row["text"])
-        for path in [*sorted(FIT_DATA.glob("*.jsonl")), *sorted(STAGED.glob("*.jsonl"))]
+        for path in _files()
         if path.stem not in EVAL_COPIES
         for row in _rows(path)
         if _plain(row["text"]) in evaluated
