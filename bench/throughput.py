@@ -108,7 +108,7 @@ def serve(port: int, trace_path: str) -> None:
         data = json.loads(await request.body())
         return JSONResponse(bare_body(data["query"]))
 
-    app = create_app(config)
+    app = create_app(config, settle=True)  # as `search serve` does
     app.router.routes.append(Route("/bare", bare, methods=["POST"]))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 

@@ -27,6 +27,7 @@ from routing.stages.resolver import Resolver
 from routing.ttl_cache import TTLCache
 from search.config import Config, ConfigError
 from search.correction import household as household_artefact
+from search.deadlines import Deadlines
 from search.observability.telemetry import current_trace_id
 from search.scrub import Scrubber
 from search.trace_ids import new_trace_id
@@ -81,6 +82,7 @@ class Service:
         labels and weights `search fit` wrote (read from the data directory by default;
         None routes as shipped)."""
         self.config = config
+        self.deadlines = Deadlines()  # each request's routing.request_deadline_s
         self.household: HouseholdRouting | None = (
             household_artefact.load(config) if household == "data_dir" else household
         )
@@ -317,7 +319,7 @@ class Service:
         error: dict[str, str] | None = None
         status_code = 200
         try:
-            async with asyncio.timeout(deadline_s):
+            async with self.deadlines.after(deadline_s):
                 results = await self.router.run(
                     query,
                     dry_run=dry_run,

@@ -129,7 +129,7 @@ class SearchEndpoint:
             explain=parsed.explain,
             dry_run=parsed.dry_run,
             session_id=parsed.session_id,
-            authorized=may_act(Request(scope), self.config),
+            authorized=may_act(scope, self.config),
         )
         return FastJSONResponse(outcome.body, status_code=outcome.status_code)
 

@@ -12,8 +12,10 @@ client looks local: such a set-up needs the token.)
 from __future__ import annotations
 
 import ipaddress
+from functools import lru_cache
 
 from starlette.requests import Request
+from starlette.types import Scope
 
 from search.config import Config
 
@@ -23,6 +25,10 @@ def token_required(config: Config) -> bool:
     return token is not None and bool(token.get_secret_value())
 
 
+# A pure function of the text, asked on every request with the same few client addresses:
+# parsing an address costs more than the rest of the check (bounded, so a client cycling
+# addresses cannot grow it).
+@lru_cache(maxsize=1024)
 def is_loopback(host: str | None) -> bool:
     if not host:
         return False
@@ -32,12 +38,14 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def may_act(request: Request, config: Config) -> bool:
-    """Whether this request may carry out commands and store labels."""
+def may_act(request: Request | Scope, config: Config) -> bool:
+    """Whether this request (a Starlette request, or the ASGI scope of one) may carry out
+    commands and store labels."""
     if token_required(config):
         return True  # the middleware let it in: it carried the token
-    client = request.client
-    return is_loopback(client.host if client is not None else None)
+    scope = request.scope if isinstance(request, Request) else request
+    client = scope.get("client")  # (host, port), or None (a unix socket, a test client)
+    return is_loopback(client[0] if client else None)
 
 
 def open_to_network_warning(config: Config) -> str | None:
