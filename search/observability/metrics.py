@@ -17,6 +17,8 @@ so they can't be counted; `search_dropped_events_total` says how many were lost.
 from __future__ import annotations
 
 import os
+import threading
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
@@ -145,6 +147,16 @@ class MetricsObserver:
             self.cache_hits.labels(kind=kind)
         for stage in INTENT_STEPS:
             self.intent_decisions.labels(stage=stage)
+        # What requests counted since the last scrape: {counter series: amount} and
+        # {histogram series: [sum, count per bucket]}. A request adds to these plain dicts,
+        # a scrape (or `flush`) adds them to the Prometheus series: one increment per series
+        # per scrape rather than several locked calls per request. Their size is bounded by
+        # the number of series, not of requests. Under a multi-worker server a scrape reads
+        # every worker's files, so each worker adds its counts as it goes, not deferred.
+        self._lock = threading.Lock()  # observe may run in any thread
+        self._counts: dict[Any, float] = {}
+        self._histograms: dict[Any, list[float]] = {}
+        self._deferred = not os.environ.get(MULTIPROCESS_ENV)
         # The series every request counts into, looked up once.
         self._by_status: dict[int, Any] = {}
         self._by_intent: dict[str, Any] = {}
@@ -169,57 +181,102 @@ class MetricsObserver:
 
     def observe(self, trace: TraceRecord) -> None:
         code = trace.status_code
-        requests = self._by_status.get(code)
-        if requests is None:
-            requests = self._by_status[code] = self._series(self.requests, str(code))
-        requests.inc()
-        self.request_seconds.observe(max(trace.duration_ms, 0.0) / 1000.0)
-        if trace.dropped_events:
-            self.dropped_events.inc(trace.dropped_events)
-        # The commonest steps first (every request has an intent step; a cache hit, one per
-        # part); the rest by a table rather than a chain of comparisons.
-        others = self._others
-        for step, event in trace.step_fields():
-            if step == Step.RESULT_CACHE_HIT:
-                self._result_hits.inc()
-            elif step.startswith("intent_"):
-                if event.get("decision") is None:
-                    continue  # a stage that looked but did not decide (a semantic miss)
-                decisions = self._by_intent.get(step)
-                if decisions is None:
-                    decisions = self._by_intent[step] = self._series(self.intent_decisions, step)
-                decisions.inc()
-                if step == Step.INTENT_CACHED:
-                    self._decision_hits.inc()
-            else:
-                count = others.get(step)
-                if count is not None:
-                    count(event)
+        with self._lock:
+            counts = self._counts
+            requests = self._by_status.get(code)
+            if requests is None:
+                requests = self._by_status[code] = self._series(self.requests, str(code))
+            counts[requests] = counts.get(requests, 0) + 1
+            self._observe(self.request_seconds, max(trace.duration_ms, 0.0) / 1000.0)
+            if trace.dropped_events:
+                series = self.dropped_events
+                counts[series] = counts.get(series, 0) + trace.dropped_events
+            # The commonest steps first (every request has an intent step; a cache hit, one
+            # per part); the rest by a table rather than a chain of comparisons.
+            others = self._others
+            result_hits = self._result_hits
+            for step, event in trace.step_fields():
+                if step == Step.RESULT_CACHE_HIT:
+                    counts[result_hits] = counts.get(result_hits, 0) + 1
+                elif step.startswith("intent_"):
+                    if event.get("decision") is None:
+                        continue  # a stage that looked but did not decide (a semantic miss)
+                    decisions = self._by_intent.get(step)
+                    if decisions is None:
+                        decisions = self._by_intent[step] = self._series(
+                            self.intent_decisions, step
+                        )
+                    counts[decisions] = counts.get(decisions, 0) + 1
+                    if step == Step.INTENT_CACHED:
+                        hits = self._decision_hits
+                        counts[hits] = counts.get(hits, 0) + 1
+                else:
+                    count = others.get(step)
+                    if count is not None:
+                        count(event)
+            if not self._deferred:
+                self._flush_locked()
+
+    def _count(self, series: Any) -> None:
+        """One more on a counter series (the caller holds the lock)."""
+        self._counts[series] = self._counts.get(series, 0) + 1
+
+    def _observe(self, histogram: Any, value: float) -> None:
+        """One observation of a histogram series, tallied by bucket (the caller holds the
+        lock): the bucket is the first upper bound at or above the value, as
+        prometheus-client's own `observe` picks it."""
+        tally = self._histograms.get(histogram)
+        bounds = histogram._upper_bounds  # ascending, ending with +Inf
+        if tally is None:
+            tally = self._histograms[histogram] = [0.0] * (len(bounds) + 1)
+        tally[0] += value
+        tally[1 + bisect_left(bounds, value)] += 1
+
+    def flush(self) -> None:
+        """Add what was tallied since the last flush to the Prometheus series."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        counts, self._counts = self._counts, {}
+        histograms, self._histograms = self._histograms, {}
+        for series, amount in counts.items():
+            series.inc(amount)
+        # prometheus-client has no call that adds many observations at once; its own
+        # `observe` adds to these same values (the sum, then one bucket's count).
+        for histogram, tally in histograms.items():
+            histogram._sum.inc(tally[0])
+            for bucket, count in zip(histogram._buckets, tally[1:], strict=True):
+                if count:
+                    bucket.inc(count)
 
     def _source_invoked(self, event: dict[str, Any]) -> None:
         labels = (str(event.get("source")), str(event.get("outcome")))
-        self._series(self.source_calls, *labels).inc()
+        self._count(self._series(self.source_calls, *labels))
         elapsed = event.get("elapsed_ms")
         if isinstance(elapsed, (int, float)):
-            self._series(self.source_seconds, *labels).observe(max(float(elapsed), 0.0) / 1000.0)
+            self._observe(
+                self._series(self.source_seconds, *labels), max(float(elapsed), 0.0) / 1000.0
+            )
 
     def _fallback(self, event: dict[str, Any]) -> None:
         labels = (str(event.get("from_source")), str(event.get("to_source")))
-        self._series(self.fallbacks, *labels).inc()
+        self._count(self._series(self.fallbacks, *labels))
 
     def _source_skipped(self, event: dict[str, Any]) -> None:
         labels = (str(event.get("source")), str(event.get("reason")))
-        self._series(self.source_skips, *labels).inc()
+        self._count(self._series(self.source_skips, *labels))
 
     def _shared_state_degraded(self, event: dict[str, Any]) -> None:
         labels = (str(event.get("component")), str(event.get("reason")))
-        self._series(self.shared_state_degraded, *labels).inc()
+        self._count(self._series(self.shared_state_degraded, *labels))
 
     def _error(self, event: dict[str, Any]) -> None:
-        self._series(self.errors, str(event.get("error_type"))).inc()
+        self._count(self._series(self.errors, str(event.get("error_type"))))
 
     def exposition_registry(self) -> CollectorRegistry:
         """What a scrape reads: this app's registry, or every worker's files summed."""
+        self.flush()
         directory = os.environ.get(MULTIPROCESS_ENV)
         if not directory:
             return self.registry

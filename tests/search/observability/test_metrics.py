@@ -215,6 +215,43 @@ def test_the_observer_reads_events_and_nothing_else() -> None:
     assert value(data, "search_dropped_events_total") == 7
 
 
+def test_tallied_durations_expose_as_prometheus_own_histogram_would() -> None:
+    """Requests are tallied between scrapes; the exposition equals a prometheus-client
+    Histogram that observed each duration itself, bucket edges included, and a second
+    scrape adds only what came after the first."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from search.observability.metrics import REQUEST_BUCKETS_S
+
+    durations_ms = [0.0, 4.9, 5.0, 5.1, 10.0, 99.0, 250.0, 30_000.0, 31_000.0, -1.0]
+    observer = MetricsObserver()
+    registry = CollectorRegistry()
+    reference = Histogram(
+        "search_request_duration_seconds", "reference", buckets=REQUEST_BUCKETS_S, registry=registry
+    )
+    for i, ms in enumerate(durations_ms):
+        observer.observe(TraceRecord(f"{i:032x}", 0.0, "q", 200, ms, []))
+        reference.observe(max(ms, 0.0) / 1000.0)
+        if i == 4:  # a scrape halfway: nothing is counted twice
+            observer.exposition()
+
+    def durations(text: str) -> dict[Any, float]:
+        return {
+            key: round(number, 9)
+            for key, number in samples(text).items()
+            if key[0].startswith("search_request_duration_seconds")
+            and not key[0].endswith("_created")
+        }
+
+    ours = durations(observer.exposition().decode())
+    theirs = durations(generate_latest(registry).decode())
+    assert ours == theirs
+    assert value(ours, "search_request_duration_seconds_count") == len(durations_ms)
+    assert (
+        value(samples(observer.exposition().decode()), "search_requests_total", status="200") == 10
+    )
+
+
 async def test_openapi_documents_metrics_ui_and_mcp() -> None:
     async with asgi_client(create_app(config())) as client:
         paths = (await client.get("/openapi.json")).json()["paths"]
