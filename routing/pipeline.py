@@ -48,13 +48,12 @@ class TooManyParts(ValueError):
         )
 
 
-# The (router, query) pairs whose part count this request already checked: a surface
-# checks first (to refuse before a model loads, a trace is written or a source is
-# called) and `Router.run`, which checks for every other caller, does not check again.
-# A ContextVar, so it is the request's own (each request runs in its own task).
-_parts_checked: ContextVar[frozenset[tuple[int, str]]] = ContextVar(
-    "parts_checked", default=frozenset()
-)
+# The (router, query) whose part count this request checked last: a surface checks first
+# (to refuse before a model loads, a trace is written or a source is called) and
+# `Router.run`, which checks for every other caller, does not check it again (any other
+# query it checks anew). A ContextVar, so it is the request's own (each request runs in
+# its own task).
+_parts_checked: ContextVar[tuple[int, str] | None] = ContextVar("parts_checked", default=None)
 
 
 @dataclass(slots=True)
@@ -161,7 +160,7 @@ class Router:
         count = len(parts) + (found is not None)
         if self.max_parts is not None and count > self.max_parts:
             raise TooManyParts(count, self.max_parts)
-        _parts_checked.set(_parts_checked.get() | {(id(self), query)})
+        _parts_checked.set((id(self), query))
         return count
 
     def _units(self, query: str) -> list[_Unit]:
@@ -207,7 +206,7 @@ class Router:
         `authorized`: the requester may act at all (never by default).
         Over `max_parts`, `TooManyParts` before anything embeds, calls or records, unless
         the surface already checked this query in this request."""
-        if (id(self), query) not in _parts_checked.get():
+        if _parts_checked.get() != (id(self), query):
             self.check_parts(query)
         units = self._units(query)
         context = ResolveContext(

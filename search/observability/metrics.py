@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from routing.chain.events import FIELDS, STEP
 from routing.chain.steps import Step
 from search.traces.records import TraceRecord
 
@@ -65,6 +66,7 @@ LATENCY_BUCKETS_S = (
     10.0,
     30.0,
 )
+RESULT_CACHE_HIT = str(Step.RESULT_CACHE_HIT)  # a plain str compares without the enum
 REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -195,10 +197,16 @@ class MetricsObserver:
             # per part); the rest by a table rather than a chain of comparisons.
             others = self._others
             result_hits = self._result_hits
-            for step, event in trace.step_fields():
-                if step == Step.RESULT_CACHE_HIT:
+            recorded = trace.recorded
+            pairs = (
+                trace.step_fields()
+                if recorded is None
+                else ((entry[STEP], entry[FIELDS]) for entry in recorded.entries)
+            )
+            for step, event in pairs:
+                if step == RESULT_CACHE_HIT:
                     counts[result_hits] = counts.get(result_hits, 0) + 1
-                elif step.startswith("intent_"):
+                elif step[:7] == "intent_":
                     if event.get("decision") is None:
                         continue  # a stage that looked but did not decide (a semantic miss)
                     decisions = self._by_intent.get(step)
