@@ -7,6 +7,10 @@ and a `SimpleSpanProcessor` into an `InMemorySpanExporter`, so nothing leaves th
 Also shown: `trace.get_current_span().add_event(...)`, which, like `record()`, finds its
 target through the context rather than holding it.
 
+Also shown: the same call made to an empty function that takes the same keyword arguments,
+the floor under any keyword-argument API in CPython (the call and its keyword dict), so
+what `record()` itself adds is visible apart from what calling it costs.
+
 Each round opens a fresh log and a fresh span, times `BENCH_EVENTS` events into each (100:
 under the SDK's default limit of 128 events per span, so neither side drops), and closes
 them outside the timing. Rounds alternate which side goes first; reported are the medians
@@ -48,6 +52,25 @@ def ours(n: int) -> float:
                 result_count=i,
             )
         return (time.perf_counter_ns() - start) / n
+
+
+def _empty(step: str, **fields: object) -> None:
+    """What `record` is called like, doing nothing: the cost of the call alone."""
+
+
+def call_floor(n: int) -> float:
+    """ns per call of an empty function with `record`'s step and five keyword fields."""
+    start = time.perf_counter_ns()
+    for i in range(n):
+        _empty(
+            "source_invoked",
+            source="kiwix",
+            query="who wrote war and peace",
+            elapsed_ms=1.25,
+            outcome="ok",
+            result_count=i,
+        )
+    return (time.perf_counter_ns() - start) / n
 
 
 def otel_span(tracer: trace.Tracer, n: int) -> float:
@@ -98,15 +121,17 @@ def main() -> None:
     for _ in range(20):  # warm up both paths
         ours(EVENTS), otel_span(tracer, EVENTS), otel_current(tracer, EVENTS)
         exporter.clear()
-    samples: dict[str, list[float]] = {"ours": [], "otel": [], "otel_current": []}
+    samples: dict[str, list[float]] = {"ours": [], "otel": [], "otel_current": [], "floor": []}
     for r in range(ROUNDS):
         for name in order(r, ("ours", "otel")):
             samples[name].append(ours(EVENTS) if name == "ours" else otel_span(tracer, EVENTS))
         samples["otel_current"].append(otel_current(tracer, EVENTS))
+        samples["floor"].append(call_floor(EVENTS))
         exporter.clear()
     med = {name: median(values) for name, values in samples.items()}
     ratio = med["otel"] / med["ours"]
     print(f"one recorded event (record() into a live log): {med['ours']:7.0f} ns")
+    print(f"  of which the call itself (an empty function, same arguments): {med['floor']:5.0f} ns")
     print(f"OpenTelemetry span.add_event (recording span):   {med['otel']:7.0f} ns")
     print(f"OpenTelemetry get_current_span().add_event:      {med['otel_current']:7.0f} ns")
     print(
@@ -119,6 +144,7 @@ def main() -> None:
         ours_ns=med["ours"],
         otel_ns=med["otel"],
         otel_current_ns=med["otel_current"],
+        call_floor_ns=med["floor"],
         ratio=ratio,
         ratio_current=med["otel_current"] / med["ours"],
         target=TARGET,

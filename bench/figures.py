@@ -218,7 +218,25 @@ def decomposition() -> str:
     return "".join(lines)
 
 
+def cheap_path() -> str:
+    """The table `bench/run_all.py` printed for the cheap-path benches, row for row."""
+    from bench.run_all import main_rows
+
+    body = results.load("cheap_path")
+    f = body["figures"]
+    head = _para(
+        f"Measured ({_when(body)}), on {f['machine']} (load average at the end: {f['end_load']}):"
+    )
+    table = [
+        "| measure | compared with | measured | target | verdict |",
+        "|---|---|---|---|---|",
+        *("| " + " | ".join(row) + " |" for row in main_rows(f["results"])),
+    ]
+    return head + "\n" + "\n".join(table) + "\n"
+
+
 RENDER: dict[str, Callable[[], str]] = {
+    "cheap_path": cheap_path,
     "route_batch": route_batch,
     "cli_latency": cli_latency,
     "llm_quality": llm_quality,

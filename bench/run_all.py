@@ -1,12 +1,14 @@
 """Run every benchmark, each in its own process, and print the results table.
 
-    .venv/bin/python bench/run_all.py [NAME ...] [--json PATH]      (or: make bench)
+    .venv/bin/python bench/run_all.py [NAME ...] [--json PATH] [--json-out PATH]   (or: make bench)
 
 Each bench prints its own lines (shown as it finishes) and a machine-readable last line;
 this script collects them into one Markdown table: every row's measured ratio beside its
 target, then the extra figures. NAMEs pick a subset (e.g. `throughput memory`).
 `BENCH_SCALE=0.5` halves every bench's rounds (a quicker, noisier run); single knobs are
 in each bench's docstring. The last line says how long the whole run took.
+`--json-out bench/results/cheap_path.json` writes the run as a dated results file, from
+which `bench/figures.py` renders the README's performance table.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import results as bench_results  # noqa: E402
 from bench.common import JSON_PREFIX  # noqa: E402
 
 
@@ -140,6 +143,11 @@ def main_rows(r: dict[str, dict[str, Any]]) -> list[Row]:
             (
                 f"{d['ours_ns']:.0f} ns: **{d['ratio']:.2f}× cheaper** "
                 f"({d['ratio_current']:.1f}× vs `get_current_span().add_event`)"
+                + (
+                    f"; the call alone, to an empty function: {d['call_floor_ns']:.0f} ns"
+                    if "call_floor_ns" in d
+                    else ""
+                )
             ),
             "≥ 20× cheaper",
             verdict(d["ratio"] >= 20),
@@ -359,6 +367,9 @@ def main() -> int:
         help=f"benches to run (default: all): {', '.join(BENCHES)}",
     )
     parser.add_argument("--json", help="also write every bench's figures to this file")
+    parser.add_argument(
+        "--json-out", help="also write the run as a dated results file (bench/results.py)"
+    )
     args = parser.parse_args()
     names = args.names or list(BENCHES)
     unknown = [name for name in names if name not in BENCHES]
@@ -388,6 +399,13 @@ def main() -> int:
             json.dumps({"machine": start_machine, "results": results}, indent=1, default=float)
         )
     failed = [name for name in names if not results.get(name)]
+    if args.json_out and not failed:
+        bench_results.write(
+            args.json_out,
+            "run_all",
+            "bench/run_all.py " + " ".join(names),
+            {"machine": start_machine, "end_load": end_load, "results": results},
+        )
     if failed:
         print(f"\nbenches that failed to report: {', '.join(failed)}")
     return 1 if failed else 0
