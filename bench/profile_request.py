@@ -15,9 +15,10 @@ call-heavy code looks a little dearer than it is; the order of the components, a
 what a new feature adds to one, is what this is for. `--top N` also prints the N
 functions with the most own time.
 
-The trace store's writer process and the pipe writes of its drain run off the request
-(after the store's linger); the drain's share shows under "trace store drain", timed by
-flushing the store once the profiled requests are done.
+A request's trace is encoded as it is submitted ("trace submit"); the trace store's
+writer process and the pipe writes of its drain run off the request (after the store's
+linger); the drain's share shows under "trace store drain", timed by flushing the store
+once the profiled requests are done.
 """
 
 from __future__ import annotations
@@ -79,10 +80,10 @@ COMPONENTS: list[tuple[str, str, str]] = [
     ("search/traces/store.py", "_drain", "trace store drain"),
     ("search/traces/store.py", "_send", "trace store drain"),
     ("search/traces/store.py", "_write_some", "trace store drain"),
-    ("search/traces/store.py", "_encode", "trace store drain"),
+    ("search/traces/store.py", "_encode", "trace submit"),
     ("search/trace_ids.py", "*", "service and pipeline glue"),
-    ("search/traces/writer.py", "record_line", "trace store drain"),
-    ("search/traces/writer.py", "_plain", "trace store drain"),
+    ("search/traces/writer.py", "record_line", "trace submit"),
+    ("search/traces/writer.py", "_plain", "trace submit"),
     ("search/traces/store.py", "*", "trace submit"),
     ("search/traces/records.py", "*", "trace submit"),
     ("search/traces/", "*", "trace submit"),

@@ -403,7 +403,7 @@ def main() -> int:
         bench_results.write(
             args.json_out,
             "run_all",
-            "bench/run_all.py " + " ".join(names),
+            "python bench/run_all.py " + " ".join(names),
             {"machine": start_machine, "end_load": end_load, "results": results},
         )
     if failed:

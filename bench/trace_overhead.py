@@ -75,7 +75,7 @@ def make_app(trace: dict[str, Any]) -> Any:
 async def timed_round(app: Any, n: int) -> list[float]:
     """Per-request latency in microseconds. Between requests the event loop runs, as it
     does in a server (every request there waits on its socket): the store's drain runs
-    when due, and its work (encoding the queued traces, the pipe write) is counted in
+    when due, and its work (the pipe write of the queued lines) is counted in
     the round's CPU and instructions, not left queued until the flush."""
     out = []
     for _ in range(n):

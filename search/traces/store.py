@@ -427,12 +427,13 @@ class _WriterProcess:
 class SQLiteTraceStore:
     """`TraceSink` + `TraceReader` over one SQLite file.
 
-    Writing: `submit()`, on the request's path, only appends the record to a bounded
-    queue (past `max_pending` it is dropped and counted). After `linger_s` the event loop
-    drains the queue: it encodes the burst's records as JSON lines and writes them to the
-    writer process's pipe in one non-blocking write (`search.traces.writer` turns them
-    into rows and commits them). A submitted record is not changed afterwards (the service
-    builds it from the finished request). No thread of this
+    Writing: `submit()`, on the request's path, encodes the record as its JSON line and
+    appends the line to a bounded queue (past `max_pending` it is dropped and counted).
+    Encoding at once lets the request's objects go with the request: a queue of records
+    kept alive for the linger cost each request more CPU than the encoding does (their
+    memory is not reused while still warm). After `linger_s` the event loop writes the
+    burst's lines to the writer process's pipe in one non-blocking write
+    (`search.traces.writer` turns them into rows and commits them). No thread of this
     process takes part, so row building, SQLite and waiting never compete with requests
     for the GIL. Writing needs the loop `start()` ran on; reading works from any thread.
     """
@@ -451,7 +452,7 @@ class SQLiteTraceStore:
         self.linger_s = linger_s
         self.max_pending = max_pending
         self.clock = clock
-        self._pending: list[TraceRecord] = []  # traces not yet encoded for the pipe
+        self._pending: list[bytes] = []  # encoded traces not yet handed to the pipe
         self._outbuf = bytearray()  # handed over, not yet taken by the pipe
         self._in_flight = 0  # traces in `_outbuf`
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -554,8 +555,8 @@ class SQLiteTraceStore:
     def submit(self, trace: TraceRecord) -> None:
         """Queue `trace` as its line for the writer process; never blocks.
 
-        Encoding here costs a few microseconds; the lines go to the pipe in one write per
-        burst (`linger_s`). Dropped (and counted) if the writer is far behind.
+        Encoding here costs a microsecond or two; the lines go to the pipe in one write
+        per burst (`linger_s`). Dropped (and counted) if the writer is far behind.
         """
         if self._closed:
             self.dropped += 1
@@ -565,7 +566,7 @@ class SQLiteTraceStore:
             if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
                 log.warning("trace store is behind; %d traces dropped so far", self.dropped)
             return
-        self._pending.append(trace)
+        self._pending += self._encode([trace])
         if self._drain_handle is None and self._loop is not None:
             if threading.get_ident() == self._loop_thread:
                 self._schedule_drain()
@@ -583,8 +584,7 @@ class SQLiteTraceStore:
             return
         # Swap the list first: a line submitted from another thread meanwhile lands in
         # one list or the other, never in neither.
-        pending, self._pending = self._pending, []
-        lines = self._encode(pending)
+        lines, self._pending = self._pending, []
         self._in_flight += len(lines)
         self._send(f'["now",{self.clock()!r}]\n'.encode() + b"".join(lines))
 

@@ -471,25 +471,27 @@ async def test_traces_beyond_max_pending_are_dropped_and_counted(tmp_path: Path)
 async def test_a_running_stores_full_queue_drops_and_counts_and_submit_only_enqueues(
     tmp_path: Path,
 ) -> None:
-    """The request's part is a bounded append: a record that cannot be encoded does not
-    fail `submit` (the drain loses it, counted); past `max_pending` a record is dropped."""
+    """The request's part is an encoding and a bounded append: a record that cannot be
+    encoded does not fail `submit` (it is lost there, counted, and takes no place in the
+    queue); past `max_pending` a record is dropped."""
     db = tmp_path / "t.db"
     store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=60.0, max_pending=8)
     await store.start()
     loop: list[Any] = []
     loop.append(loop)  # a circular value: no JSON encoding of it exists
-    store.submit(make_record("f" * 32, results=[{"items": loop}]))  # encoding would raise
+    store.submit(make_record("f" * 32, results=[{"items": loop}]))  # encoding raises
+    assert store.failed_writes == 1 and store.stats()["pending"] == 0
     for n in range(10):
         store.submit(make_record(f"{n:032x}"))
-    assert store.stats()["pending"] == 8  # the odd one and 7 more; nothing drained yet
-    assert store.dropped == 3
+    assert store.stats()["pending"] == 8  # nothing drained yet
+    assert store.dropped == 2
     await store.flush()
-    assert store.failed_writes == 1 and store.written == 7
+    assert store.failed_writes == 1 and store.written == 8
     assert store.stats()["pending"] == 0
     store.submit(make_record("e" * 32))  # room again once drained
     await store.aclose()
-    assert store.dropped == 3
-    assert SQLiteTraceStore(TraceConfig(path=str(db))).count() == 8
+    assert store.dropped == 2
+    assert SQLiteTraceStore(TraceConfig(path=str(db))).count() == 9
 
 
 async def test_concurrent_readers_see_a_consistent_store_while_writing(tmp_path: Path) -> None:
