@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 
-from starlette.requests import Request
 from starlette.types import Scope
 
 from search.config import Config
@@ -38,12 +37,10 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def may_act(request: Request | Scope, config: Config) -> bool:
-    """Whether this request (a Starlette request, or the ASGI scope of one) may carry out
-    commands and store labels."""
+def may_act(scope: Scope, config: Config) -> bool:
+    """Whether the request of this ASGI scope may carry out commands and store labels."""
     if token_required(config):
         return True  # the middleware let it in: it carried the token
-    scope = request.scope if isinstance(request, Request) else request
     client = scope.get("client")  # (host, port), or None (a unix socket, a test client)
     return is_loopback(client[0] if client else None)
 

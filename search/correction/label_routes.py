@@ -66,7 +66,7 @@ def _parse(raw: bytes) -> LabelRequest | JSONResponse:
 
 async def add_label(request: Request) -> Response:
     service = request.app.state.service
-    if not may_act(request, service.config):
+    if not may_act(request.scope, service.config):
         return error_response(
             403,
             "not_authorized",

@@ -29,7 +29,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from routing.chain.events import FIELDS, STEP
 from routing.chain.steps import Step
 from search.traces.records import TraceRecord
 
@@ -66,7 +65,6 @@ LATENCY_BUCKETS_S = (
     10.0,
     30.0,
 )
-RESULT_CACHE_HIT = str(Step.RESULT_CACHE_HIT)  # a plain str compares without the enum
 REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -184,29 +182,20 @@ class MetricsObserver:
     def observe(self, trace: TraceRecord) -> None:
         code = trace.status_code
         with self._lock:
-            counts = self._counts
             requests = self._by_status.get(code)
             if requests is None:
                 requests = self._by_status[code] = self._series(self.requests, str(code))
-            counts[requests] = counts.get(requests, 0) + 1
+            self._count(requests)
             self._observe(self.request_seconds, max(trace.duration_ms, 0.0) / 1000.0)
             if trace.dropped_events:
-                series = self.dropped_events
-                counts[series] = counts.get(series, 0) + trace.dropped_events
+                self._count(self.dropped_events, trace.dropped_events)
             # The commonest steps first (every request has an intent step; a cache hit, one
             # per part); the rest by a table rather than a chain of comparisons.
             others = self._others
-            result_hits = self._result_hits
-            recorded = trace.recorded
-            pairs = (
-                trace.step_fields()
-                if recorded is None
-                else ((entry[STEP], entry[FIELDS]) for entry in recorded.entries)
-            )
-            for step, event in pairs:
-                if step == RESULT_CACHE_HIT:
-                    counts[result_hits] = counts.get(result_hits, 0) + 1
-                elif step[:7] == "intent_":
+            for step, event in trace.step_fields():
+                if step == Step.RESULT_CACHE_HIT:
+                    self._count(self._result_hits)
+                elif step.startswith("intent_"):
                     if event.get("decision") is None:
                         continue  # a stage that looked but did not decide (a semantic miss)
                     decisions = self._by_intent.get(step)
@@ -214,10 +203,9 @@ class MetricsObserver:
                         decisions = self._by_intent[step] = self._series(
                             self.intent_decisions, step
                         )
-                    counts[decisions] = counts.get(decisions, 0) + 1
+                    self._count(decisions)
                     if step == Step.INTENT_CACHED:
-                        hits = self._decision_hits
-                        counts[hits] = counts.get(hits, 0) + 1
+                        self._count(self._decision_hits)
                 else:
                     count = others.get(step)
                     if count is not None:
@@ -225,9 +213,9 @@ class MetricsObserver:
             if not self._deferred:
                 self._flush_locked()
 
-    def _count(self, series: Any) -> None:
-        """One more on a counter series (the caller holds the lock)."""
-        self._counts[series] = self._counts.get(series, 0) + 1
+    def _count(self, series: Any, amount: float = 1) -> None:
+        """`amount` more on a counter series (the caller holds the lock)."""
+        self._counts[series] = self._counts.get(series, 0) + amount
 
     def _observe(self, histogram: Any, value: float) -> None:
         """One observation of a histogram series, tallied by bucket (the caller holds the

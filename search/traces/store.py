@@ -566,7 +566,10 @@ class SQLiteTraceStore:
             if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
                 log.warning("trace store is behind; %d traces dropped so far", self.dropped)
             return
-        self._pending += self._encode([trace])
+        line = self._encode(trace)
+        if line is None:
+            return
+        self._pending.append(line)
         if self._drain_handle is None and self._loop is not None:
             if threading.get_ident() == self._loop_thread:
                 self._schedule_drain()
@@ -588,18 +591,15 @@ class SQLiteTraceStore:
         self._in_flight += len(lines)
         self._send(f'["now",{self.clock()!r}]\n'.encode() + b"".join(lines))
 
-    def _encode(self, traces: list[TraceRecord]) -> list[bytes]:
-        """Each trace as its line for the writer process; one that cannot be encoded is
-        lost (and counted), the others go."""
-        capture = self.config.capture_results
-        lines = []
-        for trace in traces:
-            try:
-                lines.append(record_line(trace, capture))
-            except Exception:  # one odd record must not stop the burst
-                log.exception("trace store: dropping trace %s", trace.trace_id)
-                self._lost += 1
-        return lines
+    def _encode(self, trace: TraceRecord) -> bytes | None:
+        """The trace as its line for the writer process; None when it cannot be encoded
+        (it is lost, and counted: one odd record must not fail the request)."""
+        try:
+            return record_line(trace, self.config.capture_results)
+        except Exception:
+            log.exception("trace store: dropping trace %s", trace.trace_id)
+            self._lost += 1
+            return None
 
     def _send(self, data: bytes) -> None:
         """`data` into the pipe now if it takes it (the usual case: one write, no copy),
