@@ -3,9 +3,11 @@
 An offline encyclopedia answers "who is the current mayor" with whoever it was when the
 snapshot was taken, and confidently. When the intent stages route such a part to a
 snapshot route (`routing.time_sensitive.from_routes`, kiwix) and a live source is
-enabled (`live_route`, web), the part goes there, with the snapshot as its fallback. With
-no live source enabled the snapshot still answers, and the chain says its answer may be
-out of date. Either way `time_sensitive` is recorded here, where the choice is made.
+configured (`live_route`, web), the part goes there, with the snapshot as its fallback.
+When that source is disabled the part is still routed there, like any part a stage
+routes to it, and the snapshot answers after it; with no live source configured the
+snapshot is the route. Then the chain says the snapshot's answer may be out of date.
+Either way `time_sensitive` is recorded here, where the choice is made.
 
 Only a question a stage judged encyclopedic is redirected: a part that ended at the
 default (nothing judged it) keeps the default, a part the household labelled keeps the
@@ -65,25 +67,19 @@ class LiveRedirect:
             return Routed(route)
         live = self.config.live_route
         why = self._unavailable()
-        if why is not None:
-            record(
-                Step.TIME_SENSITIVE,
-                query=text,
-                cue=cue.cue,
-                kind=cue.kind,
-                from_route=route,
-                to_route=route,
-                live_route=live,
-                reason=why,
-            )
-            return Routed(route)
+        # A live source that is configured but disabled is still the part's route, as for
+        # any part a stage routes there: the dispatcher skips it (recorded) and the
+        # snapshot answers. Only a live route nobody configured is no route at all.
+        to_route = route if why == "not_configured" else live
+        extra = {} if why is None else {"reason": why}
         record(
             Step.TIME_SENSITIVE,
             query=text,
             cue=cue.cue,
             kind=cue.kind,
             from_route=route,
-            to_route=live,
+            to_route=to_route,
             live_route=live,
+            **extra,
         )
-        return Routed(live, (route,))
+        return Routed(route) if to_route == route else Routed(live, (route,))

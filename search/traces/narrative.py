@@ -220,9 +220,10 @@ def _time_sensitive(event: dict[str, Any], with_text: bool) -> str:
     said = f"{_quote(event.get('cue'))} makes" if with_text else "its words make"
     text = f"{said} its answer change with time"
     snapshot, live = event.get("from_route"), event.get("live_route") or event.get("to_route")
-    if event.get("to_route") != snapshot:
+    reason = event.get("reason")
+    if reason is None:
         return f"{text}, so it went to {live} ({snapshot} if {live} fails)"
-    why = "is not configured" if event.get("reason") == "not_configured" else "is disabled"
+    why = "is not configured" if reason == "not_configured" else "is disabled"
     return f"{text}, but the live source {live} {why}: {snapshot}'s answer may be out of date"
 
 

@@ -139,13 +139,19 @@ async def test_without_web_kiwix_answers_and_the_narrative_says_it_may_be_old(
     svc = await build()  # the shipped config: web is disabled
     outcome = await svc.search(EVEREST, explain=True)
     (part,) = outcome.body["results"]
-    assert (part["source"], part["status"]) == ("kiwix", "ok")
+    # routed live like any web question, web skipped as disabled, kiwix after it
+    assert (part["route"], part["source"], part["status"]) == ("web", "kiwix", "ok")
     (event,) = steps(outcome.chain, "time_sensitive")
     assert (event["from_route"], event["to_route"], event["reason"]) == (
         "kiwix",
-        "kiwix",
+        "web",
         "disabled",
     )
+    (skipped,) = steps(outcome.chain, "source_skipped")
+    assert (skipped["source"], skipped["reason"]) == ("web", "disabled")
+    assert [e["source"] for e in steps(outcome.chain, "source_invoked")] == ["kiwix"]
+    planned = await svc.search(EVEREST, dry_run=True)
+    assert [r["source"] for r in planned.body["results"]] == ["web"]
     (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
     assert "'the current' makes its answer change with time" in line
     assert "web is disabled: kiwix's answer may be out of date" in line
