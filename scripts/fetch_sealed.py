@@ -5,7 +5,8 @@ reads each corpus at the commit bench/sealed/mapping.yaml pins, from a local git
 its repository (`--mirror-root`, one `owner+name/repo` git directory per repository),
 maps labels to routes by that file's table, drops rows whose text the project already
 has (fit rows, ../shared/eval, route exemplars: a sealed row must be new language), and
-keeps a fixed-seed sample of at most --rows per corpus (or the corpus's own `rows`). The
+keeps a fixed-seed sample of at most --rows per corpus (or the corpus's own `rows`, or at
+most `per_route` rows of each route). The
 files and their SHA-256 sums (bench/sealed/SHA256SUMS) are committed;
 bench/sealed/MANIFEST.md gives the licences. `--corpus` rebuilds only the named corpora and
 keeps the other files and their sums as they are (the project's texts grow, and a rebuild
@@ -125,11 +126,24 @@ def taskmaster_json(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str
                 yield text, str(dialog.get("vertical", ""))
 
 
+def topv2_tsv(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """TOPv2's `domain<TAB>utterance<TAB>semantic_parse` rows (a header line first),
+    labelled `<domain>/<top-level intent>`: a reminder that mentions the weather is a
+    reminder."""
+    for name in spec["files"]:
+        for line in repo.read(f"{spec['path']}/{name}").splitlines()[1:]:
+            cells = line.split("\t")
+            intent = re.match(r"\[IN:([A-Z_]+)", cells[2].strip()) if len(cells) == 3 else None
+            if intent and cells[1].strip():
+                yield cells[1].strip(), f"{cells[0].strip()}/{intent.group(1)}"
+
+
 READERS = {
     "fb_tsv": fb_tsv,
     "sq_tsv": sq_tsv,
     "ha_yaml": ha_yaml,
     "taskmaster_json": taskmaster_json,
+    "topv2_tsv": topv2_tsv,
 }
 
 
@@ -179,7 +193,14 @@ def build(name: str, spec: dict[str, Any], mirror_root: Path, rows: int, known: 
             seen.add(key)
             kept.append({"text": text, "expected": route, "label": label})
     rows = min(rows, spec.get("rows", rows))
-    sample = random.Random(f"sealed:{name}").sample(kept, min(rows, len(kept)))
+    draw = random.Random(f"sealed:{name}")
+    if "per_route" in spec:  # at most this many of each route, so a small route is not lost
+        sample = []
+        for route, cap in spec["per_route"].items():
+            of_route = [row for row in kept if row["expected"] == route]
+            sample += draw.sample(of_route, min(cap, len(of_route)))
+    else:
+        sample = draw.sample(kept, min(rows, len(kept)))
     routes = Counter(row["expected"] for row in sample)
     print(
         f"{name}: {len(kept)} usable, {len(sample)} kept {dict(sorted(routes.items()))}; "
