@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from routing.language.sentences import asks_about_the_world
+from routing.language.text import words
 from routing.stages.confidence import (
     ARTEFACT,
     FULL_FEATURES,
@@ -141,8 +143,9 @@ async def describe(config: Any, rows: Sequence[Labelled]) -> Examples:
         match = keyword.rules.scores(row.text)
         scores = match.scores if match else {}
         similarity, probability, spread = semantic.similarities(vector)
-        kw_rows.append(features(labels, scores))
-        full_rows.append(features(labels, scores, similarity, probability, spread))
+        question = asks_about_the_world(words(row.text))
+        kw_rows.append(features(labels, scores, question=question))
+        full_rows.append(features(labels, scores, similarity, probability, spread, question))
     return Examples(
         labels,
         np.asarray(kw_rows),

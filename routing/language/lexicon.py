@@ -54,6 +54,7 @@ class DecomposeWords(_Section):
 
 class SentenceWords(_Section):
     statement_verbs: Words
+    first_person: Words
     context_subjects: Words
     delayed_subjects: Words
     greetings: Words

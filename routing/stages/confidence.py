@@ -5,7 +5,8 @@ numbers: its keyword score, whether it is the keyword rules' unique best, the co
 similarity of its nearest exemplar (also measured against the query's similarity to every
 exemplar, so a long question, near nothing in absolute terms, can still stand out near
 one route), how many of the query's nearest exemplars are the route's, the exemplar
-classifier's log-probability, and whether it is `none`. The
+classifier's log-probability, and whether it is `none` (and, for `none`, whether the query
+asks about the world rather than the asker's own affairs). The
 confidence of a route is a softmax over the candidates of one weighted sum of those
 numbers (a conditional logit). The weights are shared by every route, so they
 hold for a route the fit never saw (a user's `recipes`), and they are fitted by maximum
@@ -36,7 +37,14 @@ import numpy as np
 
 NONE = "none"
 ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "confidence.json"
-KEYWORD_FEATURES = ("keyword", "keyword_best", "keyword_lead", "none", "none_keyword")
+KEYWORD_FEATURES = (
+    "keyword",
+    "keyword_best",
+    "keyword_lead",
+    "none",
+    "none_keyword",
+    "none_question",
+)
 FULL_FEATURES = (
     "keyword",
     "keyword_best",
@@ -50,6 +58,7 @@ FULL_FEATURES = (
     "none",
     "none_keyword",
     "none_similarity",
+    "none_question",
 )
 LOG_PROBABILITY_FLOOR = -8.0  # a classifier's 1e-9 should not outweigh everything else
 CANDIDATES_SHOWN = 3
@@ -115,9 +124,13 @@ def features(
     similarity: Mapping[str, float] | None = None,
     probability: Mapping[str, float] | None = None,
     spread: Spread | None = None,
+    question: bool = False,
 ) -> np.ndarray:
     """One row per label: the numbers of FULL_FEATURES (or KEYWORD_FEATURES when no
-    similarity is given). Without `spread` the standardised similarities are 0 (unknown)."""
+    similarity is given). Without `spread` the standardised similarities are 0 (unknown).
+    `question`: the query asks about the world (routing/language/sentences.py,
+    `asks_about_the_world`), which the fit weighs for `none` alone: a topic word
+    ("song", "calendar") in such a question says less that no source serves it."""
     scores = dict(keyword or {})
     sims = dict(similarity or {})
     rows = []
@@ -143,9 +156,9 @@ def features(
                 spread.nearest.get(label, 0.0) if spread else 0.0,
                 max(math.log(p), LOG_PROBABILITY_FLOOR) if p else LOG_PROBABILITY_FLOOR,
             ]
-            row += [is_none, is_none * math.log1p(own), is_none * sim]
+            row += [is_none, is_none * math.log1p(own), is_none * sim, is_none * question]
         else:
-            row += [is_none, is_none * math.log1p(own)]
+            row += [is_none, is_none * math.log1p(own), is_none * question]
         rows.append(row)
     return np.asarray(rows, dtype=np.float64)
 
@@ -171,8 +184,10 @@ class ConfidenceModel:
         order = np.argsort(-p, kind="stable")
         return Ranked(tuple((labels[i], float(p[i])) for i in order))
 
-    def keyword(self, labels: Sequence[str], scores: Mapping[str, float]) -> Ranked:
-        return self.rank(labels, features(labels, scores), self.keyword_weights)
+    def keyword(
+        self, labels: Sequence[str], scores: Mapping[str, float], question: bool = False
+    ) -> Ranked:
+        return self.rank(labels, features(labels, scores, question=question), self.keyword_weights)
 
     def full(
         self,
@@ -181,9 +196,10 @@ class ConfidenceModel:
         similarity: Mapping[str, float],
         probability: Mapping[str, float],
         spread: Spread | None,
+        question: bool = False,
     ) -> Ranked:
         """`spread`: the query's similarity to every exemplar (None: no exemplars)."""
-        rows = features(labels, scores, similarity, probability, spread)
+        rows = features(labels, scores, similarity, probability, spread, question)
         return self.rank(labels, rows, self.full_weights)
 
     def to_json(self) -> dict[str, Any]:

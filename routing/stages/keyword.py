@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 from routing.chain.events import record
 from routing.chain.steps import Step
+from routing.language.sentences import asks_about_the_world
+from routing.language.text import words
 from routing.stages.confidence import ConfidenceModel, Ranked, declined, load_model
 from routing.stages.keyword_rules import NONE, KeywordMatch, KeywordRules
 from routing.types import Decision, Escalation, ResolveContext
@@ -68,7 +70,7 @@ class KeywordStage:
         if match is None:
             return None
         labels = [*self.labels, *(r for r in match.scores if r not in self.labels)]
-        ranked = self.model.keyword(labels, match.scores)
+        ranked = self.model.keyword(labels, match.scores, asks_about_the_world(words(query)))
         candidates = tuple((c["route"], c["confidence"], c["margin"]) for c in ranked.candidates())
         reason = (
             declined("keyword", ranked, self.min_confidence)

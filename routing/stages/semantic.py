@@ -34,7 +34,8 @@ import numpy as np
 
 from routing.chain.events import record
 from routing.chain.steps import Step
-from routing.language.text import normalise
+from routing.language.sentences import asks_about_the_world
+from routing.language.text import normalise, words
 from routing.stages.confidence import (
     NEAREST_COUNTED,
     ConfidenceModel,
@@ -345,7 +346,7 @@ class SemanticStage:
             return self._reuse(query, reused, context)
         by_label = {c.route: c for c in ranked}
         unknown = self._unknown_words(query) if context.keyword is None else 0
-        confidence = self._confidence(ranked, spread, context, unknown)
+        confidence = self._confidence(query, ranked, spread, context, unknown)
         winner = by_label.get(confidence.winner)
         shown = {
             "confidence": round(confidence.confidence, 4),
@@ -419,6 +420,7 @@ class SemanticStage:
 
     def _confidence(
         self,
+        query: str,
         ranked: list[Candidate],
         spread: Spread | None,
         context: ResolveContext,
@@ -441,6 +443,7 @@ class SemanticStage:
             {c.route: c.score for c in ranked},
             {c.route: c.probability for c in ranked if c.probability is not None},
             spread,
+            asks_about_the_world(words(query)),
         )
 
     def _shown(

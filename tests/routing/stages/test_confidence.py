@@ -14,6 +14,8 @@ import pytest
 
 from bench import routing_quality as rq
 from routing.chain.events import route_log
+from routing.language.sentences import asks_about_the_world
+from routing.language.text import words
 from routing.stages.confidence import (
     FULL_FEATURES,
     KEYWORD_FEATURES,
@@ -83,17 +85,20 @@ async def test_a_query_of_no_known_word_has_the_confidence_of_no_evidence(
     service: Service,
 ) -> None:
     """Similarities between fragments of letters are not evidence: the stage states the
-    fit's confidence with nothing to go on (every route equal), not what the fragments
-    would make of it, and lists the routes by their nearest exemplar."""
+    fit's confidence with nothing to go on (every source's route equal, `none` at its own
+    prior), not what the fragments would make of it, and lists the routes by their
+    nearest exemplar."""
     outcome = await route(service, "qwertz uiop asdf")
     [semantic] = [e for e in intents(outcome) if e["step"] == "intent_semantic"]
     assert semantic["declined"] == "semantic: none of its 3 words is a word the model knows"
     shown = semantic["candidates"]
     stage = service.resolver.stage("intent_semantic")
-    nothing = load_model().keyword(stage.labels(), {})  # type: ignore[union-attr]
-    assert {c["confidence"] for c in shown} == {round(nothing.confidence, 4)}
+    nothing = dict(load_model().keyword(stage.labels(), {}).routes)  # type: ignore[union-attr]
+    assert [c["confidence"] for c in shown] == [round(nothing[c["route"]], 4) for c in shown]
+    assert len({p for route, p in nothing.items() if route != "none"}) == 1
     assert semantic["confidence"] < semantic["threshold"]
-    nearness = [c["similarity"] for c in shown]
+    # the equal ones in the order of their nearest exemplars
+    nearness = [c["similarity"] for c in shown if c["route"] != "none"]
     assert nearness == sorted(nearness, reverse=True)
 
 
@@ -281,3 +286,41 @@ def test_a_decline_shows_the_threshold_as_it_was_set() -> None:
     assert declined("keyword", single("ha", 0.9931), 0.999) == "keyword 0.993 < 0.999"
     assert declined("semantic", single("ha", 0.41), 0.55) == "semantic 0.41 < 0.55"
     assert declined("semantic", single("ha", 0.5496), 0.55) == "semantic 0.5496 < 0.5500"
+
+
+@pytest.mark.parametrize(
+    ("query", "about_the_world"),
+    [
+        ("who sang the theme song of the show", True),
+        ("when was the gregorian calendar introduced", True),
+        ("what's on my calendar today", False),  # the asker's own affairs
+        ("when is our flight", False),
+        ("play the theme song", False),  # a request, not a question
+        ("is it raining", False),  # a yes/no question may be a request ("can you play ...")
+        ("who won", False),  # too short to tell
+    ],
+)
+def test_a_question_about_the_world_is_told_from_its_words(
+    query: str, about_the_world: bool
+) -> None:
+    assert asks_about_the_world(words(query)) is about_the_world
+
+
+def test_asking_about_the_world_weighs_on_none_alone() -> None:
+    """The fit learns how much less likely "no source serves this" is for such a question:
+    a topic word ("song") of the none route's rules then says less."""
+    labels = ["kiwix", "none"]
+    for rows in (
+        features(labels, {"none": 1.25}, question=True),
+        features(labels, {"none": 1.25}, {"kiwix": 0.4, "none": 0.5}, {}, None, True),
+    ):
+        names = KEYWORD_FEATURES if rows.shape[1] == len(KEYWORD_FEATURES) else FULL_FEATURES
+        column = names.index("none_question")
+        assert rows[:, column].tolist() == [0.0, 1.0]
+    assert features(labels, {"none": 1.25})[:, KEYWORD_FEATURES.index("none_question")].sum() == 0
+    model = load_model()
+    weight = dict(zip(KEYWORD_FEATURES, model.keyword_weights, strict=True))["none_question"]
+    assert weight < 0  # as fitted: such a question is less often unserved
+    asked = model.keyword(labels, {"none": 1.25}, question=True)
+    told = model.keyword(labels, {"none": 1.25})
+    assert dict(asked.routes)["none"] < dict(told.routes)["none"]
