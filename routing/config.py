@@ -93,6 +93,12 @@ class TimeSensitiveConfig(Strict):
         description="The live source; when it is not configured or not enabled the snapshot "
         "answers and the chain says its answer may be out of date.",
     )
+    model: bool = Field(
+        default=True,
+        description="Also read the question with the fitted time-sensitivity model "
+        "(routing/fitted/time_sensitive.json) when the semantic stage runs; false: the cue "
+        "words alone decide.",
+    )
 
 
 class RoutingConfig(Strict):

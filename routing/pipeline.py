@@ -27,6 +27,7 @@ from routing.dispatch.live import LiveRedirect
 from routing.language.conditional import Conditional, extract_conditional
 from routing.language.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.stages.resolver import Resolver
+from routing.stages.time_sensitivity import load_time_model
 from routing.types import ResolveContext
 
 
@@ -136,6 +137,17 @@ def _top_level(
 _conditional_in = lru_cache(maxsize=_MEMO_SIZE)(extract_conditional)
 
 
+def _live_redirect(
+    resolver: Resolver, dispatcher: Dispatcher, config: TimeSensitiveConfig
+) -> LiveRedirect:
+    """The redirect, reading questions with the time-sensitivity model through the semantic
+    stage's encoder when both are there (and the config does not switch the model off)."""
+    semantic = resolver.stage("intent_semantic")
+    embed = getattr(semantic, "embed", None)
+    model = load_time_model() if config.model and embed is not None else None
+    return LiveRedirect(dispatcher, config, model, embed)
+
+
 class Router:
     """Turns a query into part results, recording every step on the way."""
 
@@ -148,7 +160,7 @@ class Router:
     ) -> None:
         self.resolver = resolver
         self.dispatcher = dispatcher
-        self.live = LiveRedirect(dispatcher, time_sensitive or TimeSensitiveConfig())
+        self.live = _live_redirect(resolver, dispatcher, time_sensitive or TimeSensitiveConfig())
         self.claims: Claims | None = resolver.keyword_claims()
         self.max_parts = max_parts
 
@@ -291,7 +303,7 @@ class Router:
                     text, None, "unserved", stage=decision.stage, confidence=decision.confidence
                 )
             # a snapshot's answer to a question of now may be old: a live source answers it
-            routed = self.live.route(text, decision.route, decision.stage)
+            routed = await self.live.route(text, decision.route, decision.stage, context.embedding)
             circumstances = Circumstances(
                 dry_run=context.dry_run,
                 conditional=conditional,

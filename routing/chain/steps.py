@@ -78,8 +78,11 @@ class Step(StrEnum):
     TIME_SENSITIVE = (
         "time_sensitive",
         ("query", "cue", "from_route", "to_route"),
-        "A part's answer changes with time (`cue`): sent to a live source, or, with none "
-        "enabled (`to_route` unchanged, `reason`), answered by a snapshot that may be old.",
+        "A part's answer changes with time (`cue`, its `kind`; `cue` null and `kind` "
+        "`model` when the time-sensitivity model alone said so, `probability` its reading): "
+        "sent to a live source; with that source disabled (`reason`) the snapshot answers "
+        "after it, and with none configured (`to_route` unchanged) the snapshot answers; "
+        "its answer may be old.",
     )
     PLANNED = (
         "planned",

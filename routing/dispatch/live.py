@@ -9,6 +9,12 @@ routes to it, and the snapshot answers after it; with no live source configured 
 snapshot is the route. Then the chain says the snapshot's answer may be out of date.
 Either way `time_sensitive` is recorded here, where the choice is made.
 
+What says a question is time-sensitive: its cue words (routing/language/time_sensitive.py)
+and, when the semantic stage runs, the fitted model over its embedding
+(routing/stages/time_sensitivity.py), which finds questions no cue word marks and
+confirms the cue kinds that also fire on fixed facts. The event names the cue (or
+`kind: "model"` when the model alone said so) and the model's probability.
+
 Only a question a stage judged encyclopedic is redirected: a part that ended at the
 default (nothing judged it) keeps the default, a part the household labelled keeps the
 route of its label (the household said where these words go), and a part any source
@@ -18,13 +24,21 @@ a command.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.config import TimeSensitiveConfig
 from routing.dispatch.dispatcher import Dispatcher
+from routing.language.text import normalise
 from routing.language.time_sensitive import time_cue
+from routing.stages.time_sensitivity import TimeSensitivityModel, Verdict
+
+Embed = Callable[[str], Awaitable[Any]]  # a text's normalised embedding (None: no model)
+_REMEMBERED = 4096  # verdicts kept per process: a household asks the same few questions
 
 DEFAULT = "intent_default"  # the stage that decided nothing
 KEPT_STAGES = frozenset({DEFAULT, "intent_label"})  # decisions a time word never moves
@@ -41,10 +55,22 @@ class Routed:
 class LiveRedirect:
     """Sends time-sensitive parts from a snapshot route to the live one."""
 
-    def __init__(self, dispatcher: Dispatcher, config: TimeSensitiveConfig) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        config: TimeSensitiveConfig,
+        model: TimeSensitivityModel | None = None,
+        embed: Embed | None = None,
+    ) -> None:
+        """`model` and `embed` (the semantic stage's encoder): the fitted reading; without
+        them only the cue words decide."""
         self.dispatcher = dispatcher
         self.config = config
         self.from_routes = frozenset(config.from_routes)
+        self.model = model if embed is not None else None
+        self.embed = embed
+        # the model's probability per normalised text: a pure function of the words
+        self._probabilities: OrderedDict[str, float] = OrderedDict()
 
     def _unavailable(self) -> str | None:
         """Why the live route cannot answer (None when it can)."""
@@ -57,13 +83,35 @@ class LiveRedirect:
             return "disabled"
         return None
 
-    def route(self, text: str, route: str, stage: str) -> Routed:
-        """The route `text` goes to, recording `time_sensitive` when its time words
-        change it (or would, had a live source been enabled)."""
+    async def _verdict(self, text: str, embedding: Any) -> Verdict | None:
+        """The cue words' verdict, read with the model's when there is one."""
+        cue = time_cue(text)
+        if self.model is None or self.embed is None:
+            return None if cue is None else Verdict(True, float("nan"), cue)
+        key = normalise(text)
+        probability = self._probabilities.get(key)
+        if probability is None:
+            vector = embedding if embedding is not None else await self.embed(text)
+            if vector is None or len(vector) != self.model.dimension:  # not started, or
+                # another embedding model than the one it was fitted for
+                return None if cue is None else Verdict(True, float("nan"), cue)
+            probability = self.model.probability(vector)
+            self._probabilities[key] = probability
+            if len(self._probabilities) > _REMEMBERED:
+                self._probabilities.popitem(last=False)
+        verdict = self.model.judge(cue, probability)
+        return verdict if verdict.sensitive else None
+
+    async def route(self, text: str, route: str, stage: str, embedding: Any = None) -> Routed:
+        """The route `text` goes to, recording `time_sensitive` when its time words (or the
+        model) change it, or would, had a live source been enabled. `embedding`: the
+        part's, when a stage already computed it."""
         if not self.config.enabled or route not in self.from_routes or stage in KEPT_STAGES:
             return Routed(route)
-        cue = time_cue(text)
-        if cue is None or self.dispatcher.is_command(text):
+        if self.dispatcher.is_command(text):
+            return Routed(route)
+        verdict = await self._verdict(text, embedding)
+        if verdict is None:
             return Routed(route)
         live = self.config.live_route
         why = self._unavailable()
@@ -71,12 +119,14 @@ class LiveRedirect:
         # any part a stage routes there: the dispatcher skips it (recorded) and the
         # snapshot answers. Only a live route nobody configured is no route at all.
         to_route = route if why == "not_configured" else live
-        extra = {} if why is None else {"reason": why}
+        extra: dict[str, Any] = {} if why is None else {"reason": why}
+        if verdict.probability == verdict.probability:  # the model was asked (not NaN)
+            extra["probability"] = round(verdict.probability, 4)
         record(
             Step.TIME_SENSITIVE,
             query=text,
-            cue=cue.cue,
-            kind=cue.kind,
+            cue=verdict.cue.cue if verdict.cue is not None else None,
+            kind=verdict.kind,
             from_route=route,
             to_route=to_route,
             live_route=live,

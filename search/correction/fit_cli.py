@@ -10,7 +10,9 @@ with it. `--dry-run` reports and writes nothing.
 
 `search fit --shipped [--output PATH]` is how the project refreshes what it ships: the
 weights fitted on the shipped corpora alone, hermetic (no household data is read, nothing
-is written to the data directory), to routing/fitted/confidence.json (or PATH).
+is written to the data directory), to routing/fitted/confidence.json (or PATH). With
+`--situatedqa DIR` (a local copy of SituatedQA, whose rows are not shipped) it also fits
+the time-sensitivity model, routing/fitted/time_sensitive.json (or `--time-output`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ def add_fit_command(commands: Any) -> dict[str, Callable[[argparse.Namespace], i
         help="fit the weights the package ships (routing/fitted/confidence.json), hermetic",
     )
     fit.add_argument("--output", help="with --shipped: where to write the weights")
+    fit.add_argument(
+        "--situatedqa",
+        metavar="DIR",
+        help="with --shipped: also fit the time-sensitivity model from a local copy of "
+        "SituatedQA (a checkout or git directory; its rows are not shipped)",
+    )
+    fit.add_argument(
+        "--time-output", help="with --situatedqa: where to write the time-sensitivity model"
+    )
     fit.add_argument("--json", action="store_true", help="print the report as JSON")
     return {"fit": _guarded(cmd_fit)}
 
@@ -65,10 +76,13 @@ def progress(message: str) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    if args.output and not args.shipped:
-        raise ConfigError(
-            "--output goes with --shipped (a household fit writes its data directory)"
-        )
+    for flag, given in (("--output", args.output), ("--situatedqa", args.situatedqa)):
+        if given and not args.shipped:
+            raise ConfigError(
+                f"{flag} goes with --shipped (a household fit writes its data directory)"
+            )
+    if args.time_output and not args.situatedqa:
+        raise ConfigError("--time-output goes with --situatedqa")
     config = load_config(args.config)
     return _fit_shipped(config, args) if args.shipped else _fit_household(config, args)
 
@@ -79,6 +93,7 @@ def _fit_shipped(config: Any, args: argparse.Namespace) -> int:
     rows = fit.shipped_rows()
     if not rows:
         raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
+    questions = _time_questions(args.situatedqa) if args.situatedqa else None
     progress(f"fitting on {len(rows)} utterances of the shipped corpora")
     model, report = asyncio.run(fit.fit(config, rows=rows))
     if args.json:
@@ -89,7 +104,38 @@ def _fit_shipped(config: Any, args: argparse.Namespace) -> int:
         path = Path(args.output) if args.output else fit.ARTEFACT
         fit.write(model, path)
         say(f"wrote {path}")
+    if questions is not None:
+        _fit_time_model(config, args, questions)
+    else:
+        say("time-sensitivity model: kept as shipped (--situatedqa DIR refits it)")
     return EXIT_OK
+
+
+def _time_questions(situatedqa: str) -> list[Any]:
+    """SituatedQA's train split and the shipped fit rows, read before anything is fitted
+    (a wrong directory fails before a file is written)."""
+    from routing.fitting import time_fit
+
+    try:
+        return time_fit.read_situatedqa(Path(situatedqa)) + time_fit.shipped_questions()
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"--situatedqa: {exc}") from exc
+
+
+def _fit_time_model(config: Any, args: argparse.Namespace, questions: list[Any]) -> None:
+    """The time-sensitivity model from SituatedQA's train split and the shipped fit rows."""
+    from routing.fitting import time_fit
+    from routing.stages.embedder import load_embedder
+
+    progress(f"fitting the time-sensitivity model on {len(questions)} questions")
+    embedder = load_embedder(config.routing.semantic.model_path)
+    vectors = embedder.encode_exemplars([q.text for q in questions])
+    model, _ = time_fit.fit_time_model(questions, vectors)
+    say(time_fit.render(model))
+    if not args.dry_run:
+        path = Path(args.time_output) if args.time_output else time_fit.ARTEFACT
+        time_fit.write(model, path)
+        say(f"wrote {path}")
 
 
 def _household_store(config: Any) -> Any:

@@ -217,8 +217,11 @@ def _searched(event: dict[str, Any]) -> str:
 
 def _time_sensitive(event: dict[str, Any], with_text: bool) -> str:
     """A part whose answer changes with time: sent live, or answered from a snapshot."""
-    said = f"{_quote(event.get('cue'))} makes" if with_text else "its words make"
-    text = f"{said} its answer change with time"
+    if event.get("cue") is None:  # the time-sensitivity model alone said so
+        text = f"the time-sensitivity model reads its answer as changing with time ({event.get('probability')})"
+    else:
+        said = f"{_quote(event.get('cue'))} makes" if with_text else "its words make"
+        text = f"{said} its answer change with time"
     snapshot, live = event.get("from_route"), event.get("live_route") or event.get("to_route")
     reason = event.get("reason")
     if reason is None:

@@ -41,6 +41,9 @@ class CountingResolver:
     def keyword_claims(self) -> None:
         return None
 
+    def stage(self, name: str) -> None:
+        return None  # no semantic stage: the time words alone are read
+
     async def resolve(self, text: str, context: ResolveContext) -> Decision:
         self.calls.append(text)
         if text.startswith("boom"):

@@ -179,3 +179,31 @@ async def test_a_live_route_that_is_not_configured_is_named(build: Build, demo_z
 def test_a_misspelt_live_route_is_refused(demo_zim: Path) -> None:
     with pytest.raises(ConfigError, match=r"routing.time_sensitive.live_route: unknown source"):
         shipped(demo_zim, time_sensitive={"live_route": "wbe"})
+
+
+async def test_the_model_finds_a_time_sensitive_question_no_cue_word_marks(build: Build) -> None:
+    question = "who won the last world cup"
+    svc = await build(LIVE)
+    outcome = await svc.search(question, explain=True, dry_run=True)
+    assert [r["source"] for r in outcome.body["results"]] == ["web"]
+    (event,) = steps(outcome.chain, "time_sensitive")
+    assert (event["cue"], event["kind"], event["to_route"]) == (None, "model", "web")
+    assert event["probability"] >= svc.router.live.model.threshold  # type: ignore[union-attr]
+    (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
+    assert "the time-sensitivity model reads its answer as changing with time" in line
+    # switched off in config: the cue words alone decide, and they see nothing here
+    words_only = await build(LIVE, time_sensitive={"model": False})
+    plain = await words_only.search(question, explain=True, dry_run=True)
+    assert [r["source"] for r in plain.body["results"]] == ["kiwix"]
+    assert not steps(plain.chain, "time_sensitive")
+
+
+async def test_a_cue_that_fires_on_fixed_facts_needs_the_models_word(build: Build) -> None:
+    svc = await build(LIVE)
+    outcome = await svc.search("how many legs do ants have", explain=True, dry_run=True)
+    assert [r["source"] for r in outcome.body["results"]] == ["kiwix"]
+    assert not steps(outcome.chain, "time_sensitive")
+    # a cue it trusts on its own still carries the probability the model gave
+    mayor = await svc.search(MAYOR, explain=True, dry_run=True)
+    (event,) = steps(mayor.chain, "time_sensitive")
+    assert event["kind"] == "present" and 0.0 <= event["probability"] <= 1.0

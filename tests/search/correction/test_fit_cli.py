@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from routing.stages.confidence import ConfidenceModel, load_model
+from routing.stages.time_sensitivity import TimeSensitivityModel
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -82,6 +83,64 @@ def test_fit_shipped_is_hermetic_and_reproduces_the_whole_shipped_artefact(
     model = ConfidenceModel.from_json(fitted)
     assert model.min_confidence == load_model().min_confidence
     assert model.report["ece_held_out"] <= 0.05
+    # the time-sensitivity model is kept as shipped: its training questions are not
+    assert "time-sensitivity model: kept as shipped" in done.stdout
+
+
+def _situatedqa(root: Path) -> Path:
+    """A stand-in for a SituatedQA checkout: its layout, a few questions of each kind."""
+    rows = [
+        ("who is the current prime minister of the country", "yes"),
+        ("who won the most recent league title", "yes"),
+        ("what is the latest version of the phone", "yes"),
+        ("who holds the record for the fastest mile today", "yes"),
+        ("who wrote the first novel of the series", "no"),
+        ("when was the bridge built", "no"),
+        ("what is the boiling point of water", "no"),
+        ("where was the composer born", "no"),
+    ]
+    path = root / "data" / "id_data" / "temp.train.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        "".join(
+            json.dumps({"question": q, "is_dependent": d, "source_dataset": "nq_table.open"}) + "\n"
+            for q, d in rows * 3
+        )
+    )
+    return root
+
+
+def test_fit_shipped_refits_the_time_model_from_a_local_situatedqa(tmp_path: Path) -> None:
+    out, time_out = tmp_path / "confidence.json", tmp_path / "time.json"
+    done = run(
+        "--shipped",
+        "--config",
+        str(ROOT / "config.yaml"),
+        "--output",
+        str(out),
+        "--situatedqa",
+        str(_situatedqa(tmp_path / "situatedqa")),
+        "--time-output",
+        str(time_out),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "time-sensitivity model: " in done.stdout and f"wrote {time_out}" in done.stdout
+    fitted = TimeSensitivityModel.from_json(json.loads(time_out.read_text()))
+    assert fitted.dimension == 384
+    assert fitted.report["rows"]["situatedqa"] == 24  # with the shipped fit rows beside it
+    assert fitted.report["rows"]["opentriviaqa"] > 0
+
+
+def test_situatedqa_goes_with_shipped_and_must_be_there(tmp_path: Path) -> None:
+    done = run("--config", str(ROOT / "config.yaml"), "--situatedqa", str(tmp_path))
+    assert done.returncode == 2 and "--situatedqa goes with --shipped" in done.stderr
+    done = run("--config", str(ROOT / "config.yaml"), "--time-output", str(tmp_path / "t"))
+    assert done.returncode == 2 and "--time-output goes with --situatedqa" in done.stderr
+    out = tmp_path / "confidence.json"
+    done = run("--shipped", "--output", str(out), "--situatedqa", str(tmp_path / "nowhere"))
+    assert done.returncode == 2 and "--situatedqa: data/id_data/temp.train.jsonl" in done.stderr
+    assert not out.exists()  # refused before anything was fitted or written
 
 
 def test_output_goes_with_shipped_only(tmp_path: Path) -> None:

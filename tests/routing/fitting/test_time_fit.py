@@ -1,0 +1,71 @@
+"""Fitting the time-sensitivity model (routing/fitting/time_fit.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from routing.fitting import time_fit
+from routing.stages.time_sensitivity import TimeSensitivityModel
+
+
+def write_split(root: Path, split: str, rows: list[dict[str, str]]) -> None:
+    path = root / time_fit.SITUATEDQA_FILE.format(split=split)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_situatedqa_is_read_without_webquestions_and_never_its_test_split(tmp_path: Path) -> None:
+    write_split(
+        tmp_path,
+        "train",
+        [
+            {
+                "question": "who is the mayor",
+                "is_dependent": "yes",
+                "source_dataset": "nq_table.open",
+            },
+            {"question": "who wrote hamlet", "is_dependent": "no", "source_dataset": "tydi"},
+            {"question": "what is a q", "is_dependent": "no", "source_dataset": "webq"},
+        ],
+    )
+    rows = time_fit.read_situatedqa(tmp_path)
+    assert [(r.text, r.sensitive) for r in rows] == [
+        ("who is the mayor", True),
+        ("who wrote hamlet", False),
+    ]
+    with pytest.raises(ValueError, match="never test"):
+        time_fit.read_situatedqa(tmp_path, "test")
+    with pytest.raises(FileNotFoundError):
+        time_fit.read_situatedqa(tmp_path, "dev")
+
+
+def test_the_rule_is_chosen_by_cross_validation() -> None:
+    """Two clusters of vectors; a cue kind that fires on both needs the model's word, one
+    that fires only on the time-sensitive cluster does not."""
+    draw = np.random.default_rng(7)
+    n = 200
+    sensitive = np.arange(n) % 2 == 0
+    vectors = draw.normal(0, 0.3, (n, 8)) + np.where(sensitive[:, None], 1.0, -1.0)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    texts = []
+    for i in range(n):
+        if i % 4 == 0:
+            texts.append("who is the current mayor")  # a present cue, on sensitive rows only
+        elif i % 5 == 0:
+            texts.append("what is the largest lake")  # a superlative, on either
+        else:
+            texts.append(f"question {i}")
+    questions = [
+        time_fit.Question(t, bool(y), "test") for t, y in zip(texts, sensitive, strict=True)
+    ]
+    model, report = time_fit.fit_time_model(questions, vectors.astype(np.float32))
+    assert isinstance(model, TimeSensitivityModel)
+    assert model.confirmed_kinds == frozenset({"superlative"})
+    assert model.threshold in time_fit.THRESHOLDS
+    assert report["cross_validated"]["accuracy"] > 0.95  # the clusters are apart
+    assert report["cues_alone"]["recall"] == 0.6  # 60 of the 100 sensitive rows have a cue
+    assert model.probability(vectors[0]) > 0.9 and model.probability(vectors[1]) < 0.1
