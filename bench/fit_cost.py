@@ -3,9 +3,12 @@
 Runs the shipped fit in-process (model load and fit-corpus encoding included; the
 encodings are cached on disk by model and text, so `--cold` clears that cache first to
 time a first fit) and prints the seconds, the rows, and the artefact's size beside the
-route data it reads at start-up. Nothing is written to routing/fitted/.
+route data it reads at start-up. With `--situatedqa DIR` it also times the fit of the
+time-sensitivity model (routing/fitting/time_fit.py) and sizes its artefact; without it
+the shipped artefact is sized. Nothing is written to routing/fitted/.
 
-    .venv/bin/python bench/fit_cost.py [--config config.yaml] [--cold] [--json-out PATH]
+    .venv/bin/python bench/fit_cost.py [--config config.yaml] [--cold]
+        [--situatedqa DIR] [--json-out PATH]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
     parser.add_argument("--cold", action="store_true", help="without the embedding cache")
+    parser.add_argument("--situatedqa", default="", help="also time the time-sensitivity fit")
     parser.add_argument("--json-out", default="")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,6 +49,25 @@ def main(argv: list[str] | None = None) -> int:
         written = Path(scratch) / "confidence.json"
         fit.write(model, written)  # the artefact exactly as `search fit` writes it
         artefact = written.stat().st_size
+    from routing.fitting import time_fit
+
+    time_seconds = None
+    if args.situatedqa:
+        from routing.stages.embedder import load_embedder
+
+        started = time.perf_counter()
+        questions = time_fit.read_situatedqa(Path(args.situatedqa)) + time_fit.shipped_questions()
+        vectors = load_embedder(config.routing.semantic.model_path).encode_exemplars(
+            [q.text for q in questions]
+        )
+        time_model, _ = time_fit.fit_time_model(questions, vectors)
+        time_seconds = time.perf_counter() - started
+        with tempfile.TemporaryDirectory() as scratch:
+            written = Path(scratch) / "time_sensitive.json"
+            time_fit.write(time_model, written)
+            time_artefact = written.stat().st_size
+    else:
+        time_artefact = time_fit.ARTEFACT.stat().st_size
     exemplars = sum(len(route.exemplars) for route in shipped_routes().values())
     routes_bytes = sum(p.stat().st_size for p in (ROOT / "routing" / "routes").glob("*.yaml"))
     print(
@@ -53,13 +76,20 @@ def main(argv: list[str] | None = None) -> int:
         f"artefact {artefact:,} bytes; route data {routes_bytes:,} bytes "
         f"({exemplars:,} exemplars)"
     )
+    print(
+        "time-sensitivity model: "
+        + (f"{time_seconds:.1f} s to fit, " if time_seconds is not None else "")
+        + f"artefact {time_artefact:,} bytes"
+    )
     if args.json_out:
         from bench import results
 
         results.write(
             args.json_out,
             "fit_cost",
-            "python bench/fit_cost.py --json-out bench/results/fit_cost.json",
+            "python bench/fit_cost.py --cold --situatedqa DIR --json-out bench/results/fit_cost.json"
+            if args.cold and args.situatedqa
+            else "python bench/fit_cost.py --json-out bench/results/fit_cost.json",
             {
                 "seconds": round(seconds, 1),
                 "rows": len(rows),
@@ -68,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                 "artefact_bytes": artefact,
                 "route_data_bytes": routes_bytes,
                 "exemplars": exemplars,
+                "time_model_seconds": None if time_seconds is None else round(time_seconds, 1),
+                "time_model_bytes": time_artefact,
             },
         )
     return 0

@@ -519,6 +519,13 @@ def cost_lines() -> list[str]:
             f"{f['rows']:,} rows; artefact {f['artefact_bytes'] / 1024:.1f} kB, route data "
             f"{f['route_data_bytes'] / 1024:.0f} kB ({f['exemplars']:,} exemplars)"
         )
+        if f.get("time_model_bytes"):
+            took = f.get("time_model_seconds")
+            lines.append(
+                f"{when['fit_cost']} time-sensitivity model: "
+                + (f"{took:.0f} s to fit, " if took is not None else "")
+                + f"artefact {f['time_model_bytes'] / 1024:.1f} kB"
+            )
     if "semantic_stage" in found:
         f = found["semantic_stage"]["figures"]
         lines.append(
