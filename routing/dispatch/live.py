@@ -87,14 +87,14 @@ class LiveRedirect:
         """The cue words' verdict, read with the model's when there is one."""
         cue = time_cue(text)
         if self.model is None or self.embed is None:
-            return None if cue is None else Verdict(True, float("nan"), cue)
+            return None if cue is None else Verdict(True, None, cue)
         key = normalise(text)
         probability = self._probabilities.get(key)
         if probability is None:
             vector = embedding if embedding is not None else await self.embed(text)
             if vector is None or len(vector) != self.model.dimension:  # not started, or
                 # another embedding model than the one it was fitted for
-                return None if cue is None else Verdict(True, float("nan"), cue)
+                return None if cue is None else Verdict(True, None, cue)
             probability = self.model.probability(vector)
             self._probabilities[key] = probability
             if len(self._probabilities) > _REMEMBERED:
@@ -120,7 +120,7 @@ class LiveRedirect:
         # snapshot answers. Only a live route nobody configured is no route at all.
         to_route = route if why == "not_configured" else live
         extra: dict[str, Any] = {} if why is None else {"reason": why}
-        if verdict.probability == verdict.probability:  # the model was asked (not NaN)
+        if verdict.probability is not None:
             extra["probability"] = round(verdict.probability, 4)
         record(
             Step.TIME_SENSITIVE,

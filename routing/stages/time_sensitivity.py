@@ -39,7 +39,7 @@ class Verdict:
     """Whether a question is time-sensitive, and what said so."""
 
     sensitive: bool
-    probability: float
+    probability: float | None  # the model's; None when the cue words alone were read
     cue: TimeCue | None
 
     @property
