@@ -84,6 +84,13 @@ class Step(StrEnum):
         "after it, and with none configured (`to_route` unchanged) the snapshot answers; "
         "its answer may be old.",
     )
+    TIME_STABLE = (
+        "time_stable",
+        ("query", "from_route", "to_route", "probability"),
+        "A question routed to the live source by likeness, whose answer the time-sensitivity "
+        "model reads as fixed (`probability` under `below`): a snapshot answers it, the live "
+        "source after it.",
+    )
     PLANNED = (
         "planned",
         ("query", "route", "stage"),

@@ -15,6 +15,12 @@ and, when the semantic stage runs, the fitted model over its embedding
 confirms the cue kinds that also fire on fixed facts. The event names the cue (or
 `kind: "model"` when the model alone said so) and the model's probability.
 
+The other way, a question about the world that a stage sent to the live route by likeness
+to its exemplars (not by a keyword rule), and that no cue word and not the model reads as
+changing with time, goes to the snapshot, the live route after it (`time_stable`): "who
+won the 1966 world cup" is near "who won the game last night" in meaning, but its answer
+is fixed.
+
 Only a question a stage judged encyclopedic is redirected: a part that ended at the
 default (nothing judged it) keeps the default, a part the household labelled keeps the
 route of its label (the household said where these words go), and a part any source
@@ -33,7 +39,8 @@ from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.config import TimeSensitiveConfig
 from routing.dispatch.dispatcher import Dispatcher
-from routing.language.text import normalise
+from routing.language.sentences import asks_about_the_world
+from routing.language.text import normalise, words
 from routing.language.time_sensitive import time_cue
 from routing.stages.time_sensitivity import TimeSensitivityModel, Verdict
 
@@ -42,6 +49,9 @@ _REMEMBERED = 4096  # verdicts kept per process: a household asks the same few q
 
 DEFAULT = "intent_default"  # the stage that decided nothing
 KEPT_STAGES = frozenset({DEFAULT, "intent_label"})  # decisions a time word never moves
+# Stages that decide by a rule someone wrote: a live route they name is not second-guessed
+# ("latest news" by the keyword rules, a follow-up by the session).
+RULED_STAGES = frozenset({"intent_keyword", "intent_session"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +63,8 @@ class Routed:
 
 
 class LiveRedirect:
-    """Sends time-sensitive parts from a snapshot route to the live one."""
+    """Sends time-sensitive parts from a snapshot route to the live one, and questions the
+    model reads as fixed from the live route to the snapshot."""
 
     def __init__(
         self,
@@ -63,7 +74,7 @@ class LiveRedirect:
         embed: Embed | None = None,
     ) -> None:
         """`model` and `embed` (the semantic stage's encoder): the fitted reading; without
-        them only the cue words decide."""
+        them only the cue words decide, and nothing is sent to a snapshot."""
         self.dispatcher = dispatcher
         self.config = config
         self.from_routes = frozenset(config.from_routes)
@@ -83,33 +94,46 @@ class LiveRedirect:
             return "disabled"
         return None
 
-    async def _verdict(self, text: str, embedding: Any) -> Verdict | None:
-        """The cue words' verdict, read with the model's when there is one."""
-        cue = time_cue(text)
+    async def _probability(self, text: str, embedding: Any) -> float | None:
+        """The model's probability that `text`'s answer changes with time (None: no model,
+        not started, or an embedding model other than the one it was fitted for)."""
         if self.model is None or self.embed is None:
-            return None if cue is None else Verdict(True, None, cue)
+            return None
         key = normalise(text)
         probability = self._probabilities.get(key)
         if probability is None:
             vector = embedding if embedding is not None else await self.embed(text)
-            if vector is None or len(vector) != self.model.dimension:  # not started, or
-                # another embedding model than the one it was fitted for
-                return None if cue is None else Verdict(True, None, cue)
+            if vector is None or len(vector) != self.model.dimension:
+                return None
             probability = self.model.probability(vector)
             self._probabilities[key] = probability
             if len(self._probabilities) > _REMEMBERED:
                 self._probabilities.popitem(last=False)
+        return probability
+
+    async def _verdict(self, text: str, embedding: Any) -> Verdict | None:
+        """The cue words' verdict, read with the model's when there is one."""
+        cue = time_cue(text)
+        probability = await self._probability(text, embedding)
+        if probability is None or self.model is None:
+            return None if cue is None else Verdict(True, None, cue)
         verdict = self.model.judge(cue, probability)
         return verdict if verdict.sensitive else None
 
     async def route(self, text: str, route: str, stage: str, embedding: Any = None) -> Routed:
         """The route `text` goes to, recording `time_sensitive` when its time words (or the
-        model) change it, or would, had a live source been enabled. `embedding`: the
-        part's, when a stage already computed it."""
-        if not self.config.enabled or route not in self.from_routes or stage in KEPT_STAGES:
+        model) change it, or would, had a live source been enabled, and `time_stable` when
+        the model sends it from the live route to a snapshot. `embedding`: the part's, when
+        a stage already computed it."""
+        if not self.config.enabled or stage in KEPT_STAGES or self.dispatcher.is_command(text):
             return Routed(route)
-        if self.dispatcher.is_command(text):
-            return Routed(route)
+        if route in self.from_routes:
+            return await self._to_live(text, route, embedding)
+        if route == self.config.live_route and stage not in RULED_STAGES:
+            return await self._to_snapshot(text, route, embedding)
+        return Routed(route)
+
+    async def _to_live(self, text: str, route: str, embedding: Any) -> Routed:
         verdict = await self._verdict(text, embedding)
         if verdict is None:
             return Routed(route)
@@ -133,3 +157,30 @@ class LiveRedirect:
             **extra,
         )
         return Routed(route) if to_route == route else Routed(live, (route,))
+
+    async def _to_snapshot(self, text: str, route: str, embedding: Any) -> Routed:
+        """A question about the world that a stage judged by likeness (not by a rule) to
+        be the live route's, which no cue word and not the model reads as changing with
+        time: a snapshot answers it, with the live route after it. The model says "fixed"
+        as surely as it says "time-sensitive" alone: at 1 - its threshold."""
+        snapshot = self.config.from_routes[0] if self.config.from_routes else None
+        if (
+            snapshot is None
+            or self.model is None
+            or not asks_about_the_world(words(text))
+            or time_cue(text) is not None
+        ):
+            return Routed(route)
+        probability = await self._probability(text, embedding)
+        below = round(1.0 - self.model.threshold, 4)
+        if probability is None or probability >= below:
+            return Routed(route)
+        record(
+            Step.TIME_STABLE,
+            query=text,
+            from_route=route,
+            to_route=snapshot,
+            probability=round(probability, 4),
+            below=below,
+        )
+        return Routed(snapshot, (route,))

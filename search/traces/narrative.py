@@ -120,6 +120,11 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         return f"went to {decision} by default ({event.get('reason') or 'no stage decided'})"
     if step == Step.TIME_SENSITIVE:
         return _time_sensitive(event, with_text)
+    if step == Step.TIME_STABLE:
+        return (
+            f"the time-sensitivity model reads its answer as fixed ({event.get('probability')}), "
+            f"so it went to {event.get('to_route')} ({event.get('from_route')} if that fails)"
+        )
     if step == Step.PLANNED:
         return f"planned for {event.get('route')} (dry run, {event.get('stage')})"
     if step == Step.RESULT_CACHE_HIT:

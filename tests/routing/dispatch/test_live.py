@@ -207,3 +207,44 @@ async def test_a_cue_that_fires_on_fixed_facts_needs_the_models_word(build: Buil
     mayor = await svc.search(MAYOR, explain=True, dry_run=True)
     (event,) = steps(mayor.chain, "time_sensitive")
     assert event["kind"] == "present" and 0.0 <= event["probability"] <= 1.0
+
+
+async def test_a_fixed_fact_a_stage_sent_live_by_likeness_goes_to_the_snapshot(
+    build: Build,
+) -> None:
+    """Near reviews in meaning, so the semantic stage says web; the model reads its answer
+    as fixed, so kiwix answers it, web after it."""
+    question = "what did critics say about citizen kane when it came out"
+    svc = await build(LIVE)
+    outcome = await svc.search(question, explain=True, dry_run=True)
+    semantic = [e for e in outcome.chain if e["step"] == "intent_semantic"]
+    assert [e["decision"] for e in semantic] == ["web"]
+    (event,) = steps(outcome.chain, "time_stable")
+    assert (event["from_route"], event["to_route"]) == ("web", "kiwix")
+    model = svc.router.live.model
+    assert model is not None and event["below"] == round(1 - model.threshold, 4)
+    assert event["probability"] < event["below"]
+    assert [r["source"] for r in outcome.body["results"]] == ["kiwix"]
+    (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
+    assert "reads its answer as fixed" in line and "went to kiwix (web if that fails)" in line
+    # web answers when kiwix fails, as the time-sensitive parts have kiwix after web
+    with SearxngServer() as web:
+        web.results = [searxng_result("Citizen Kane", "https://example.org/kane", "1941")]
+        live = await build({"enabled": True, "url": web.url, "timeout_s": 2})
+        live.dispatcher.enabled["kiwix"] = False
+        answered = await live.search(question, explain=True)
+    invoked = [(e["source"], e["outcome"]) for e in steps(answered.chain, "source_invoked")]
+    assert invoked == [("web", "ok")]
+    assert [s["source"] for s in steps(answered.chain, "source_skipped")] == ["kiwix"]
+
+
+async def test_a_live_route_a_keyword_rule_named_is_not_second_guessed(build: Build) -> None:
+    svc = await build(LIVE)
+    outcome = await svc.search(
+        "what traffic laws did ancient rome have", explain=True, dry_run=True
+    )
+    assert [e["step"] for e in outcome.chain if e["step"].startswith("intent_")] == [
+        "intent_keyword"
+    ]
+    assert [r["source"] for r in outcome.body["results"]] == ["web"]
+    assert not steps(outcome.chain, "time_stable")
