@@ -37,9 +37,9 @@ TRIVIA = rq.fit_only_name("opentriviaqa")  # a fit corpus with no evaluation fil
 FLOORS: dict[str, dict[str, float]] = {
     "ha_intents_tests.jsonl": {"ha": 0.959, "*": 0.958},
     "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.913, "kiwix": 0.775, "web": 0.917, "*": 0.901},
-    "slurp_devel_compound.jsonl": {"*": 0.782},
+    "slurp_devel_compound.jsonl": {"*": 0.778},
     "mixsnips_dev.jsonl": {"*": 0.937},
-    TRIVIA: {"kiwix": 0.855},
+    TRIVIA: {"kiwix": 0.868},
 }
 # Floors that are short of the issue's target, each with what it measured and why it was
 # let fall: nothing else may be (test_every_floor_holds_the_issues_target).
@@ -51,12 +51,11 @@ _TIME_SENSITIVE = (
 SHORT_OF_TARGET = {
     ("slurp_devel_compound.jsonl", "*"): "88.9% before the written distinctions joined the "
     "fit and the exemplars (2026-12-02), 79.6% with them: its kiwix+web and kiwix+none pairs "
-    "fall most, while the sealed corpora's compound requests rose (bench/README.md); 78.2% "
-    f"{_TIME_SENSITIVE}",
+    "fall most, while the sealed corpora's compound requests rose (bench/README.md); 77.8% "
+    f"{_TIME_SENSITIVE}, and two of its kiwix+web pairs' web halves read as fixed facts",
     ("slurp_devel.jsonl", "kiwix"): "85.8% (88.3% before the written distinctions); 77.5% "
     f"{_TIME_SENSITIVE} ('how old is ...', 'who is the governor of ...', 'this week'; "
     "../shared/eval/README.md counts about 15% of its questions as current events)",
-    (TRIVIA, "kiwix"): f"89.5%; 85.5% {_TIME_SENSITIVE} ('the most', 'the highest')",
 }
 NONE_CONFIDENT_CEILING = {"slurp_devel.jsonl": 0.083, "ha_intents_tests.jsonl": 0.067}
 
