@@ -125,13 +125,18 @@ class LiveRedirect:
         model) change it, or would, had a live source been enabled, and `time_stable` when
         the model sends it from the live route to a snapshot. `embedding`: the part's, when
         a stage already computed it."""
-        if not self.config.enabled or stage in KEPT_STAGES or self.dispatcher.is_command(text):
+        if not self.config.enabled or stage in KEPT_STAGES:
             return Routed(route)
-        if route in self.from_routes:
+        to_live = route in self.from_routes
+        to_snapshot = (
+            self.model is not None and route == self.config.live_route and stage not in RULED_STAGES
+        )
+        # (most parts are neither: a forecast, a command; they pay for nothing below)
+        if not (to_live or to_snapshot) or self.dispatcher.is_command(text):
+            return Routed(route)
+        if to_live:
             return await self._to_live(text, route, embedding)
-        if route == self.config.live_route and stage not in RULED_STAGES:
-            return await self._to_snapshot(text, route, embedding)
-        return Routed(route)
+        return await self._to_snapshot(text, route, embedding)
 
     async def _to_live(self, text: str, route: str, embedding: Any) -> Routed:
         verdict = await self._verdict(text, embedding)
