@@ -13,7 +13,9 @@ What says a question is time-sensitive: its cue words (routing/language/time_sen
 and, when the semantic stage runs, the fitted model over its embedding
 (routing/stages/time_sensitivity.py), which finds questions no cue word marks and
 confirms the cue kinds that also fire on fixed facts. The event names the cue (or
-`kind: "model"` when the model alone said so) and the model's probability.
+`kind: "model"` when the model alone said so) and the model's probability. A part the
+keyword rules routed has no embedding yet: reading it costs one (about 15 ms on 2 cores),
+once per question, since the probability is remembered per normalised text.
 
 The other way, a question about the world that a stage sent to the live route by likeness
 to its exemplars (not by a keyword rule), and that no cue word and not the model reads as
