@@ -56,11 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         from routing.stages.embedder import load_embedder
 
         started = time.perf_counter()
-        questions = time_fit.read_situatedqa(Path(args.situatedqa)) + time_fit.shipped_questions()
+        questions = time_fit.training_questions(Path(args.situatedqa))
         vectors = load_embedder(config.routing.semantic.model_path).encode_exemplars(
             [q.text for q in questions]
         )
-        time_model, _ = time_fit.fit_time_model(questions, vectors)
+        time_model = time_fit.fit_time_model(questions, vectors)
         time_seconds = time.perf_counter() - started
         with tempfile.TemporaryDirectory() as scratch:
             written = Path(scratch) / "time_sensitive.json"

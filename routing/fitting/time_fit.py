@@ -92,6 +92,11 @@ def shipped_questions(directory: Path = FIT_DATA) -> list[Question]:
     return rows
 
 
+def training_questions(situatedqa: Path) -> list[Question]:
+    """Everything the model is fitted on: SituatedQA's train split and the shipped rows."""
+    return read_situatedqa(situatedqa) + shipped_questions()
+
+
 def fit_logistic(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     """Class-balanced, L2-regularised logistic regression by gradient descent."""
     weight = np.where(y, 0.5 / max(y.mean(), 1e-9), 0.5 / max(1 - y.mean(), 1e-9))
@@ -133,11 +138,9 @@ def _counts(said: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     }
 
 
-def fit_time_model(
-    questions: Sequence[Question], vectors: np.ndarray
-) -> tuple[TimeSensitivityModel, dict[str, Any]]:
-    """The model fitted on every row, with its rule chosen by cross-validation; and what
-    the cross-validation measured."""
+def fit_time_model(questions: Sequence[Question], vectors: np.ndarray) -> TimeSensitivityModel:
+    """The model fitted on every row, with its rule chosen by cross-validation; what the
+    cross-validation measured is its `report`."""
     y = np.asarray([q.sensitive for q in questions])
     cues = [time_cue(q.text) for q in questions]
     said = np.asarray([c is not None for c in cues])
@@ -166,8 +169,7 @@ def fit_time_model(
         "kind_precision": {k: round(right[k] / by_kind[k], 4) for k in sorted(by_kind)},
         "threshold_sweep": {str(t): v for t, v in sweep.items()},
     }
-    model = TimeSensitivityModel(w, b, best, CONFIRM, confirmed, report)
-    return model, report
+    return TimeSensitivityModel(w, b, best, CONFIRM, confirmed, report)
 
 
 def write(model: TimeSensitivityModel, path: Path = ARTEFACT) -> None:

@@ -117,7 +117,7 @@ def _time_questions(situatedqa: str) -> list[Any]:
     from routing.fitting import time_fit
 
     try:
-        return time_fit.read_situatedqa(Path(situatedqa)) + time_fit.shipped_questions()
+        return time_fit.training_questions(Path(situatedqa))
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"--situatedqa: {exc}") from exc
 
@@ -130,7 +130,7 @@ def _fit_time_model(config: Any, args: argparse.Namespace, questions: list[Any])
     progress(f"fitting the time-sensitivity model on {len(questions)} questions")
     embedder = load_embedder(config.routing.semantic.model_path)
     vectors = embedder.encode_exemplars([q.text for q in questions])
-    model, _ = time_fit.fit_time_model(questions, vectors)
+    model = time_fit.fit_time_model(questions, vectors)
     say(time_fit.render(model))
     if not args.dry_run:
         path = Path(args.time_output) if args.time_output else time_fit.ARTEFACT

@@ -62,7 +62,8 @@ def test_the_rule_is_chosen_by_cross_validation() -> None:
     questions = [
         time_fit.Question(t, bool(y), "test") for t, y in zip(texts, sensitive, strict=True)
     ]
-    model, report = time_fit.fit_time_model(questions, vectors.astype(np.float32))
+    model = time_fit.fit_time_model(questions, vectors.astype(np.float32))
+    report = model.report
     assert isinstance(model, TimeSensitivityModel)
     assert model.confirmed_kinds == frozenset({"superlative"})
     assert model.threshold in time_fit.THRESHOLDS
