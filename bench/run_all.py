@@ -128,6 +128,21 @@ def _instructions_verdict(d: dict[str, Any], target_pct: float) -> str:
     return "" if pct is None else f" (instructions: {verdict(pct < target_pct)})"
 
 
+def _server_cpu(d: dict[str, Any]) -> str:
+    """The server process's CPU per request and, when counted, its instructions ratio."""
+    out = ""
+    cpu = d.get("server_cpu_us")
+    if cpu:
+        search, bare = (cpu[n]["user"] + cpu[n]["system"] for n in ("search", "bare"))
+        out += f"; server CPU per request {search:.0f} µs vs {bare:.0f} µs"
+    if d.get("instructions_ratio") is not None:
+        out += (
+            f"; in the server's CPU instructions (callgrind) **{d['instructions_ratio']:.2f}×**"
+            f" ({d['instructions']['search']:,.0f} vs {d['instructions']['bare']:,.0f})"
+        )
+    return out
+
+
 def main_rows(r: dict[str, dict[str, Any]]) -> list[Row]:
     rows: list[Row] = []
 
@@ -163,9 +178,15 @@ def main_rows(r: dict[str, dict[str, Any]]) -> list[Row]:
                 ),
                 f"bare Starlette JSON endpoint, same server: {d['bare_rps']:.0f} req/s",
                 f"{d['search_rps']:.0f} req/s: **{d['ratio']:.2f}×** of it"
-                + ("" if d["tool"] == "wrk" else " (httpx fallback generator: no verdict)"),
+                + ("" if d["tool"] == "wrk" else " (httpx fallback generator: no verdict)")
+                + _server_cpu(d),
                 f"≥ {target:g}×",
-                verdict(d["ratio"] >= target if d["tool"] == "wrk" else None),
+                verdict(d["ratio"] >= target if d["tool"] == "wrk" else None)
+                + (
+                    ""
+                    if d.get("instructions_ratio") is None
+                    else f" (instructions: {verdict(d['instructions_ratio'] >= target)})"
+                ),
             ),
         )
     add(

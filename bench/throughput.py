@@ -18,6 +18,18 @@ so its ratio is no verdict (`passed` is null). Rounds of `BENCH_TP_SECONDS` alte
 search/bare and bare/search; reported are the medians of the rounds' requests/s, and the
 median of the per-round paired ratios (the verdict). Targets: search >= 0.85 of bare with
 the trace store on (as shipped), >= 0.9 with it off (`BENCH_TP_TRACE=0`).
+
+Wall-clock ratios on this shared 2-core machine move by about ±0.05 between runs of the
+same code, so beside them the bench counts the *server process's* CPU instructions per
+request with valgrind's callgrind (a second server, the same code, under
+`valgrind --tool=callgrind`): `BENCH_TP_COUNTED` (300) requests to each endpoint over one
+keep-alive connection, after as many to warm up, the counters zeroed before and dumped
+after each side (`callgrind_control`). That ratio includes uvicorn's HTTP parsing and the
+socket calls, as the wall ratio does, and does not move with the machine's load; the
+trace store's writer process runs outside valgrind and is not counted (its CPU is the
+store bench's). It is shown beside the verdict, not as it: instructions are not time
+(interpreted Python retires fewer of them per cycle than the C of the HTTP parser).
+`BENCH_INSTRUCTIONS=0` skips it.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ SECONDS = env_int("BENCH_TP_SECONDS", 3)
 CONNECTIONS = env_int("BENCH_CONNECTIONS", 8)
 TRACE = os.environ.get("BENCH_TP_TRACE", "1") != "0"  # 0: the trace store off, to see its share
 TARGET = 0.85 if TRACE else 0.9
+COUNTED = env_int("BENCH_TP_COUNTED", 300)
 QUERY = "what is the weather today"
 BODY = json.dumps({"query": QUERY})
 
@@ -116,10 +129,10 @@ def serve(port: int, trace_path: str) -> None:
 # --- the driver -------------------------------------------------------------------------
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     import httpx
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError("the server exited")
@@ -130,6 +143,13 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
             pass
         time.sleep(0.1)
     raise RuntimeError("the server did not start")
+
+
+def process_cpu(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process `pid` so far (Linux /proc; its threads too)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
 def load(tool: str, url: str, seconds: int, script: str) -> dict[str, float]:
@@ -152,6 +172,101 @@ def load(tool: str, url: str, seconds: int, script: str) -> dict[str, float]:
     assert result["non_2xx"] == 0 and result["errors"] == 0, (url, result, out.stdout)
     result["rps"] = result["requests"] / result["elapsed_s"]
     return result
+
+
+class KeepAliveClient:
+    """POSTs the bench's body over one keep-alive connection, reading each answer whole:
+    the cheapest client there is, for a server slowed fifty times by valgrind."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+
+    def post(self, path: str) -> None:
+        body = BODY.encode()
+        self.sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += self._recv()
+        head, rest = data.split(b"\r\n\r\n", 1)
+        status = head.split(b"\r\n", 1)[0]
+        assert b" 200 " in status, status
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")[1:]
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(rest) < length:
+            rest += self._recv()
+
+    def _recv(self) -> bytes:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        return chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def server_instructions(tmp: str) -> dict[str, float] | None:
+    """Instructions per request of the server process, per endpoint (callgrind); None when
+    valgrind is missing or `BENCH_INSTRUCTIONS=0`."""
+    import re
+
+    if os.environ.get("BENCH_INSTRUCTIONS", "1") == "0" or not (
+        shutil.which("valgrind") and shutil.which("callgrind_control")
+    ):
+        return None
+    port = free_port()
+    out = os.path.join(tmp, "callgrind")
+    os.makedirs(out)
+    proc = subprocess.Popen(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}/server.%p",
+            sys.executable,
+            __file__,
+            "--serve",
+            str(port),
+            os.path.join(tmp, "counted.db"),
+        ],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    counts: dict[str, float] = {}
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc, timeout_s=900)
+        client = KeepAliveClient(port)
+        for path in ("/search", "/bare"):  # the first answer fills the result cache
+            for _ in range(COUNTED):
+                client.post(path)
+        for name in ("search", "bare"):
+            control = ["callgrind_control"]
+            subprocess.run([*control, "--zero", str(proc.pid)], check=True, capture_output=True)
+            for _ in range(COUNTED):
+                client.post(f"/{name}")
+            before = set(os.listdir(out))
+            subprocess.run([*control, "--dump", str(proc.pid)], check=True, capture_output=True)
+            dumped = sorted(set(os.listdir(out)) - before)
+            text = Path(out, dumped[-1]).read_text()
+            found = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
+            if found is None:
+                raise RuntimeError(f"no instruction total in the callgrind dump {dumped[-1]}")
+            counts[name] = int(found.group(1)) / COUNTED
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=120)
+    return counts
 
 
 def require_wrk() -> None:
@@ -210,15 +325,25 @@ def main() -> None:
             paired = []
             for r in range(ROUNDS):
                 for name in order(r, ("search", "bare")):
-                    rounds[name].append(load(tool, f"{url}/{name}", SECONDS, script))
+                    before = process_cpu(proc.pid)
+                    result = load(tool, f"{url}/{name}", SECONDS, script)
+                    after = process_cpu(proc.pid)
+                    result["user_us"] = (after[0] - before[0]) * 1e6 / result["requests"]
+                    result["system_us"] = (after[1] - before[1]) * 1e6 / result["requests"]
+                    rounds[name].append(result)
                 paired.append(rounds["search"][-1]["rps"] / rounds["bare"][-1]["rps"])
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+        instructions = server_instructions(tmp)
     rps = {name: median([r["rps"] for r in rs]) for name, rs in rounds.items()}
     p50 = {name: median([r["p50_us"] for r in rs]) for name, rs in rounds.items()}
     p99 = {name: median([r["p99_us"] for r in rs]) for name, rs in rounds.items()}
     ratio = median(paired)
+    cpu = {
+        name: {kind: median([r[f"{kind}_us"] for r in rs]) for kind in ("user", "system")}
+        for name, rs in rounds.items()
+    }
     print(
         f"load generator: {tool}, {CONNECTIONS} connections, {ROUNDS} rounds x {SECONDS} s each; "
         f"trace store {'on' if TRACE else 'off'}"
@@ -230,9 +355,24 @@ def main() -> None:
             f"p99 {p99[name] / 1000:6.2f} ms"
         )
     print(
+        "server process CPU per request (user + system, median of rounds): "
+        + ", ".join(
+            f"{name} {c['user'] + c['system']:.0f} µs ({c['user']:.0f} + {c['system']:.0f})"
+            for name, c in cpu.items()
+        )
+    )
+    print(
         f"ratio search/bare: {ratio:.3f} (median of per-round ratios; target >= {TARGET:g}); "
         f"ratio of medians {rps['search'] / rps['bare']:.3f}"
     )
+    instructions_ratio = None
+    if instructions is not None:
+        instructions_ratio = instructions["bare"] / instructions["search"]
+        print(
+            f"server instructions per request (callgrind, {COUNTED} each): "
+            f"search {instructions['search']:,.0f}, bare {instructions['bare']:,.0f}; "
+            f"ratio bare/search {instructions_ratio:.3f} (the wall ratio's counterpart)"
+        )
     verdict: bool | None = ratio >= TARGET
     if tool != "wrk":
         verdict = None
@@ -250,6 +390,9 @@ def main() -> None:
         p50_us=p50,
         p99_us=p99,
         body_bytes=sizes,
+        server_cpu_us=cpu,
+        instructions=instructions,
+        instructions_ratio=instructions_ratio,
         target=TARGET,
         passed=verdict,
     )
