@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -179,8 +181,6 @@ class KeepAliveClient:
     the cheapest client there is, for a server slowed fifty times by valgrind."""
 
     def __init__(self, port: int) -> None:
-        import socket
-
         self.port = port
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
 
@@ -218,8 +218,6 @@ class KeepAliveClient:
 def server_instructions(tmp: str) -> dict[str, float] | None:
     """Instructions per request of the server process, per endpoint (callgrind); None when
     valgrind is missing or `BENCH_INSTRUCTIONS=0`."""
-    import re
-
     if os.environ.get("BENCH_INSTRUCTIONS", "1") == "0" or not (
         shutil.which("valgrind") and shutil.which("callgrind_control")
     ):
@@ -250,12 +248,13 @@ def server_instructions(tmp: str) -> dict[str, float] | None:
             for _ in range(COUNTED):
                 client.post(path)
         for name in ("search", "bare"):
-            control = ["callgrind_control"]
-            subprocess.run([*control, "--zero", str(proc.pid)], check=True, capture_output=True)
+            zero = ["callgrind_control", "--zero", str(proc.pid)]
+            subprocess.run(zero, check=True, capture_output=True)
             for _ in range(COUNTED):
                 client.post(f"/{name}")
             before = set(os.listdir(out))
-            subprocess.run([*control, "--dump", str(proc.pid)], check=True, capture_output=True)
+            dump = ["callgrind_control", "--dump", str(proc.pid)]
+            subprocess.run(dump, check=True, capture_output=True)
             dumped = sorted(set(os.listdir(out)) - before)
             text = Path(out, dumped[-1]).read_text()
             found = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
