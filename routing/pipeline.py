@@ -303,7 +303,10 @@ class Router:
                     text, None, "unserved", stage=decision.stage, confidence=decision.confidence
                 )
             # a snapshot's answer to a question of now may be old: a live source answers it
-            routed = await self.live.route(text, decision.route, decision.stage, context.embedding)
+            ruled = context.keyword is not None and context.keyword.route == decision.route
+            routed = await self.live.route(
+                text, decision.route, decision.stage, context.embedding, by_rule=ruled
+            )
             circumstances = Circumstances(
                 dry_run=context.dry_run,
                 conditional=conditional,

@@ -122,16 +122,22 @@ class LiveRedirect:
         verdict = self.model.judge(cue, probability)
         return verdict if verdict.sensitive else None
 
-    async def route(self, text: str, route: str, stage: str, embedding: Any = None) -> Routed:
+    async def route(
+        self, text: str, route: str, stage: str, embedding: Any = None, *, by_rule: bool = False
+    ) -> Routed:
         """The route `text` goes to, recording `time_sensitive` when its time words (or the
         model) change it, or would, had a live source been enabled, and `time_stable` when
         the model sends it from the live route to a snapshot. `embedding`: the part's, when
-        a stage already computed it."""
+        a stage already computed it. `by_rule`: the keyword rules named `route` too (a
+        semantic decision they back is not one by likeness alone)."""
         if not self.config.enabled or stage in KEPT_STAGES:
             return Routed(route)
         to_live = route in self.from_routes
         to_snapshot = (
-            self.model is not None and route == self.config.live_route and stage not in RULED_STAGES
+            self.model is not None
+            and route == self.config.live_route
+            and stage not in RULED_STAGES
+            and not by_rule
         )
         # (most parts are neither: a forecast, a command; they pay for nothing below)
         if not (to_live or to_snapshot) or self.dispatcher.is_command(text):

@@ -22,6 +22,12 @@ from routing.types import Decision, Escalation, ResolveContext
 _MEMO_SIZE = 2048  # the texts a household repeats, remembered (bounded)
 
 
+# Why the stage leaves a question about the world ("what is the habitat of the snow
+# leopard", "when did the tv show end") to the semantic stage however sure its words are:
+# there a rule word is as often a topic ("snow", "tv", "book") as the request, and the
+# semantic stage weighs the same keyword scores beside the question's meaning.
+WORLD_QUESTION = "keyword: a question about the world, its meaning is weighed too"
+
 CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
 
 
@@ -50,8 +56,11 @@ class KeywordStage:
         labels: list[str] | None = None,
         min_confidence: float | None = None,
         model: ConfidenceModel | None = None,
+        defer_world_questions: bool = False,
     ) -> None:
-        """`labels`: every route the confidence ranks (default: those with rules)."""
+        """`labels`: every route the confidence ranks (default: those with rules).
+        `defer_world_questions`: a semantic stage follows, so a question about the world
+        is left to it (see `WORLD_QUESTION`)."""
         self.rules = rules
         self.escalation = escalation
         self.model = model or load_model()
@@ -59,6 +68,7 @@ class KeywordStage:
             self.model.min_confidence if min_confidence is None else min_confidence
         )
         self.labels = labels or rules.routes
+        self.defer_world_questions = defer_world_questions
         self._match = lru_cache(maxsize=_MEMO_SIZE)(rules.match)
         self._scores = lru_cache(maxsize=_MEMO_SIZE)(rules.scores)
         self._ranking = lru_cache(maxsize=_MEMO_SIZE)(self._rank)
@@ -77,6 +87,8 @@ class KeywordStage:
             if ranked.confidence < self.min_confidence
             else None
         )
+        if reason is None and self.defer_world_questions and asks_about_the_world(words(query)):
+            reason = WORLD_QUESTION
         return _Ranking(match, ranked, round(ranked.confidence, 4), candidates, reason)
 
     def claim(self, text: str) -> str | None:

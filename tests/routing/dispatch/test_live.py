@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from routing.chain.events import route_log
 from search.config import ConfigError, parse_config
 from search.service import Service
 from search.traces.narrative import narrative
@@ -239,12 +240,44 @@ async def test_a_fixed_fact_a_stage_sent_live_by_likeness_goes_to_the_snapshot(
 
 
 async def test_a_live_route_a_keyword_rule_named_is_not_second_guessed(build: Build) -> None:
+    """The model moves a question from the live route to the snapshot only when a stage
+    chose the live route by likeness alone: not when the keyword rules named it (decided
+    by the keyword stage, or by the semantic stage with the rules' route as its own)."""
     svc = await build(LIVE)
-    outcome = await svc.search(
-        "what traffic laws did ancient rome have", explain=True, dry_run=True
-    )
-    assert [e["step"] for e in outcome.chain if e["step"].startswith("intent_")] == [
-        "intent_keyword"
+    question = "what traffic laws did ancient rome have"  # "traffic": a web rule
+    live = svc.router.live
+    with route_log() as log:
+        by_likeness = await live.route(question, "web", "intent_semantic")
+        backed = await live.route(question, "web", "intent_semantic", by_rule=True)
+        ruled = await live.route(question, "web", "intent_keyword")
+    assert (by_likeness.route, by_likeness.then) == ("kiwix", ("web",))
+    assert backed.route == "web" and ruled.route == "web"
+    assert [e["step"] for e in log.snapshot()] == ["time_stable"]
+    # through the pipeline: the rules' route backs the semantic stage's, when they agree
+    outcome = await svc.search("what is the traffic on the bridge", explain=True, dry_run=True)
+    intents = [e for e in outcome.chain if e["step"].startswith("intent_")]
+    assert [(e["step"], e.get("decision")) for e in intents] == [
+        ("intent_keyword", None),
+        ("intent_semantic", "web"),
     ]
+    assert intents[0]["candidates"][0]["route"] == "web"
     assert [r["source"] for r in outcome.body["results"]] == ["web"]
     assert not steps(outcome.chain, "time_stable")
+
+
+async def test_a_rule_word_that_is_a_questions_topic_does_not_route_it(build: Build) -> None:
+    """ "snow" is the forecast's word and "the tv" Home Assistant's; in these questions
+    they name what is asked about, and the encyclopedia answers."""
+    svc = await build(LIVE)
+    for question in (
+        "what is the habitat of the snow leopard",
+        "what year did the tv show friends end",
+    ):
+        outcome = await svc.search(question, explain=True, dry_run=True)
+        keyword, semantic = [e for e in outcome.chain if e["step"].startswith("intent_")]
+        assert keyword["outcome"] == "declined", question
+        assert keyword["candidates"][0]["route"] in ("forecast", "ha"), question
+        assert semantic["decision"] == "kiwix", question
+        assert [r["source"] for r in outcome.body["results"]] == ["kiwix"], question
+        (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
+        assert "declined (a question about the world, its meaning is weighed too)" in line

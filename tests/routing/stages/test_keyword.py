@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from routing.chain.events import route_log
-from routing.stages.keyword import KeywordStage
+from routing.stages.keyword import WORLD_QUESTION, KeywordStage
 from routing.stages.keyword_rules import KeywordRules, parse_rule
 from routing.stages.resolver import Resolver
 from routing.types import ResolveContext
@@ -101,6 +101,28 @@ async def test_stage_records_its_decision() -> None:
     assert event["step"] == "intent_keyword"
     assert event["decision"] == "forecast" and event["discourse_escalated"] is False
     assert event["matched"] == ["rain"]
+
+
+async def test_a_question_about_the_world_is_left_to_the_semantic_stage() -> None:
+    """A rule word in a question about the world may be its topic ("lightning"): with a
+    semantic stage after it, the keyword stage declines, saying why, and hands on its
+    ranking; a request worded the same way as a command is still decided."""
+    question = "what causes lightning during a storm"
+    alone = KeywordStage(RULES)
+    deferring = KeywordStage(RULES, defer_world_questions=True)
+    with route_log():
+        decided = await alone.decide(question, ResolveContext())
+    assert decided is not None and decided.route == "forecast"
+    context = ResolveContext()
+    with route_log() as log:
+        assert await deferring.decide(question, context) is None
+        kept = await deferring.decide("is it raining", ResolveContext())
+    [declined, decided_event] = log.snapshot()
+    assert declined["outcome"] == "declined" and declined["declined"] == WORLD_QUESTION
+    assert declined["candidates"][0]["route"] == "forecast" and declined["matched"] == ["lightning"]
+    assert context.ranked is not None and context.ranked.winner == "forecast"
+    assert kept is not None and kept.route == "forecast"
+    assert decided_event["decision"] == "forecast"
 
 
 async def test_unserved_is_decided_as_no_source_at_all() -> None:
