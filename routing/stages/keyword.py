@@ -23,9 +23,11 @@ _MEMO_SIZE = 2048  # the texts a household repeats, remembered (bounded)
 
 
 # Why the stage leaves a question about the world ("what is the habitat of the snow
-# leopard", "when did the tv show end") to the semantic stage however sure its words are:
-# there a rule word is as often a topic ("snow", "tv", "book") as the request, and the
-# semantic stage weighs the same keyword scores beside the question's meaning.
+# leopard", "when did the tv show end") to the semantic stage however sure its words are
+# of a source's route: there a rule word is as often a topic ("snow", "tv") as the
+# request, and the semantic stage weighs the same keyword scores beside the question's
+# meaning. (A `none` rule in such a question, "what time is it", is already weighed
+# against by the fitted confidence, `none_question`.)
 WORLD_QUESTION = "keyword: a question about the world, its meaning is weighed too"
 
 CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
@@ -87,7 +89,12 @@ class KeywordStage:
             if ranked.confidence < self.min_confidence
             else None
         )
-        if reason is None and self.defer_world_questions and asks_about_the_world(words(query)):
+        if (
+            reason is None
+            and self.defer_world_questions
+            and ranked.winner != NONE
+            and asks_about_the_world(words(query))
+        ):
             reason = WORLD_QUESTION
         return _Ranking(match, ranked, round(ranked.confidence, 4), candidates, reason)
 

@@ -123,6 +123,16 @@ async def test_a_question_about_the_world_is_left_to_the_semantic_stage() -> Non
     assert context.ranked is not None and context.ranked.winner == "forecast"
     assert kept is not None and kept.route == "forecast"
     assert decided_event["decision"] == "forecast"
+    # a `none` rule is not deferred: the fitted confidence weighs such questions itself
+    for stage in (alone, deferring):
+        with route_log() as log:
+            await stage.decide("what is the newest spotify alarm", ResolveContext())
+        [event] = log.snapshot()
+        assert event["candidates"][0]["route"] == "none"
+        assert event.get("declined") != WORLD_QUESTION
+    assert alone._rank("what is the newest spotify alarm") == deferring._rank(
+        "what is the newest spotify alarm"
+    )
 
 
 async def test_unserved_is_decided_as_no_source_at_all() -> None:
