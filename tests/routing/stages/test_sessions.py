@@ -200,7 +200,9 @@ async def test_it_is_asked_of_its_source_as_what_it_stands_for(shipped: Service)
         "'the eiffel tower'); "
     )
     # a question about the world: the semantic stage weighs its rule words with its meaning
-    assert "declined (a question about the world, its meaning is weighed too); went to kiwix" in line
+    assert (
+        "declined (a question about the world, its meaning is weighed too); went to kiwix" in line
+    )
     assert "eiffel" not in narrative(follow.chain, with_text=False)[0].lower()
     alone = await shipped.search("how tall is it?", explain=True)  # no session: as asked
     assert "rewritten" not in [e["step"] for e in alone.chain]
