@@ -168,7 +168,7 @@ def build_resolver(
             labels=confidence_labels(config, data),
             min_confidence=routing.min_confidence,
             model=model,
-            defer_world_questions=semantic is not None,
+            defer_world_questions=semantic.ready if semantic is not None else None,
         ),
         DecisionCacheStage(decision_cache),
     ]

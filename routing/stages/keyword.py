@@ -8,6 +8,7 @@ The rules themselves (matching, inflections, typos) are routing/stages/keyword_r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -41,6 +42,7 @@ class _Ranking(NamedTuple):
     confidence: float  # rounded, as the event shows it
     candidates: tuple[tuple[str, float, float], ...]  # (route, confidence, margin)
     declined: str | None  # why it declines (under `min_confidence`), else None
+    deferrable: bool  # a question about the world its rules give a source's route
 
 
 class KeywordStage:
@@ -58,11 +60,11 @@ class KeywordStage:
         labels: list[str] | None = None,
         min_confidence: float | None = None,
         model: ConfidenceModel | None = None,
-        defer_world_questions: bool = False,
+        defer_world_questions: Callable[[], bool] | None = None,
     ) -> None:
         """`labels`: every route the confidence ranks (default: those with rules).
-        `defer_world_questions`: a semantic stage follows, so a question about the world
-        is left to it (see `WORLD_QUESTION`)."""
+        `defer_world_questions`: whether the semantic stage after this one is ready; while
+        it is, a question about the world is left to it (see `WORLD_QUESTION`)."""
         self.rules = rules
         self.escalation = escalation
         self.model = model or load_model()
@@ -89,14 +91,9 @@ class KeywordStage:
             if ranked.confidence < self.min_confidence
             else None
         )
-        if (
-            reason is None
-            and self.defer_world_questions
-            and ranked.winner != NONE
-            and asks_about_the_world(words(query))
-        ):
-            reason = WORLD_QUESTION
-        return _Ranking(match, ranked, round(ranked.confidence, 4), candidates, reason)
+        deferrable = ranked.winner != NONE and asks_about_the_world(words(query))
+        confidence = round(ranked.confidence, 4)
+        return _Ranking(match, ranked, confidence, candidates, reason, deferrable)
 
     def claim(self, text: str) -> str | None:
         """The route (or "none") the rules give `text` alone by more than a hint ("nearby"
@@ -122,7 +119,10 @@ class KeywordStage:
             "fit": self.model.name,
         }
         matched = list(match.matched)
-        if ranking.declined is not None:
+        why = ranking.declined
+        if why is None and ranking.deferrable and self.defer_world_questions is not None:
+            why = WORLD_QUESTION if self.defer_world_questions() else None
+        if why is not None:
             # A tie, or words that point several ways: the semantic stage weighs them too.
             record(
                 Step.INTENT_KEYWORD,
@@ -131,7 +131,7 @@ class KeywordStage:
                 discourse_escalated=False,
                 matched=matched,
                 outcome="declined",
-                declined=ranking.declined,
+                declined=why,
                 **shown,
             )
             context.ranked = ranked

@@ -252,6 +252,10 @@ class SemanticStage:
         self.index: ExemplarIndex | None = None
         self.classifier: LabelClassifier | None = None
 
+    def ready(self) -> bool:
+        """Whether the model is loaded and the exemplars embedded (`start` has run)."""
+        return self.index is not None and self.embedder is not None
+
     async def start(self) -> None:
         """Load the model (shared per process) and embed the exemplars; once."""
         if self.index is not None:
