@@ -84,14 +84,15 @@ class KeywordStage:
         if match is None:
             return None
         labels = [*self.labels, *(r for r in match.scores if r not in self.labels)]
-        ranked = self.model.keyword(labels, match.scores, asks_about_the_world(words(query)))
+        world = asks_about_the_world(words(query))
+        ranked = self.model.keyword(labels, match.scores, world)
         candidates = tuple((c["route"], c["confidence"], c["margin"]) for c in ranked.candidates())
         reason = (
             declined("keyword", ranked, self.min_confidence)
             if ranked.confidence < self.min_confidence
             else None
         )
-        deferrable = ranked.winner != NONE and asks_about_the_world(words(query))
+        deferrable = world and ranked.winner != NONE
         confidence = round(ranked.confidence, 4)
         return _Ranking(match, ranked, confidence, candidates, reason, deferrable)
 
@@ -120,10 +121,12 @@ class KeywordStage:
         }
         matched = list(match.matched)
         why = ranking.declined
-        if why is None and ranking.deferrable and self.defer_world_questions is not None:
-            why = WORLD_QUESTION if self.defer_world_questions() else None
+        ready = self.defer_world_questions
+        if why is None and ranking.deferrable and ready is not None and ready():
+            why = WORLD_QUESTION
         if why is not None:
-            # A tie, or words that point several ways: the semantic stage weighs them too.
+            # A tie, words that point several ways, or a question about the world: the
+            # semantic stage weighs the words too.
             record(
                 Step.INTENT_KEYWORD,
                 query=query,
