@@ -62,6 +62,7 @@ class RouteLog:
     __slots__ = ("entries", "dropped_steps", "max_events", "started", "captures")
 
     def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+        # Never rebound: `route_log` hands this very list (and `max_events`) to `record`.
         self.entries: list[EntryRow] = []
         self.dropped_steps: list[str] = []
         self.max_events = max_events
@@ -177,39 +178,40 @@ class NullRouteLog(RouteLog):
         return None
 
 
-# The request's log and the part being run, in one ContextVar: `record` reads both with
-# one lookup. A part scope outside a request holds no log.
-_scope: contextvars.ContextVar[tuple[RouteLog | None, str]] = contextvars.ContextVar(
-    "route_scope", default=(None, "")
+# What `record` needs, in one ContextVar read with one lookup: the request's entries list,
+# its bound, the log itself (for events past the bound) and the part being run. Holding
+# the list and the bound here, not only on the log, spares two attribute loads per event;
+# outside a request the bound is 0 and the log None, so `record` drops the event without
+# a separate test. (`RouteLog.max_events` is read once, when the request's scope opens.)
+_Scope = tuple[list[EntryRow], int, RouteLog | None, str]
+_scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar(
+    "route_scope", default=([], 0, None, "")
 )
 
 
 def record(step: Step, **fields: Any) -> None:
     """Append one event to the current request's chain; a no-op outside a request."""
-    log, part = _scope.get()
-    if log is None:
-        return
     # Inline, no method call: this runs for every event of every request.
-    entries = log.entries
-    if len(entries) < log.max_events:
+    entries, limit, log, part = _scope.get()
+    if len(entries) < limit:
         entries.append((_clock(), part, step, fields, None))
-    else:
+    elif log is not None:
         log.past_bound(step, part, fields)
 
 
 def capture(source: str, query: str, items: list[Any]) -> None:
     """Keep a source's answer with the request (stored only if capture is configured)."""
-    log = _scope.get()[0]
+    log = _scope.get()[2]
     if log is not None:
         log.captures.append((source, query, items))
 
 
 def current_log() -> RouteLog | None:
-    return _scope.get()[0]
+    return _scope.get()[2]
 
 
 def current_part() -> str:
-    return _scope.get()[1]
+    return _scope.get()[3]
 
 
 def part_key(path: str) -> tuple[int, ...]:
@@ -233,8 +235,9 @@ class route_log:  # noqa: N801 - used as a function: `with route_log() as log:`
         self._log = factory(max_events)
 
     def __enter__(self) -> RouteLog:
-        self._token = _scope.set((self._log, ""))
-        return self._log
+        log = self._log
+        self._token = _scope.set((log.entries, log.max_events, log, ""))
+        return log
 
     def __exit__(self, *exc_info: object) -> None:
         _scope.reset(self._token)
@@ -249,7 +252,8 @@ class part_scope:  # noqa: N801 - used as a function: `with part_scope("1"):`
         self._path = path
 
     def __enter__(self) -> None:
-        self._token = _scope.set((_scope.get()[0], self._path))
+        entries, limit, log, _ = _scope.get()
+        self._token = _scope.set((entries, limit, log, self._path))
 
     def __exit__(self, *exc_info: object) -> None:
         _scope.reset(self._token)

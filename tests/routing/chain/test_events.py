@@ -12,6 +12,7 @@ from routing.chain.events import (
     NullRouteLog,
     bind_context,
     current_log,
+    current_part,
     part_scope,
     record,
     route_log,
@@ -22,7 +23,13 @@ from routing.chain.events import (
 def test_record_outside_a_request_is_a_no_op() -> None:
     assert current_log() is None
     record("decomposed", query="x", parts=["x"])  # must not raise
+    with part_scope("1"):
+        assert current_part() == "1"
+        record("error", query="x", error_type="X", message="m")  # even one always kept
     assert current_log() is None
+    with route_log() as log:
+        pass
+    assert log.snapshot() == [] and log.dropped_events == 0
 
 
 async def test_events_from_gathered_parts_arrive_with_their_part() -> None:
@@ -107,6 +114,7 @@ async def test_the_log_is_bounded_and_counts_what_it_dropped() -> None:
     assert len(log.snapshot()) == 11  # 10 kept + the error, which is always kept
     assert log.dropped_events == 15
     assert log.snapshot()[-1]["step"] == "error"
+    assert log.snapshot()[-1]["seq"] == 25  # its true ordinal, counting the dropped ones
     # The statistics still see the dropped cache hit.
     assert log.happened("result_cache_hit")
     assert not log.happened("fallback")
