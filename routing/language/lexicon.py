@@ -104,6 +104,8 @@ class TimeWords(_Section):
     roles: Words
     role_frames: Words
     fixed_roles: Words
+    role_ends: Words
+    office_after: Words
     holding: Words
     superlatives: Words
     present_frames: Words

@@ -108,16 +108,18 @@ _QUESTION_OPENERS = frozenset(
 # The question words among them: a question they open asks for a fact, not a yes or no
 # ("is it ...", "can you ..." may be a request: "can you play ...").
 _WH_OPENERS = frozenset(w for w in _QUESTION_OPENERS if w.startswith(("wh", "how")))
+# ...and the imperative that asks for one: "name a song by ...", "name the capital of ...".
+_WORLD_OPENERS = _WH_OPENERS | {"name"}
 _FIRST_PERSON = _WORDS.first_person
 
 
 def asks_about_the_world(words: list[str]) -> bool:
-    """ "who sang the theme song", "when did the first season air": a question word opens
-    it and nothing in it is the asker's own ("my calendar", "our flight"). Such a question
+    """ "who sang the theme song", "when did the first season air", "name a film by ...": a
+    question word (or "name") opens it and nothing in it is the asker's own ("my calendar", "our flight"). Such a question
     is rarely one no source serves, whatever its topic words ("song", "calendar")."""
     return (
         len(words) >= 3
-        and words[0] in _WH_OPENERS
+        and words[0] in _WORLD_OPENERS
         and not any(word in _FIRST_PERSON for word in words)
     )
 

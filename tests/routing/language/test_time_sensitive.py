@@ -16,6 +16,8 @@ from routing.language.time_sensitive import time_cue
         ("how many novels has Stephen King published", "how many novels has", "count"),
         ("who won the cup this year", "this year", "relative"),
         ("who is the prime minister of Japan", "who is the prime minister", "role"),
+        ("who is head coach of the Warriors", "who is head coach", "role"),  # the longer role
+        ("who is president of the club", "who is president", "role"),  # an office, bare
         ("what is the population of Lagos", "population of", "measures"),
         ("who has scored the most goals for Brazil", "the most", "measures"),
         ("who has won every race", "who has", "perfect"),
@@ -38,6 +40,9 @@ def test_time_words_are_found_and_named(question: str, cue: str, kind: str) -> N
         "what is electric current",  # a noun, not "now"
         "how strong is the ocean current near the cape",
         "who was the first president of France",  # a role that never changes hands
+        "who is the father of queen Victoria",  # a father is asked; "queen" names his child
+        "who is a member of the band Queen",
+        "who is queen Victoria",  # a title before a name: a person, not an office
         "who was the prime minister of Japan in 1990",  # anchored by a year and a past tense
         "what was the population of Rome under Augustus",
         "when was the Eiffel Tower built",

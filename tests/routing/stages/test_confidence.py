@@ -296,6 +296,9 @@ def test_a_decline_shows_the_threshold_as_it_was_set() -> None:
         ("what's on my calendar today", False),  # the asker's own affairs
         ("when is our flight", False),
         ("play the theme song", False),  # a request, not a question
+        ("name a film directed by the same person", True),  # the imperative that asks
+        ("name the capital of the country", True),
+        ("name my new lamp the reading light", False),  # the asker's own
         ("is it raining", False),  # a yes/no question may be a request ("can you play ...")
         ("who won", False),  # too short to tell
     ],
