@@ -245,12 +245,36 @@ def redact(data: Any, pseudonym: Pseudonymizer | None = None) -> Any:
     return redactor.scrub(redactor.fields(data) if isinstance(data, dict) else redactor.text(data))
 
 
+def stores_content(config: RowPolicy) -> bool:
+    """Whether rows under `config` keep source content (captured answers, and the items of
+    results served from the cache, `replay_captures`); a redacted row never does."""
+    return config.capture_results and not config.redact
+
+
+def counted_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`results` with each part's `items` (and its condition's) replaced by `item_count`:
+    all a row keeps of them unless it captures source content. The server sends these to
+    the writer process instead of the items; copies, as the caller's dicts are the
+    response's. `_metadata_results` of them is the same as of `results`."""
+    counted: list[dict[str, Any]] = []
+    for result in results:
+        result = result.copy()
+        items = result.pop("items", None)
+        result["item_count"] = len(items) if items else 0
+        if "condition" in result and isinstance(result["condition"], dict):
+            result["condition"] = counted_results([result["condition"]])[0]
+        counted.append(result)
+    return counted
+
+
 def _metadata_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Part results without source content: item counts instead of items."""
+    """Part results without source content: item counts instead of items (an `item_count`
+    already there, as `counted_results` leaves it, is kept when the items are gone)."""
     kept: list[dict[str, Any]] = []
     for result in results:
         entry = {k: v for k, v in result.items() if k not in ("items", "condition")}
-        entry["item_count"] = len(result.get("items") or [])
+        if "items" in result or "item_count" not in entry:
+            entry["item_count"] = len(result.get("items") or [])
         if isinstance(result.get("condition"), dict):
             entry["condition"] = _metadata_results([result["condition"]])[0]
         kept.append(entry)
@@ -352,7 +376,7 @@ def trace_row(
     outcome_set = {_event_outcome(e) for e in chain if e.get("step") in _OUTCOME_STEPS}
     steps, sources, outcomes = _tokens(step_set), _tokens(source_set), _tokens(outcome_set)
     captures: list[dict[str, Any]] | None = None
-    if config.capture_results and not config.redact:
+    if stores_content(config):
         captures = replay_captures(record)
     query: str = record.query
     session_id = record.session_id

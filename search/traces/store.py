@@ -61,6 +61,7 @@ from search.traces.rows import (  # noqa: F401 - redact: re-exported for its cal
     prune,
     redact,
     rekey_legacy_digests,
+    stores_content,
 )
 from search.traces.writer import record_line
 
@@ -448,6 +449,7 @@ class SQLiteTraceStore:
     ) -> None:
         """`linger_s` lets a burst share one commit; `max_pending` bounds memory if disk stalls."""
         self.config = config
+        self._with_content = stores_content(config)  # what `record_line` sends
         self.path = Path(os.path.abspath(os.path.expanduser(config.path)))
         self.linger_s = linger_s
         self.max_pending = max_pending
@@ -566,8 +568,11 @@ class SQLiteTraceStore:
             if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
                 log.warning("trace store is behind; %d traces dropped so far", self.dropped)
             return
-        line = self._encode(trace)
-        if line is None:
+        try:  # inline, no method call: this runs for every request
+            line = record_line(trace, self._with_content)
+        except Exception:  # one odd record must not fail the request: lost, and counted
+            log.exception("trace store: dropping trace %s", trace.trace_id)
+            self._lost += 1
             return
         self._pending.append(line)
         if self._drain_handle is None and self._loop is not None:
@@ -590,16 +595,6 @@ class SQLiteTraceStore:
         lines, self._pending = self._pending, []
         self._in_flight += len(lines)
         self._send(f'["now",{self.clock()!r}]\n'.encode() + b"".join(lines))
-
-    def _encode(self, trace: TraceRecord) -> bytes | None:
-        """The trace as its line for the writer process; None when it cannot be encoded
-        (it is lost, and counted: one odd record must not fail the request)."""
-        try:
-            return record_line(trace, self.config.capture_results)
-        except Exception:
-            log.exception("trace store: dropping trace %s", trace.trace_id)
-            self._lost += 1
-            return None
 
     def _send(self, data: bytes) -> None:
         """`data` into the pipe now if it takes it (the usual case: one write, no copy),

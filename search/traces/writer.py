@@ -10,7 +10,8 @@ Protocol, one JSON array per line on stdin:
 - `["trace", trace_id, started_at, query, status_code, duration_ms, chain, dropped_events,
   error, results, dry_run, replay_of, captures, session_id]`: a finished request, its
   chain either `["raw", started, entries]` (as `routing.chain.events` recorded it) or
-  `["events", [event, ...]]`;
+  `["events", [event, ...]]`; unless the rows keep source content, its results carry an
+  `item_count` instead of their items, and its captures are empty;
 - `["now", unix_seconds]`: the server's clock, for retention by age;
 - `["flush", n]`: answered on stdout by `["flushed", n, written, failed]` once every trace
   before it is committed (totals since start).
@@ -38,7 +39,7 @@ from routing.chain.events import RecordedChain
 from search.json_codec import dumps
 from search.pseudonym import Pseudonymizer, read_key
 from search.traces.records import TraceRecord
-from search.traces.rows import INSERT, prune, trace_row
+from search.traces.rows import INSERT, counted_results, prune, trace_row
 
 log = logging.getLogger("search.traces")
 
@@ -63,13 +64,21 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else str(value)
 
 
-def record_line(record: TraceRecord, capture_results: bool) -> bytes:
-    """The line the server sends for `record` (captures only when they will be stored).
+def record_line(record: TraceRecord, with_content: bool) -> bytes:
+    """The line the server sends for `record`.
 
+    `with_content`: the rows keep source content (`rows.stores_content`), so the captures
+    and the results' items go along. Otherwise neither does: each result's items go as
+    their `item_count` (`rows.counted_results`), all a metadata row keeps of them.
     The chain goes as the request recorded it (`["raw", started, entries]`) when it came
     straight from one: the event dicts are built here, in this process, not in the server.
     """
-    captures = record.captures_as_dicts() if capture_results else []
+    if with_content:
+        captures = record.captures_as_dicts()
+        results = record.results
+    else:
+        captures = []
+        results = counted_results(record.results)
     recorded = record.recorded
     chain: list[Any] = (
         ["raw", recorded.started, recorded.entries]
@@ -86,7 +95,7 @@ def record_line(record: TraceRecord, capture_results: bool) -> bytes:
         chain,
         record.dropped_events,
         record.error,
-        record.results,
+        results,
         record.dry_run,
         record.replay_of,
         captures,

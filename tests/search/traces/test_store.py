@@ -479,7 +479,8 @@ async def test_a_running_stores_full_queue_drops_and_counts_and_submit_only_enqu
     await store.start()
     loop: list[Any] = []
     loop.append(loop)  # a circular value: no JSON encoding of it exists
-    store.submit(make_record("f" * 32, results=[{"items": loop}]))  # encoding raises
+    unencodable = [{"step": "worker", "seq": 0, "t_ms": 0.1, "part": "", "value": loop}]
+    store.submit(make_record("f" * 32, chain=unencodable))  # encoding raises
     assert store.failed_writes == 1 and store.stats()["pending"] == 0
     for n in range(10):
         store.submit(make_record(f"{n:032x}"))
@@ -678,3 +679,87 @@ async def test_traces_submitted_from_worker_threads_are_all_kept(tmp_path: Path)
     await store.flush()
     assert store.written == 600 and store.failed_writes == 0
     await store.aclose()
+
+
+class _Kept:
+    """An observer keeping every finished request's record, as the service submitted it."""
+
+    def __init__(self) -> None:
+        self.traces: list[TraceRecord] = []
+
+    def observe(self, trace: TraceRecord) -> None:
+        self.traces.append(trace)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [{}, {"redact": True}, {"capture_results": True}, {"redact": True, "capture_results": True}],
+    ids=["metadata", "redact", "capture_results", "redact_and_capture"],
+)
+async def test_the_stored_row_is_the_row_of_the_whole_record(
+    tmp_path: Path, mode: dict[str, bool]
+) -> None:
+    """Unless a row keeps source content, the server sends each result's item count, not
+    its items; the stored row is still, column for column, the one built in this process
+    from the whole record (items, a condition's items, captures and all)."""
+    from search.traces.rows import COLUMNS, trace_row
+
+    db = tmp_path / "traces.db"
+    config = home_config(db, **mode)
+    kept = _Kept()
+    service = Service(config, traces=SQLiteTraceStore(config.trace, linger_s=0), observers=[kept])
+    await service.start()
+    # The second answers from the result cache: with capture_results, its captures are
+    # rebuilt from the results' items.
+    outcomes = [await service.search(QUERY) for _ in range(2)]
+    await service.aclose()
+    assert [o.status_code for o in outcomes] == [200, 200]
+    results = outcomes[1].body["results"]
+    assert any(r.get("condition", {}).get("items") for r in results)
+    assert all(r["items"] for r in results)  # the response keeps its items
+
+    key = read_key(key_path(db))
+    assert key is not None
+    conn = sqlite3.connect(db)
+    try:
+        for trace in kept.traces:
+            row = conn.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM traces WHERE trace_id = ?", (trace.trace_id,)
+            ).fetchone()
+            assert row == trace_row(trace, config.trace, Pseudonymizer(key))
+    finally:
+        conn.close()
+    stored = SQLiteTraceStore(config.trace).get_trace(outcomes[1].trace_id)
+    assert stored is not None
+    assert all(r["item_count"] == 3 for r in stored["results"])
+    if mode == {"capture_results": True}:
+        assert any(c.get("from_cache") and c["items"] for c in stored["captures"])
+
+
+def test_counted_results_keep_what_a_metadata_row_keeps() -> None:
+    from search.traces.rows import _metadata_results, counted_results
+
+    item = {"title": "t", "text": "x", "url": "http://x"}
+    results: list[dict[str, Any]] = [
+        {"query": "a", "source": "web", "status": "ok", "items": [item, item], "route": "web"},
+        {"query": "b", "source": None, "status": "error", "route": None, "error": {"t": "x"}},
+        {
+            "query": "c",
+            "source": "ha",
+            "status": "ok",
+            "items": [item],
+            "route": "ha",
+            "stage": "intent_keyword",
+            "condition": {"query": "d", "source": "kiwix", "status": "ok", "items": [item]},
+        },
+    ]
+    counted = counted_results(results)
+    assert _metadata_results(counted) == _metadata_results(results)
+    assert [r["item_count"] for r in counted] == [2, 0, 1]
+    assert counted[2]["condition"]["item_count"] == 1
+    assert "items" not in counted[0] and "items" not in counted[2]["condition"]
+    assert results[0]["items"] == [item, item]  # the caller's dicts are left alone
+    # Byte for byte, key order included.
+    assert [list(r) for r in _metadata_results(counted)] == [
+        list(r) for r in _metadata_results(results)
+    ]
