@@ -80,7 +80,6 @@ COMPONENTS: list[tuple[str, str, str]] = [
     ("search/traces/store.py", "_drain", "trace store drain"),
     ("search/traces/store.py", "_send", "trace store drain"),
     ("search/traces/store.py", "_write_some", "trace store drain"),
-    ("search/traces/store.py", "_encode", "trace submit"),
     ("search/trace_ids.py", "*", "service and pipeline glue"),
     ("search/traces/writer.py", "record_line", "trace submit"),
     ("search/traces/writer.py", "_plain", "trace submit"),
