@@ -39,8 +39,6 @@ _ROLES = phrases(_WORDS.roles)
 _ROLE_FRAMES = phrases(_WORDS.role_frames)
 _SUPERLATIVES = phrases(_WORDS.superlatives)
 _PRESENT_FRAMES = phrases(_WORDS.present_frames)
-_ROLE_ENDS = frozenset(_WORDS.role_ends)
-_OFFICE_AFTER = frozenset(_WORDS.office_after)
 _ROLE_REACH = 6  # words between "who is" and the role ("who is france's prime minister")
 
 
@@ -111,7 +109,7 @@ def _role(words: list[str]) -> TimeCue | None:
         return None
     start = max(len(f) for f in frames)
     for index in range(start, min(len(words), start + _ROLE_REACH)):
-        if words[index] in _WORDS.fixed_roles or words[index] in _ROLE_ENDS:
+        if words[index] in _WORDS.fixed_roles or words[index] in _WORDS.role_ends:
             # "the first mayor"; or the asked noun ended before any role: "who is the
             # father of queen victoria" asks for a father, "queen" only names his child
             return None
@@ -127,7 +125,10 @@ def _role(words: list[str]) -> TimeCue | None:
 def _title(words: list[str], index: int, end: int, bare: bool) -> bool:
     """A role right after "who is", with no "the", and a name after it: a title."""
     return (
-        bare and words[index - 1] != "the" and end < len(words) and words[end] not in _OFFICE_AFTER
+        bare
+        and words[index - 1] != "the"
+        and end < len(words)
+        and words[end] not in _WORDS.office_after
     )
 
 
