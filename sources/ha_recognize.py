@@ -7,32 +7,19 @@ target in the live registry (names, areas, aliases), with `match: false` when a 
 named nothing there. Nothing is carried out and no conversation agent runs, so a sentence
 that came to the router from its own Assist agent can never be sent back to an agent here.
 
-One short websocket per call (HA's socket is stateful); every failure is a typed
+One short websocket per call (sources/ha_websocket.py); every failure is a typed
 `SourceError`, and the token is only ever sent in the auth message.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-
-from sources.base import (
-    SourceBadResponse,
-    SourceError,
-    SourceServerError,
-    SourceTimeout,
-    SourceUnauthorized,
-    SourceUnavailable,
-)
+from sources import ha_websocket
+from sources.base import SourceBadResponse, SourceError, SourceServerError, SourceUnauthorized
 
 DEBUG_COMMAND = "conversation/agent/homeassistant/debug"
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-CALL_ID = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,74 +65,20 @@ def parse_result(result: Any) -> Recognition:
     )
 
 
-def websocket_url(url: str) -> str:
-    scheme = "wss://" if url.startswith("https://") else "ws://"
-    return scheme + url.split("://", 1)[1].rstrip("/") + "/api/websocket"
-
-
-async def _receive(ws: ClientConnection, what: str) -> dict[str, Any]:
-    raw = await ws.recv()
-    try:
-        message = json.loads(raw)
-    except (TypeError, ValueError):
-        raise SourceBadResponse(f"{what} sent a websocket message that is not JSON") from None
-    if not isinstance(message, dict):
-        raise SourceBadResponse(f"{what} sent a websocket message that is not an object")
-    return message
-
-
-async def _exchange(url: str, token: str, sentences: list[str], what: str) -> Any:
-    async with connect(
-        websocket_url(url),
-        proxy=None,
-        open_timeout=None,
-        close_timeout=1,
-        ping_interval=None,
-        max_size=MAX_MESSAGE_BYTES,
-        compression=None,
-    ) as ws:
-        if (await _receive(ws, what)).get("type") != "auth_required":
-            raise SourceBadResponse(f"{what} did not ask for auth on its websocket")
-        await ws.send(json.dumps({"type": "auth", "access_token": token}))
-        verdict = (await _receive(ws, what)).get("type")
-        if verdict == "auth_invalid":
-            raise SourceUnauthorized(f"{what} websocket refused our token (auth_invalid)")
-        if verdict != "auth_ok":
-            raise SourceBadResponse(f"{what} answered auth with {verdict!r}")
-        await ws.send(json.dumps({"id": CALL_ID, "type": DEBUG_COMMAND, "sentences": sentences}))
-        while True:
-            message = await _receive(ws, what)
-            if message.get("id") == CALL_ID and message.get("type") == "result":
-                break
+async def recognize(
+    url: str, token: str, sentences: list[str], *, timeout_s: float, what: str = "Home Assistant"
+) -> list[Recognition]:
+    """HA's recognition of each sentence, in order."""
+    command = {"type": DEBUG_COMMAND, "sentences": sentences}
+    message = await ha_websocket.call(url, token, command, timeout_s=timeout_s, what=what)
     if not message.get("success"):
-        error = message.get("error") if isinstance(message.get("error"), dict) else {}
-        code = str((error or {}).get("code", "unknown"))
+        code, _ = ha_websocket.failure(message)
         if code == "unauthorized":
             raise SourceUnauthorized(f"{what}: sentence recognition not allowed ({code})")
         if code == "unknown_command":  # `conversation` is not loaded in that HA
             raise SourceError(f"{what}: no sentence recognition ({code})")
         raise SourceServerError(f"{what}: sentence recognition failed ({code})")
-    return message.get("result")
-
-
-async def recognize(
-    url: str, token: str, sentences: list[str], *, timeout_s: float, what: str = "Home Assistant"
-) -> list[Recognition]:
-    """HA's recognition of each sentence, in order."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            result = await _exchange(url, token, sentences, what)
-    except TimeoutError as exc:
-        raise SourceTimeout(f"{what} did not recognize in time") from exc
-    except InvalidStatus as exc:
-        status = exc.response.status_code
-        if status in (401, 403):
-            raise SourceUnauthorized(f"{what} refused the websocket (HTTP {status})") from exc
-        raise SourceServerError(f"{what} websocket failed (HTTP {status})") from exc
-    except InvalidURI as exc:
-        raise SourceError(f"{what}: bad websocket URL") from exc
-    except (InvalidHandshake, ConnectionClosed, OSError) as exc:
-        raise SourceUnavailable(f"{what} websocket is unreachable ({type(exc).__name__})") from exc
+    result = message.get("result")
     results = result.get("results") if isinstance(result, dict) else None
     if not isinstance(results, list) or len(results) != len(sentences):
         raise SourceBadResponse(f"{what}: the recognition has no result per sentence")

@@ -15,8 +15,6 @@ than `max_days` from today.
 
 from __future__ import annotations
 
-import asyncio
-import json
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Literal
@@ -24,24 +22,15 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import Field, SecretStr
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import (
-    ConnectionClosed,
-    InvalidHandshake,
-    InvalidStatus,
-    InvalidURI,
-)
 
-from sources import http
+from sources import ha_websocket, http
 from sources.base import (
     Item,
     Source,
     SourceBadResponse,
     SourceError,
     SourceServerError,
-    SourceTimeout,
     SourceUnauthorized,
-    SourceUnavailable,
 )
 from sources.dates import pick_days
 from sources.registry import HttpUrl, SourceConfig
@@ -188,27 +177,17 @@ class HAWeatherSource(Source):
         self.max_days = config.max_days
         self._token = config.token
         self._what = f"Home Assistant weather ({name})"
-        scheme = "wss://" if self.url.startswith("https://") else "ws://"
-        self._ws_url = scheme + self.url.split("://", 1)[1] + "/api/websocket"
-        self._client: httpx.AsyncClient | None = None
+        self._api = http.BearerClient(self.url, self.timeout_s, config.token)
         self._meta: tuple[str, dict[str, str]] | None = None
 
     def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = http.make_client(
-                self.url,
-                self.timeout_s,
-                {"Authorization": f"Bearer {self._token.get_secret_value()}"},
-            )
-        return self._client
+        return self._api.get()
 
     async def start(self) -> None:
-        self._http()
+        self._api.get()
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._api.aclose()
 
     async def info(self) -> dict[str, Any]:
         facts: dict[str, Any] = {"type": self.kind, "entity_id": self.entity_id}
@@ -221,62 +200,25 @@ class HAWeatherSource(Source):
             facts["version"] = config.get("version")
         return facts
 
-    # -- the websocket exchange --
-
-    async def _receive(self, ws: ClientConnection) -> dict[str, Any]:
-        raw = await ws.recv()
-        try:
-            message = json.loads(raw)
-        except (TypeError, ValueError):
-            raise SourceBadResponse(
-                f"{self._what} sent a websocket message that is not JSON"
-            ) from None
-        if not isinstance(message, dict):
-            raise SourceBadResponse(f"{self._what} sent a websocket message that is not an object")
-        return message
-
-    async def _exchange(self) -> Any:
-        async with connect(
-            self._ws_url,
-            proxy=None,
-            open_timeout=None,
-            close_timeout=1,
-            ping_interval=None,
-            max_size=MAX_MESSAGE_BYTES,
-            compression=None,
-        ) as ws:
-            hello = await self._receive(ws)
-            if hello.get("type") != "auth_required":
-                raise SourceBadResponse(f"{self._what} did not ask for auth on its websocket")
-            await ws.send(
-                json.dumps({"type": "auth", "access_token": self._token.get_secret_value()})
-            )
-            verdict = await self._receive(ws)
-            if verdict.get("type") == "auth_invalid":
-                raise SourceUnauthorized(f"{self._what} websocket refused our token (auth_invalid)")
-            if verdict.get("type") != "auth_ok":
-                raise SourceBadResponse(f"{self._what} answered auth with {verdict.get('type')!r}")
-            await ws.send(
-                json.dumps(
-                    {
-                        "id": CALL_ID,
-                        "type": "call_service",
-                        "domain": "weather",
-                        "service": "get_forecasts",
-                        "service_data": {"type": "daily"},
-                        "target": {"entity_id": self.entity_id},
-                        "return_response": True,
-                    }
-                )
-            )
-            while True:
-                message = await self._receive(ws)
-                if message.get("id") == CALL_ID and message.get("type") == "result":
-                    break
+    async def _forecast_result(self) -> Any:
+        """One websocket round trip (sources/ha_websocket.py), a failed call mapped to a
+        typed SourceError."""
+        message = await ha_websocket.call(
+            self.url,
+            self._token.get_secret_value(),
+            {
+                "type": "call_service",
+                "domain": "weather",
+                "service": "get_forecasts",
+                "service_data": {"type": "daily"},
+                "target": {"entity_id": self.entity_id},
+                "return_response": True,
+            },
+            timeout_s=self.timeout_s,
+            what=self._what,
+        )
         if not message.get("success"):
-            raw_error = message.get("error")
-            error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
-            code, text = str(error.get("code", "unknown")), str(error.get("message", ""))[:200]
+            code, text = ha_websocket.failure(message)
             if "did not match any entities" in text:
                 raise SourceError(f"{self._what}: no entity {self.entity_id} in Home Assistant")
             if code == "unauthorized":
@@ -285,29 +227,6 @@ class HAWeatherSource(Source):
                 raise SourceServerError(f"{self._what}: get_forecasts failed ({code}: {text})")
             raise SourceError(f"{self._what}: get_forecasts failed ({code}: {text})")
         return message.get("result")
-
-    async def _forecast_result(self) -> Any:
-        """One websocket round trip, with every failure mapped to a typed SourceError."""
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                return await self._exchange()
-        except TimeoutError as exc:
-            raise SourceTimeout(f"{self._what} did not answer in time") from exc
-        except InvalidStatus as exc:
-            status = exc.response.status_code
-            if status in (401, 403):
-                raise SourceUnauthorized(
-                    f"{self._what} refused the websocket (HTTP {status})"
-                ) from exc
-            if status >= 500:
-                raise SourceServerError(f"{self._what} websocket failed (HTTP {status})") from exc
-            raise SourceError(f"{self._what} websocket rejected (HTTP {status})") from exc
-        except InvalidURI as exc:
-            raise SourceError(f"{self._what}: bad websocket URL") from exc
-        except (InvalidHandshake, ConnectionClosed, OSError) as exc:
-            raise SourceUnavailable(
-                f"{self._what} websocket is unreachable ({type(exc).__name__})"
-            ) from exc
 
     async def _entity_meta(self) -> tuple[str, dict[str, str]]:
         """(friendly name, units) of the weather entity; fetched once."""

@@ -481,7 +481,7 @@ class HomeAssistantSource(ActingSource):
         self.recognizer = config.recognizer
         self._token = config.token
         self._what = f"Home Assistant ({name})"
-        self._client: httpx.AsyncClient | None = None
+        self._api = http.BearerClient(self.url, self.timeout_s, config.token)
         self._areas: dict[str, str] = {}
         self._areas_at = float("-inf")
         self._temp_unit: str | None = None
@@ -489,21 +489,13 @@ class HomeAssistantSource(ActingSource):
     # -- plumbing --
 
     def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = http.make_client(
-                self.url,
-                self.timeout_s,
-                {"Authorization": f"Bearer {self._token.get_secret_value()}"},
-            )
-        return self._client
+        return self._api.get()
 
     async def start(self) -> None:
-        self._http()
+        self._api.get()
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._api.aclose()
 
     async def _states(self) -> list[dict[str, Any]]:
         body = await http.get_json(self._http(), "/api/states", what=self._what)

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from sources.base import (
     SourceBadResponse,
@@ -54,6 +55,30 @@ def make_client(
         follow_redirects=False,
         trust_env=False,
     )
+
+
+class BearerClient:
+    """A source's pooled client, made on first use and closed in `aclose`, that sends
+    `token` as a bearer token with every request (Home Assistant's REST API)."""
+
+    __slots__ = ("base_url", "timeout_s", "_token", "_client")
+
+    def __init__(self, base_url: str, timeout_s: float, token: SecretStr) -> None:
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self._token = token
+        self._client: httpx.AsyncClient | None = None
+
+    def get(self) -> httpx.AsyncClient:
+        if self._client is None:
+            headers = {"Authorization": f"Bearer {self._token.get_secret_value()}"}
+            self._client = make_client(self.base_url, self.timeout_s, headers)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
 def _check_status(response: httpx.Response, what: str) -> None:
