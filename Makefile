@@ -13,7 +13,8 @@ $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) pyproject.toml
+# The install compiles routing/chain/_fastrecord.c (gcc and Python's headers; optional).
+$(STAMP): $(PY) pyproject.toml routing/chain/_fastrecord.c
 	$(PY) -m pip install --upgrade pip >/dev/null
 	# torch first, pinned, so nothing pulls a CUDA build.
 	$(PY) -m pip install "torch==2.13.0"
@@ -43,4 +44,4 @@ bench: install-test  # needs wrk (Debian: apt-get install -y wrk) and valgrind; 
 	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) data traces.db*  # (the data directory, ~/.local/share/search-router, is kept)
+	rm -rf $(VENV) data traces.db* routing/chain/*.so  # (the data directory, ~/.local/share/search-router, is kept)

@@ -1,15 +1,17 @@
 """One recorded route event against one OpenTelemetry span event, side by side in one run.
 
 Ours: `record("source_invoked", ...)` inside an open request log (a ContextVar lookup,
-a lock, one dict). Theirs: the OpenTelemetry SDK's `span.add_event` with the same five
+the clock, one dict, one tuple appended), as the package runs it: compiled
+(routing/chain/_fastrecord.c) where it was built with a C compiler, else the Python
+reference; the Python reference is timed beside it either way. Theirs: the OpenTelemetry SDK's `span.add_event` with the same five
 attributes on a recording span (a `TracerProvider` with the default always-on sampler
 and a `SimpleSpanProcessor` into an `InMemorySpanExporter`, so nothing leaves the process).
 Also shown: `trace.get_current_span().add_event(...)`, which, like `record()`, finds its
 target through the context rather than holding it.
 
 Also shown: the same call made to an empty function that takes the same keyword arguments,
-the floor under any keyword-argument API in CPython (the call and its keyword dict), so
-what `record()` itself adds is visible apart from what calling it costs.
+the floor under any keyword-argument API written in Python (the call, its frame and its
+keyword dict), so what `record()` itself adds is visible apart from what calling it costs.
 
 Each round opens a fresh log and a fresh span, times `BENCH_EVENTS` events into each (100:
 under the SDK's default limit of 128 events per span, so neither side drops), and closes
@@ -32,7 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import emit, env_int, median, order  # noqa: E402
-from routing.chain.events import record, route_log  # noqa: E402
+from routing.chain.events import FAST_RECORD, record, record_in_python, route_log  # noqa: E402
 
 ROUNDS = env_int("BENCH_EVENT_ROUNDS", 400)
 EVENTS = env_int("BENCH_EVENTS", 100)
@@ -58,6 +60,12 @@ def ours(n: int) -> float:
     """ns per `record()` into a live request log."""
     with route_log(max_events=n + 10):
         return _calls(record, n)
+
+
+def ours_in_python(n: int) -> float:
+    """ns per event of the Python reference, into a live request log."""
+    with route_log(max_events=n + 10):
+        return _calls(record_in_python, n)
 
 
 def _empty(step: str, **fields: object) -> None:
@@ -117,17 +125,26 @@ def main() -> None:
     for _ in range(20):  # warm up both paths
         ours(EVENTS), otel_span(tracer, EVENTS), otel_current(tracer, EVENTS)
         exporter.clear()
-    samples: dict[str, list[float]] = {"ours": [], "otel": [], "otel_current": [], "floor": []}
+    samples: dict[str, list[float]] = {
+        "ours": [],
+        "otel": [],
+        "otel_current": [],
+        "floor": [],
+        "python": [],
+    }
     for r in range(ROUNDS):
         for name in order(r, ("ours", "otel")):
             samples[name].append(ours(EVENTS) if name == "ours" else otel_span(tracer, EVENTS))
         samples["otel_current"].append(otel_current(tracer, EVENTS))
         samples["floor"].append(call_floor(EVENTS))
+        samples["python"].append(ours_in_python(EVENTS))
         exporter.clear()
     med = {name: median(values) for name, values in samples.items()}
     ratio = med["otel"] / med["ours"]
-    print(f"one recorded event (record() into a live log): {med['ours']:7.0f} ns")
-    print(f"  of which the call itself (an empty function, same arguments): {med['floor']:5.0f} ns")
+    built = "compiled" if FAST_RECORD else "the Python reference: no compiled record()"
+    print(f"one recorded event (record() into a live log): {med['ours']:7.0f} ns ({built})")
+    print(f"  the Python reference, record_in_python():      {med['python']:7.0f} ns")
+    print(f"  calling an empty Python function the same way: {med['floor']:5.0f} ns")
     print(f"OpenTelemetry span.add_event (recording span):   {med['otel']:7.0f} ns")
     print(f"OpenTelemetry get_current_span().add_event:      {med['otel_current']:7.0f} ns")
     print(
@@ -141,6 +158,8 @@ def main() -> None:
         otel_ns=med["otel"],
         otel_current_ns=med["otel_current"],
         call_floor_ns=med["floor"],
+        python_ns=med["python"],
+        compiled=FAST_RECORD,
         ratio=ratio,
         ratio_current=med["otel_current"] / med["ours"],
         target=TARGET,

@@ -7,7 +7,10 @@ context, so they share the same log object, and `run_in_thread` (and the worker 
 `sources.workers`) carry the context into worker threads. `part_scope` tags every event
 with the sub-query it belongs to.
 
-Recording is always on. Whether the chain is *returned* is the caller's business.
+Recording is always on, so an event must cost next to nothing: `record` is compiled
+(routing/chain/_fastrecord.c, built by the install where a C compiler is found), with
+`record_in_python` as the reference it must match and the fallback. Whether the chain is
+*returned* is the caller's business.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import contextvars
 import operator
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Final, NamedTuple, ParamSpec, Protocol, TypeVar
 
 from routing.chain.steps import ALWAYS_KEPT, Step
 
@@ -189,14 +192,32 @@ _scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar(
 )
 
 
-def record(step: Step, **fields: Any) -> None:
-    """Append one event to the current request's chain; a no-op outside a request."""
+class Recorder(Protocol):
+    def __call__(self, step: Step, /, **fields: Any) -> None: ...
+
+
+def record_in_python(step: Step, /, **fields: Any) -> None:
+    """Append one event to the current request's chain; a no-op outside a request.
+
+    The reference implementation: `record` is the same function compiled
+    (routing/chain/_fastrecord.c) where the package was built with it."""
     # Inline, no method call: this runs for every event of every request.
     entries, limit, log, part = _scope.get()
     if len(entries) < limit:
         entries.append((_clock(), part, step, fields, None))
     elif log is not None:
         log.past_bound(step, part, fields)
+
+
+record: Recorder = record_in_python
+try:
+    from routing.chain import _fastrecord
+except ImportError:  # installed without a C compiler: the Python version, a little dearer
+    FAST_RECORD = False
+else:
+    _fastrecord.bind(_scope)
+    record = _fastrecord.record
+    FAST_RECORD = True
 
 
 def capture(source: str, query: str, items: list[Any]) -> None:
