@@ -14,7 +14,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # The install compiles routing/chain/_fastrecord.c (gcc and Python's headers; optional).
-$(STAMP): $(PY) pyproject.toml routing/chain/_fastrecord.c
+$(STAMP): $(PY) pyproject.toml setup.py routing/chain/_fastrecord.c
 	$(PY) -m pip install --upgrade pip >/dev/null
 	# torch first, pinned, so nothing pulls a CUDA build.
 	$(PY) -m pip install "torch==2.13.0"
