@@ -165,3 +165,16 @@ def count_instructions(script: Path, sides: Sequence[str], n: int) -> dict[str, 
             raise RuntimeError(f"callgrind run ({side}) failed: {err[-2000:]}")
         counts[side] = int(found.group(1)) / n
     return counts
+
+
+def wilson(right: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a share `right`/`total` (95% by default): how far a
+    figure from a few hundred rows may be from what the same language at large would
+    give. Unlike the plain ±z·sqrt(p(1-p)/n) it stays within 0..1 near 0 and 1."""
+    if total <= 0:
+        return 0.0, 1.0
+    share = right / total
+    spread = z * math.sqrt(share * (1 - share) / total + z * z / (4 * total * total))
+    centre = share + z * z / (2 * total)
+    scale = 1 + z * z / total
+    return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)

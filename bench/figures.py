@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import results  # noqa: E402
+from bench.common import wilson  # noqa: E402
 
 DOCS = (ROOT / "README.md", ROOT / "bench" / "README.md")
 BLOCK = re.compile(r"<!-- figures:([a-z_]+) -->\n(.*?)<!-- /figures -->", re.DOTALL)
@@ -106,13 +107,19 @@ def llm_overhead_real() -> str:
     )
 
 
+def _pct_ci(right: int, of: int) -> str:
+    """A share with its 95% Wilson interval."""
+    low, high = wilson(right, of)
+    return f"{_pct(right, of)} ({100 * low:.1f}–{100 * high:.1f})"
+
+
 def sealed() -> str:
     body = results.load("sealed_quality")
     f = body["figures"]
     corpora = ", ".join(
-        f"{name} {_pct(*pair)} of {pair[1]:,}" for name, pair in f["corpora"].items()
+        f"{name} {_pct_ci(*pair)} of {pair[1]:,}" for name, pair in f["corpora"].items()
     )
-    routes = ", ".join(f"`{route}` {_pct(*pair)}" for route, pair in f["per_route"].items())
+    routes = ", ".join(f"`{route}` {_pct_ci(*pair)}" for route, pair in f["per_route"].items())
     stages = ", ".join(
         f"`{stage}` {s['parts']:,} parts stated {s['stated']:.2f}, right {s['right']:.2f}"
         for stage, s in f["stages"].items()
@@ -120,9 +127,10 @@ def sealed() -> str:
     )
     return _para(
         f'The sealed estimate ({_when(body)}; bench/README.md, "Sealed estimate"), '
-        f"through the real pipeline with no LLM: {corpora}; per route {routes}; unserved "
-        f"requests routed to a source {_pct(*f['none_routed'])}; two requests joined "
-        f"{_pct(*f['compound'])}; calibration error (ECE) of the stated confidence "
+        f"through the real pipeline with no LLM (each share with its 95% interval): "
+        f"{corpora}; per route {routes}; unserved requests routed to a source "
+        f"{_pct_ci(*f['none_routed'])}; two requests joined {_pct_ci(*f['compound'])} of "
+        f"{f['compound'][1]:,}; calibration error (ECE) of the stated confidence "
         f"{f['pipeline_ece']:.3f}. Per stage: {stages}."
     )
 

@@ -11,6 +11,8 @@ drawn with a fixed seed), and prints:
 - accuracy per corpus and per route, and pooled per route;
 - the share of unserved (`none`) rows some part of which went to a source;
 - compound accuracy (the parts' labels are exactly the pair's two routes);
+- each share with its 95% Wilson interval (a set of 400 rows is good to about ±4 points,
+  1,500 to about ±2);
 - per stage, over the single-intent rows' parts: how many, the mean confidence the stage
   stated on its intent event, the share right, and the calibration error (ECE, 10
   equal-width bins); then the pipeline's ECE over all of them. A part's confidence is
@@ -46,6 +48,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench.common import wilson  # noqa: E402
 
 SEALED_DIR = ROOT / "bench" / "sealed"
 LABELS = ("forecast", "ha", "kiwix", "web", "none")
@@ -213,7 +217,11 @@ def stamp() -> str:
 
 
 def _share(right: int, total: int) -> str:
-    return f"{right / total:.3f} ({right}/{total})" if total else "- (0/0)"
+    """The share, its counts and its 95% Wilson interval (`bench.common.wilson`)."""
+    if not total:
+        return "- (0/0)"
+    low, high = wilson(right, total)
+    return f"{right / total:.3f} ({right}/{total}, 95% CI {low:.3f}-{high:.3f})"
 
 
 def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:

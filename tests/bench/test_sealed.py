@@ -103,11 +103,12 @@ def test_the_script_prints_dated_aggregates_and_never_a_sentence(tmp_path: Path)
     today = datetime.date.today().isoformat()
     assert lines and all(line.startswith(f"{today} {commit}") for line in lines)
     summary = [line for line in lines if "sealed generated: all " in line]
-    assert len(summary) == 1 and "/8);" in summary[0]
+    # the share, its counts and its 95% Wilson interval
+    assert len(summary) == 1 and "1.000 (8/8, 95% CI 0.676-1.000);" in summary[0]
     assert all(f"{route} " in summary[0] for route in ("forecast", "ha", "kiwix", "none"))
-    assert any("compound (two routes joined):" in line and "/8)" in line for line in lines)
+    assert any("compound (two routes joined):" in line and "/8, 95% CI " in line for line in lines)
     assert any(line.split(" ", 2)[2].startswith("sealed stage intent_") for line in lines)
-    assert any("none routed to a source" in line and "/2)" in line for line in lines)
+    assert any("none routed to a source" in line and "/2, 95% CI " in line for line in lines)
     printed = (found.stdout + found.stderr).lower()
     for text, _ in GENERATED:
         assert text.lower() not in printed
