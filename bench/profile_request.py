@@ -58,6 +58,7 @@ COMPONENTS: list[tuple[str, str, str]] = [
     ("routing/language/conditional.py", "*", "decomposition"),
     ("routing/language/sentences.py", "*", "decomposition"),
     ("routing/stages/confidence.py", "*", "confidence"),
+    ("routing/stages/keyword.py", "*", "keyword stage"),
     ("routing/stages/resolver.py", "decide", "keyword stage"),
     ("routing/stages/resolver.py", "claim", "keyword stage"),
     ("routing/stages/keyword_rules.py", "*", "keyword stage"),
@@ -65,6 +66,7 @@ COMPONENTS: list[tuple[str, str, str]] = [
     ("routing/language/lexicon.py", "*", "keyword stage"),
     ("routing/language/text.py", "*", "keyword stage"),
     ("routing/chain/events.py", "*", "recording"),
+    ("~", "<built-in method routing.chain._fastrecord.record>", "recording"),  # compiled
     ("routing/ttl_cache.py", "*", "result cache and dispatch"),
     ("routing/dispatch/dispatcher.py", "*", "result cache and dispatch"),
     ("routing/dispatch/control.py", "*", "result cache and dispatch"),
