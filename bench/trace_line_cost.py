@@ -7,10 +7,10 @@ count_instructions`), on the trace of the cache-hit request `trace_overhead.py` 
 
 - `record_line`: the whole line, as `SQLiteTraceStore.submit` makes it;
 - `counted_results`: its first step, each part's items replaced by their count;
-- `orjson`: the encoding of the message it builds, alone;
+- `orjson`: the encoding of the message it builds, alone (the message as the writer
+  process reads it back: the same values, step names as plain strings);
 - `marshal`: the same message encoded by the standard library's `marshal` instead, the
-  fastest other encoder of plain Python values at hand (the chain's step names are
-  `StrEnum` members, which marshal refuses, so they go as plain strings there);
+  fastest other encoder of plain Python values at hand;
 - `nothing`: the loop around each call, for reference.
 
 So a change to the line's encoding shows where its instructions went, and what an
@@ -27,15 +27,13 @@ import marshal
 import operator
 import sys
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import count_instructions, emit  # noqa: E402
-from bench.trace_overhead import QUERY, make_app  # noqa: E402
-from search.service import Service  # noqa: E402
+from bench.trace_overhead import QUERY, captured_trace  # noqa: E402
 from search.traces.records import TraceRecord  # noqa: E402
 from search.traces.rows import counted_results  # noqa: E402
 from search.traces.writer import _plain, record_line  # noqa: E402
@@ -45,68 +43,20 @@ SIDES = ("nothing", "counted_results", "orjson", "marshal", "record_line")
 
 async def cache_hit_trace() -> TraceRecord:
     """The trace of the cache-hit request `trace_overhead.py` times, as the store gets it."""
-    kept: list[TraceRecord] = []
-
-    class Keep:
-        async def start(self) -> None: ...
-
-        def submit(self, trace: TraceRecord) -> None:
-            kept.append(trace)
-
-        async def aclose(self) -> None: ...
-
-    app = make_app({"enabled": False})
-    service = Service(app.state.config, traces=Keep())
-    await service.start()
-    for _ in range(2):  # the second is answered from the result cache
-        await service.search(QUERY["query"])
-    await service.aclose()
-    return kept[-1]
-
-
-def message(trace: TraceRecord) -> list[Any]:
-    """The message `record_line` encodes for `trace` (rows without source content)."""
-    recorded = trace.recorded
-    assert recorded is not None
-    return [
-        "trace",
-        trace.trace_id,
-        trace.started_at,
-        trace.query,
-        trace.status_code,
-        trace.duration_ms,
-        ["raw", recorded.started, recorded.entries],
-        trace.dropped_events,
-        trace.error,
-        counted_results(trace.results),
-        trace.dry_run,
-        trace.replay_of,
-        [],
-        trace.session_id,
-    ]
-
-
-def plain(value: Any) -> Any:
-    """`value` with every str subclass (a step name) as a plain str, for marshal."""
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(plain(v) for v in value)
-    if isinstance(value, dict):
-        return {plain(k): plain(v) for k, v in value.items()}
-    return value
+    return await captured_trace(QUERY["query"], asks=2)
 
 
 def run_counted_side(side: str, n: int) -> None:
     """In a child under callgrind: `n` calls of `side` inside `operator.call`."""
     trace = asyncio.run(cache_hit_trace())
-    built = message(trace)
-    simple = plain(built)
+    # The message `record_line` encodes, as the writer process reads it back: the same
+    # values, with the step names as plain strings (marshal refuses a str subclass).
+    built = orjson.loads(record_line(trace, False))
     calls = {
         "nothing": lambda: None,
         "counted_results": lambda: counted_results(trace.results),
         "orjson": lambda: orjson.dumps(built, default=_plain, option=orjson.OPT_APPEND_NEWLINE),
-        "marshal": lambda: marshal.dumps(simple),
+        "marshal": lambda: marshal.dumps(built),
         "record_line": lambda: record_line(trace, False),
     }
     call = calls[side]

@@ -157,6 +157,12 @@ async def request_overhead(tmp: Path) -> dict[str, Any]:
 
 async def sample_chain() -> TraceRecord:
     """A real recorded request (two parts, a fallback) to write over and over."""
+    return await captured_trace("lights status and also latest news")
+
+
+async def captured_trace(query: str, asks: int = 1) -> TraceRecord:
+    """The trace the store would get for the last of `asks` searches of `query` (the
+    second is answered from the result cache)."""
     captured: list[TraceRecord] = []
 
     class Keep:
@@ -169,9 +175,10 @@ async def sample_chain() -> TraceRecord:
     app = make_app({"enabled": False})
     service = Service(app.state.config, traces=Keep())
     await service.start()
-    await service.search("lights status and also latest news")
+    for _ in range(asks):
+        await service.search(query)
     await service.aclose()
-    return captured[0]
+    return captured[-1]
 
 
 async def throughput(tmp: Path, sample: TraceRecord, **trace: Any) -> float:
