@@ -69,6 +69,12 @@ class SemanticConfig(Strict):
         description="Train the exemplar classifier at start-up: its log-probability is one "
         "of the numbers the fitted confidence weighs (false: it weighs nothing).",
     )
+    classifier_prior: bool = Field(
+        default=True,
+        description="Train the classifier on the shipped prior of real questions about the "
+        "world (routing/fitted/classifier_prior.npz) beside the encyclopedia route's "
+        "exemplars (false: the exemplars alone).",
+    )
     reuse_threshold: float = Field(
         default=0.85,
         ge=-1,

@@ -35,6 +35,7 @@ import numpy as np
 
 from routing.language.sentences import asks_about_the_world
 from routing.language.text import words
+from routing.stages.classifier_prior import SHIPPED, ClassifierPrior, Shipped
 from routing.stages.confidence import (
     ARTEFACT,
     FULL_FEATURES,
@@ -122,16 +123,21 @@ def shipped_rows(directory: Path = FIT_DATA) -> list[Labelled]:
     return rows
 
 
-async def describe(config: Any, rows: Sequence[Labelled]) -> Examples:
-    """Every row's features under `config`'s resolved routes (loads the model once)."""
+async def describe(
+    config: Any, rows: Sequence[Labelled], prior: ClassifierPrior | None | Shipped = SHIPPED
+) -> Examples:
+    """Every row's features under `config`'s resolved routes (loads the model once);
+    `prior`: the exemplar classifier's, when not the shipped one (a refit of it)."""
     from routing.stages.build import build_resolver
     from routing.stages.keyword import KeywordStage
     from routing.stages.semantic import SemanticStage
 
     resolver = build_resolver(config)
-    await resolver.start()
     keyword = next(s for s in resolver.stages if isinstance(s, KeywordStage))
     semantic = next((s for s in resolver.stages if isinstance(s, SemanticStage)), None)
+    if semantic is not None and prior != SHIPPED:
+        semantic.prior = prior
+    await resolver.start()
     if semantic is None or semantic.embedder is None:
         raise ValueError("routing.semantic must be enabled to fit")
     labels = semantic.labels(keyword.rules)
@@ -357,10 +363,15 @@ def summarise(examples: Examples, held: HeldOut, threshold: float) -> dict[str, 
 
 
 async def fit(
-    config: Any, extra: Iterable[Labelled] = (), rows: Sequence[Labelled] | None = None
+    config: Any,
+    extra: Iterable[Labelled] = (),
+    rows: Sequence[Labelled] | None = None,
+    prior: ClassifierPrior | None | Shipped = SHIPPED,
 ) -> tuple[ConfidenceModel, dict[str, Any]]:
-    """Fit on the shipped rows (or `rows`) plus `extra`; the model and its held-out report."""
-    examples = await describe(config, [*(shipped_rows() if rows is None else rows), *extra])
+    """Fit on the shipped rows (or `rows`) plus `extra`; the model and its held-out report.
+    `prior`: the exemplar classifier's, when not the shipped one."""
+    rows = [*(shipped_rows() if rows is None else rows), *extra]
+    examples = await describe(config, rows, prior)
     return fit_described(examples)
 
 

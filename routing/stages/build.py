@@ -19,6 +19,7 @@ from typing import Protocol
 from routing.config import RoutingConfig
 from routing.language.spelling import known_words
 from routing.shared_state import RedisLink
+from routing.stages.classifier_prior import SHIPPED
 from routing.stages.confidence import ConfidenceModel, load_model
 from routing.stages.decision_cache import DecisionCache, DecisionCacheStage
 from routing.stages.keyword import KeywordStage
@@ -80,7 +81,9 @@ def semantic_stage(
     learned: LearnedDecisions | None = None,
     model: ConfidenceModel | None = None,
 ) -> SemanticStage:
-    """The semantic stage over the resolved routes' exemplars."""
+    """The semantic stage over the resolved routes' exemplars; the classifier's prior
+    belongs to the shipped encyclopedia route, so routes written from scratch
+    (`routing.shipped_routes: false`) go without it."""
     data = resolved_routes(config) if routes_data is None else routes_data
     return SemanticStage(
         config.routing.semantic,
@@ -92,6 +95,7 @@ def semantic_stage(
         min_confidence=config.routing.min_confidence,
         model=model or load_model(config.routing.confidence_path),
         dictionary=known_words(config.routing.semantic.model_path),
+        prior=SHIPPED if config.routing.shipped_routes else None,
     )
 
 

@@ -25,6 +25,7 @@ that carries the request's context.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.language.sentences import asks_about_the_world
 from routing.language.text import normalise, words
+from routing.stages.classifier_prior import PROBE, SHIPPED, ClassifierPrior, Shipped, load_prior
 from routing.stages.confidence import (
     NEAREST_COUNTED,
     ConfidenceModel,
@@ -56,6 +58,8 @@ from sources.workers import run_inference
 if TYPE_CHECKING:
     from routing.config import SemanticConfig
     from routing.stages.embedder import Embedder
+
+log = logging.getLogger(__name__)
 
 NONE = "none"  # the label of exemplars no source serves; never a route
 
@@ -129,18 +133,35 @@ class LabelClassifier:
     """Softmax regression over exemplar embeddings, trained at start-up (deterministic).
 
     Class-balanced, L2-regularised, plain gradient descent: ~0.1 s for a thousand exemplars.
+    A `prior` (routing/stages/classifier_prior.py) adds weighted points to its label.
     """
 
     def __init__(
-        self, index: ExemplarIndex, *, iterations: int = 300, rate: float = 5.0, l2: float = 1e-3
+        self,
+        index: ExemplarIndex,
+        *,
+        prior: ClassifierPrior | None = None,
+        iterations: int = 300,
+        rate: float = 5.0,
+        l2: float = 1e-3,
     ) -> None:
         self.labels = list(index.labels)
         counts = np.diff([*index.starts, len(index)])
         targets = np.repeat(np.arange(len(self.labels)), counts)
         x = np.ascontiguousarray(index.matrix, dtype=np.float32)
+        weights = (len(targets) / (len(self.labels) * counts))[targets].astype(np.float32)
+        self.prior_used = prior is not None and prior.label in self.labels
+        if prior is not None and self.prior_used:
+            label = self.labels.index(prior.label)
+            total = float(weights[targets == label].sum()) * prior.share
+            x = np.concatenate([x, prior.centroids.astype(np.float32)])
+            targets = np.concatenate([targets, np.full(len(prior.counts), label)])
+            weights = np.concatenate(
+                [weights, (total * prior.counts / prior.counts.sum()).astype(np.float32)]
+            )
         x_t = np.ascontiguousarray(x.T)  # a strided transpose makes BLAS several times slower
         onehot = np.eye(len(self.labels), dtype=np.float32)[targets]
-        weights = (len(targets) / (len(self.labels) * counts))[targets][:, None].astype(np.float32)
+        scale = (weights / weights.sum())[:, None].astype(np.float32)
         w = np.zeros((x.shape[1], len(self.labels)), dtype=np.float32)
         b = np.zeros(len(self.labels), dtype=np.float32)
         step, decay = np.float32(rate), np.float32(l2)
@@ -149,7 +170,7 @@ class LabelClassifier:
             logits -= logits.max(axis=1, keepdims=True)
             probs = np.exp(logits)
             probs /= probs.sum(axis=1, keepdims=True)
-            grad = (probs - onehot) * weights / len(targets)
+            grad = (probs - onehot) * scale
             w -= step * (x_t @ grad + decay * w)
             b -= step * grad.sum(axis=0)
         self.w = w
@@ -231,11 +252,14 @@ class SemanticStage:
         model: ConfidenceModel | None = None,
         labelled: Iterable[str] = (),
         dictionary: frozenset[str] = frozenset(),
+        prior: ClassifierPrior | None | Shipped = SHIPPED,
     ) -> None:
         """`exemplars` per route (and `none`), as routing/stages/route_data.py resolves them.
         `labelled`: exemplars that are the household's own labels (`origin: user_label`).
         `dictionary`: words spelled right (routing/language/spelling.py); a query with none of them
-        and no keyword rule matched ("blorp zibble quux") carries nothing to decide by."""
+        and no keyword rule matched ("blorp zibble quux") carries nothing to decide by.
+        `prior`: the classifier's extra training points (routing/stages/classifier_prior.py);
+        by default the shipped one when `config.classifier_prior` is on."""
         self.dictionary = dictionary
         self.labelled = frozenset(rule_key(text) for text in labelled)
         self.config = config
@@ -251,6 +275,9 @@ class SemanticStage:
         self.embedder: Embedder | None = None
         self.index: ExemplarIndex | None = None
         self.classifier: LabelClassifier | None = None
+        if prior == SHIPPED:
+            prior = load_prior() if config.classifier and config.classifier_prior else None
+        self.prior: ClassifierPrior | None = prior
 
     def ready(self) -> bool:
         """Whether the model is loaded and the exemplars embedded (`start` has run)."""
@@ -273,8 +300,22 @@ class SemanticStage:
         vectors = await run_inference(self.embedder.encode_exemplars, texts)
         index = ExemplarIndex(groups, vectors)
         if self.config.classifier and len(index.labels) > 1:
-            self.classifier = await run_inference(LabelClassifier, index)
+            prior = await self._usable_prior()
+            self.classifier = await run_inference(LabelClassifier, index, prior=prior)
         self.index = index
+
+    async def _usable_prior(self) -> ClassifierPrior | None:
+        """The prior, if the loaded model is the one whose embedding space it is in."""
+        if self.prior is None or self.embedder is None:
+            return None
+        probe = await run_inference(self.embedder.encode_one, PROBE)
+        if self.prior.made_by(probe):
+            return self.prior
+        log.warning(
+            "routing.semantic: the classifier prior was made with another embedding model; "
+            "the classifier trains on the exemplars alone"
+        )
+        return None
 
     async def embed(self, query: str) -> np.ndarray | None:
         """The query's normalised embedding (None until started)."""

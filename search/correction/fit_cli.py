@@ -11,8 +11,10 @@ with it. `--dry-run` reports and writes nothing.
 `search fit --shipped [--output PATH]` is how the project refreshes what it ships: the
 weights fitted on the shipped corpora alone, hermetic (no household data is read, nothing
 is written to the data directory), to routing/fitted/confidence.json (or PATH). With
-`--situatedqa DIR` (a local copy of SituatedQA, whose rows are not shipped) it also fits
-the time-sensitivity model, routing/fitted/time_sensitive.json (or `--time-output`).
+`--situatedqa DIR` (a local copy of SituatedQA, whose rows are not shipped) it first fits
+the exemplar classifier's prior, routing/fitted/classifier_prior.npz (or `--prior-output`),
+then the weights with that prior in place, then the time-sensitivity model,
+routing/fitted/time_sensitive.json (or `--time-output`).
 """
 
 from __future__ import annotations
@@ -44,8 +46,12 @@ def add_fit_command(commands: Any) -> dict[str, Callable[[argparse.Namespace], i
     fit.add_argument(
         "--situatedqa",
         metavar="DIR",
-        help="with --shipped: also fit the time-sensitivity model from a local copy of "
-        "SituatedQA (a checkout or git directory; its rows are not shipped)",
+        help="with --shipped: also fit the classifier prior and the time-sensitivity model "
+        "from a local copy of SituatedQA (a checkout or git directory; its rows are not "
+        "shipped)",
+    )
+    fit.add_argument(
+        "--prior-output", help="with --situatedqa: where to write the classifier prior"
     )
     fit.add_argument(
         "--time-output", help="with --situatedqa: where to write the time-sensitivity model"
@@ -81,8 +87,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"{flag} goes with --shipped (a household fit writes its data directory)"
             )
-    if args.time_output and not args.situatedqa:
-        raise ConfigError("--time-output goes with --situatedqa")
+    for flag, given in (("--time-output", args.time_output), ("--prior-output", args.prior_output)):
+        if given and not args.situatedqa:
+            raise ConfigError(f"{flag} goes with --situatedqa")
     config = load_config(args.config)
     return _fit_shipped(config, args) if args.shipped else _fit_household(config, args)
 
@@ -94,8 +101,9 @@ def _fit_shipped(config: Any, args: argparse.Namespace) -> int:
     if not rows:
         raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
     questions = _time_questions(args.situatedqa) if args.situatedqa else None
+    prior: Any = _fit_prior(config, args, questions) if questions is not None else "shipped"
     progress(f"fitting on {len(rows)} utterances of the shipped corpora")
-    model, report = asyncio.run(fit.fit(config, rows=rows))
+    model, report = asyncio.run(fit.fit(config, rows=rows, prior=prior))
     if args.json:
         say(json.dumps(report, indent=2), json_text=True)
     else:
@@ -120,6 +128,28 @@ def _time_questions(situatedqa: str) -> list[Any]:
         return time_fit.training_questions(Path(situatedqa))
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"--situatedqa: {exc}") from exc
+
+
+def _fit_prior(config: Any, args: argparse.Namespace, questions: list[Any]) -> Any:
+    """The exemplar classifier's prior from SituatedQA's stable train questions."""
+    from routing.fitting import prior_fit
+    from routing.stages.classifier_prior import ARTEFACT, PROBE
+    from routing.stages.embedder import load_embedder
+
+    stable = prior_fit.stable_questions(questions)
+    progress(f"fitting the classifier prior on {len(stable)} questions")
+    embedder = load_embedder(config.routing.semantic.model_path)
+    vectors = embedder.encode_exemplars([q.text for q in stable])
+    try:
+        prior = prior_fit.fit_prior(stable, vectors, embedder.encode_one(PROBE))
+    except ValueError as exc:
+        raise ConfigError(f"--situatedqa: {exc}") from exc
+    say(prior_fit.render(prior))
+    if not args.dry_run:
+        path = Path(args.prior_output) if args.prior_output else ARTEFACT
+        prior.save(path)
+        say(f"wrote {path}")
+    return prior
 
 
 def _fit_time_model(config: Any, args: argparse.Namespace, questions: list[Any]) -> None:

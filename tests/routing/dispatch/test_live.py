@@ -213,10 +213,12 @@ async def test_a_cue_that_fires_on_fixed_facts_needs_the_models_word(build: Buil
 async def test_a_fixed_fact_a_stage_sent_live_by_likeness_goes_to_the_snapshot(
     build: Build,
 ) -> None:
-    """Near reviews in meaning, so the semantic stage says web; the model reads its answer
-    as fixed, so kiwix answers it, web after it."""
+    """A household's web exemplar about old reviews puts the question near web in meaning,
+    so the semantic stage says web; the model reads its answer as fixed, so kiwix answers
+    it, web after it."""
     question = "what did critics say about citizen kane when it came out"
-    svc = await build(LIVE)
+    reviews = {"web": ["what did the critics write about citizen kane on its release"]}
+    svc = await build(LIVE, semantic={"enabled": True, "top_k": 3, "exemplars": reviews})
     outcome = await svc.search(question, explain=True, dry_run=True)
     semantic = [e for e in outcome.chain if e["step"] == "intent_semantic"]
     assert [e["decision"] for e in semantic] == ["web"]
@@ -231,7 +233,10 @@ async def test_a_fixed_fact_a_stage_sent_live_by_likeness_goes_to_the_snapshot(
     # web answers when kiwix fails, as the time-sensitive parts have kiwix after web
     with SearxngServer() as web:
         web.results = [searxng_result("Citizen Kane", "https://example.org/kane", "1941")]
-        live = await build({"enabled": True, "url": web.url, "timeout_s": 2})
+        live = await build(
+            {"enabled": True, "url": web.url, "timeout_s": 2},
+            semantic={"enabled": True, "top_k": 3, "exemplars": reviews},
+        )
         live.dispatcher.enabled["kiwix"] = False
         answered = await live.search(question, explain=True)
     invoked = [(e["source"], e["outcome"]) for e in steps(answered.chain, "source_invoked")]

@@ -35,12 +35,16 @@ SLACK = 0.015
 # Leave-one-corpus-out accuracy today, per file and expected label ("*": every row).
 TRIVIA = rq.fit_only_name("opentriviaqa")  # a fit corpus with no evaluation file
 FLOORS: dict[str, dict[str, float]] = {
-    "ha_intents_tests.jsonl": {"ha": 0.959, "*": 0.958},
-    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.913, "kiwix": 0.775, "web": 0.917, "*": 0.901},
-    "slurp_devel_compound.jsonl": {"*": 0.778},
-    "mixsnips_dev.jsonl": {"*": 0.937},
-    TRIVIA: {"kiwix": 0.868},
+    "ha_intents_tests.jsonl": {"ha": 0.952, "*": 0.952},
+    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.895, "kiwix": 0.800, "web": 0.883, "*": 0.895},
+    "slurp_devel_compound.jsonl": {"*": 0.792},
+    "mixsnips_dev.jsonl": {"*": 0.933},
+    TRIVIA: {"kiwix": 0.890},
 }
+# Since 2026-12-03 the exemplar classifier also trains on the prior of SituatedQA's stable
+# questions (routing/stages/classifier_prior.py): SituatedQA's dev questions 75.3% -> 80.5%
+# right (bench/situatedqa_routing.py), kiwix and compound here up, SLURP's ha (91.3% ->
+# 89.6%) and web (90.8% -> 88.3%) rows down by two and three (bench/README.md).
 # Floors that are short of the issue's target, each with what it measured and why it was
 # let fall: nothing else may be (test_every_floor_holds_the_issues_target).
 _TIME_SENSITIVE = (
@@ -52,10 +56,12 @@ SHORT_OF_TARGET = {
     ("slurp_devel_compound.jsonl", "*"): "88.9% before the written distinctions joined the "
     "fit and the exemplars (2026-12-02), 79.6% with them: its kiwix+web and kiwix+none pairs "
     "fall most, while the sealed corpora's compound requests rose (bench/README.md); 77.8% "
-    f"{_TIME_SENSITIVE}, and two of its kiwix+web pairs' web halves read as fixed facts",
+    f"{_TIME_SENSITIVE}, and two of its kiwix+web pairs' web halves read as fixed facts; "
+    "79.2% with the classifier prior",
     ("slurp_devel.jsonl", "kiwix"): "85.8% (88.3% before the written distinctions); 77.5% "
     f"{_TIME_SENSITIVE} ('how old is ...', 'who is the governor of ...', 'this week'; "
-    "../shared/eval/README.md counts about 15% of its questions as current events)",
+    "../shared/eval/README.md counts about 15% of its questions as current events); 80.0% "
+    "with the classifier prior",
 }
 NONE_CONFIDENT_CEILING = {"slurp_devel.jsonl": 0.083, "ha_intents_tests.jsonl": 0.067}
 

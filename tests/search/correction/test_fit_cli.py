@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from routing.stages.classifier_prior import ARTEFACT as prior_artefact
+from routing.stages.classifier_prior import ClassifierPrior
 from routing.stages.confidence import ConfidenceModel, load_model
 from routing.stages.time_sensitivity import TimeSensitivityModel
 
@@ -110,8 +112,12 @@ def _situatedqa(root: Path) -> Path:
     return root
 
 
-def test_fit_shipped_refits_the_time_model_from_a_local_situatedqa(tmp_path: Path) -> None:
+def test_fit_shipped_refits_the_time_model_and_prior_from_a_local_situatedqa(
+    tmp_path: Path,
+) -> None:
     out, time_out = tmp_path / "confidence.json", tmp_path / "time.json"
+    prior_out = tmp_path / "prior.npz"
+    shipped_prior = prior_artefact.stat().st_mtime_ns
     done = run(
         "--shipped",
         "--config",
@@ -122,9 +128,17 @@ def test_fit_shipped_refits_the_time_model_from_a_local_situatedqa(tmp_path: Pat
         str(_situatedqa(tmp_path / "situatedqa")),
         "--time-output",
         str(time_out),
+        "--prior-output",
+        str(prior_out),
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
+    # The prior: the 12 stable questions (three copies of four), one centroid of them all,
+    # written where asked and nowhere else.
+    assert "classifier prior: 1 centroids of 12 stable SituatedQA questions" in done.stdout
+    prior = ClassifierPrior.load(prior_out)
+    assert prior.label == "kiwix" and prior.counts.tolist() == [12]
+    assert prior_artefact.stat().st_mtime_ns == shipped_prior
     assert "time-sensitivity model: " in done.stdout and f"wrote {time_out}" in done.stdout
     fitted = TimeSensitivityModel.from_json(json.loads(time_out.read_text()))
     assert fitted.dimension == 384
@@ -137,6 +151,8 @@ def test_situatedqa_goes_with_shipped_and_must_be_there(tmp_path: Path) -> None:
     assert done.returncode == 2 and "--situatedqa goes with --shipped" in done.stderr
     done = run("--config", str(ROOT / "config.yaml"), "--time-output", str(tmp_path / "t"))
     assert done.returncode == 2 and "--time-output goes with --situatedqa" in done.stderr
+    done = run("--config", str(ROOT / "config.yaml"), "--prior-output", str(tmp_path / "p"))
+    assert done.returncode == 2 and "--prior-output goes with --situatedqa" in done.stderr
     out = tmp_path / "confidence.json"
     done = run("--shipped", "--output", str(out), "--situatedqa", str(tmp_path / "nowhere"))
     assert done.returncode == 2 and "--situatedqa: data/id_data/temp.train.jsonl" in done.stderr

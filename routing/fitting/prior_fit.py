@@ -1,0 +1,115 @@
+"""Fit the exemplar classifier's prior (routing/stages/classifier_prior.py) from SituatedQA.
+
+Rows: the questions of SituatedQA's temporal train split whose answer does not depend on
+when they are asked (read as routing/fitting/time_fit.py reads them: from a local copy,
+without the rows taken from WebQuestions, never a dev or test split). Each is embedded
+by the configured model, and k-means (CENTROIDS clusters, fewer for a small corpus so that
+each stands for PER_CENTROID questions on average and none for fewer than SMALLEST;
+assigned by cosine similarity; seeded)
+reduces them to weighted centroids: the same rows and model give the same file.
+
+SHARE, the centroids' total weight against the encyclopedia route's exemplars, was chosen
+on the leave-one-corpus-out figures of bench/routing_quality.py and SituatedQA's dev split
+(bench/situatedqa_routing.py), never on a sealed corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from routing.fitting.time_fit import Question
+from routing.stages.classifier_prior import ClassifierPrior
+
+LABEL = "kiwix"  # the route that answers questions whose answer does not change
+CENTROIDS = 128
+# A centroid stands for at least this many questions (fewer centroids for a small corpus):
+# a mean of one question's embedding would be that question, which is not shipped.
+PER_CENTROID = 10
+SMALLEST = 5  # and none is the mean of fewer questions than this
+SHARE = 1.0
+ROUNDS = 50
+SEED = 0
+
+
+def stable_questions(questions: Sequence[Question]) -> list[Question]:
+    """SituatedQA's questions whose answer does not change (not the shipped fit rows)."""
+    return [q for q in questions if q.corpus == "situatedqa" and not q.sensitive]
+
+
+def kmeans(
+    vectors: np.ndarray, k: int, rounds: int = ROUNDS, seed: int = SEED, smallest: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Centroids (plain means of their members, not renormalised) and member counts.
+
+    Members are assigned by cosine similarity to the renormalised centroids. A cluster of
+    fewer than `smallest` members is dissolved into the others, smallest first (so every
+    centroid is the mean of at least that many). Deterministic for a given input and seed.
+    """
+    if len(vectors) < k:
+        raise ValueError(f"{len(vectors)} questions is too few for {k} centroids")
+    x = np.asarray(vectors, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    centroids = x[rng.choice(len(x), size=k, replace=False)].copy()
+    assigned = np.full(len(x), -1)
+    for _ in range(rounds):
+        new = _nearest(x, centroids)
+        if np.array_equal(new, assigned):
+            break
+        assigned = new
+        centroids = _means(x, assigned, centroids)
+    while True:
+        counts = np.bincount(assigned, minlength=len(centroids))
+        live = np.flatnonzero(counts)
+        small = [j for j in live if counts[j] < smallest]
+        if not small or len(live) == 1:
+            break
+        dropped = min(small, key=lambda j: (counts[j], j))
+        keep = np.asarray([j for j in range(len(centroids)) if j != dropped])
+        centroids = centroids[keep]
+        assigned = _nearest(x, centroids)
+        centroids = _means(x, assigned, centroids)
+    counts = np.bincount(assigned, minlength=len(centroids))
+    kept = np.flatnonzero(counts)
+    means = np.stack([x[assigned == j].mean(axis=0) for j in kept])
+    return means.astype(np.float32), counts[kept]
+
+
+def _nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    norms = np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
+    return np.argmax(x @ (centroids / norms).T, axis=1)
+
+
+def _means(x: np.ndarray, assigned: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """Each centroid moved to its members' mean (left where it is without members)."""
+    moved = centroids.copy()
+    for j in range(len(centroids)):
+        members = assigned == j
+        if members.any():
+            moved[j] = x[members].mean(axis=0)
+    return moved
+
+
+def fit_prior(
+    questions: Sequence[Question], vectors: np.ndarray, probe_vector: np.ndarray
+) -> ClassifierPrior:
+    """The prior from `questions` (SituatedQA's stable ones) and their embeddings."""
+    if len(questions) != len(vectors):
+        raise ValueError("one vector per question")
+    if len(questions) < PER_CENTROID:
+        raise ValueError(f"{len(questions)} stable questions: at least {PER_CENTROID} needed")
+    centroids, counts = kmeans(
+        vectors, min(CENTROIDS, len(questions) // PER_CENTROID), smallest=SMALLEST
+    )
+    report = {"questions": len(questions), "centroids": len(counts), "source": "situatedqa"}
+    return ClassifierPrior(LABEL, centroids, counts, SHARE, probe_vector, report)
+
+
+def render(prior: ClassifierPrior) -> str:
+    counts = prior.counts
+    return (
+        f"classifier prior: {len(counts)} centroids of {int(counts.sum())} stable SituatedQA "
+        f"questions for `{prior.label}` (median {int(np.median(counts))} questions each, "
+        f"at most {int(counts.max())}), weighing {prior.share:g}x its exemplars"
+    )

@@ -1,0 +1,99 @@
+"""Training points for the exemplar classifier beyond the exemplars: real questions.
+
+The encyclopedia route's exemplars are sentences written for it and quiz questions.
+Questions people type into a search box ("who sang the song that opens the film",
+"when did the bridge open") sit apart from both, and a classifier that learnt from the
+exemplars alone gives many of them to `none` or to the web. This prior holds where such
+questions lie in embedding space: the k-means centroids of the questions of SituatedQA's
+train split whose answer does not change with time, embedded by the bundled model, each
+weighed by how many questions it stands for. The classifier trains on them beside the
+label's exemplars, together weighing `share` times what those exemplars weigh.
+
+Centroids, not questions: SituatedQA states no licence, so none of its rows ships; each
+centroid is the mean of about twenty questions' embeddings. Refitted by `search fit
+--shipped --situatedqa DIR` (routing/fitting/prior_fit.py).
+
+A prior means something only in the embedding space it was made in: the artefact keeps
+one probe sentence's embedding, and a model that embeds the probe differently (a
+configured `routing.semantic.model_path`) does not get the prior.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+Shipped = Literal["shipped"]
+SHIPPED: Shipped = "shipped"  # "the prior as shipped", where None means "no prior"
+
+ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "classifier_prior.npz"
+PROBE = "who wrote the novel that the film was based on"
+SAME_MODEL = 0.999  # the probe's cosine similarity across runs of one model is ~1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierPrior:
+    """Weighted points of one label, for the exemplar classifier's training."""
+
+    label: str
+    centroids: np.ndarray  # (k, dimension), means of unit vectors (not renormalised)
+    counts: np.ndarray  # (k,) how many questions each centroid stands for
+    share: float  # the points' total weight, as a multiple of the label's exemplars'
+    probe_vector: np.ndarray  # PROBE as the model that made the centroids embeds it
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.centroids.shape[1])
+
+    def made_by(self, probe_vector: np.ndarray) -> bool:
+        """Whether a model that embeds PROBE as `probe_vector` is the one that made it."""
+        if probe_vector.shape != self.probe_vector.shape:
+            return False
+        return float(np.dot(probe_vector, self.probe_vector)) >= SAME_MODEL
+
+    def save(self, path: Path = ARTEFACT) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"label": self.label, "share": self.share, "report": self.report}
+        with path.open("wb") as handle:  # np.savez_compressed(path) would append ".npz"
+            np.savez_compressed(
+                handle,
+                centroids=self.centroids.astype(np.float32),
+                counts=self.counts.astype(np.int32),
+                probe_vector=self.probe_vector.astype(np.float32),
+                meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), np.uint8),
+            )
+
+    @classmethod
+    def load(cls, path: Path) -> ClassifierPrior:
+        """The prior at `path`; ValueError naming what is wrong with a malformed file."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                centroids = np.asarray(data["centroids"], dtype=np.float32)
+                counts = np.asarray(data["counts"], dtype=np.float64)
+                probe = np.asarray(data["probe_vector"], dtype=np.float32)
+                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+        except (OSError, KeyError, ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"classifier prior {path}: unreadable ({exc})") from exc
+        if centroids.ndim != 2 or counts.shape != (centroids.shape[0],) or not len(counts):
+            raise ValueError(f"classifier prior {path}: one count per centroid expected")
+        if probe.shape != (centroids.shape[1],) or (counts <= 0).any():
+            raise ValueError(f"classifier prior {path}: probe or counts malformed")
+        share = float(meta.get("share", 0.0))
+        if not isinstance(meta.get("label"), str) or not 0.0 < share <= 10.0:
+            raise ValueError(f"classifier prior {path}: label or share malformed")
+        return cls(meta["label"], centroids, counts, share, probe, dict(meta.get("report", {})))
+
+
+@lru_cache(maxsize=2)
+def load_prior(path: str | None = None) -> ClassifierPrior | None:
+    """The shipped prior (or the one at `path`), read once per process; None without one."""
+    target = Path(path) if path else ARTEFACT
+    if not target.is_file():
+        return None
+    return ClassifierPrior.load(target)
