@@ -3,9 +3,11 @@
 Runs the shipped fit in-process (model load and fit-corpus encoding included; the
 encodings are cached on disk by model and text, so `--cold` clears that cache first to
 time a first fit) and prints the seconds, the rows, and the artefact's size beside the
-route data it reads at start-up. With `--situatedqa DIR` it also times the fit of the
-time-sensitivity model (routing/fitting/time_fit.py) and sizes its artefact; without it
-the shipped artefact is sized. Nothing is written to routing/fitted/.
+route data it reads at start-up. With `--situatedqa DIR` it first times the fit of the
+exemplar classifier's prior (routing/fitting/prior_fit.py), fits the weights with it as
+`search fit` does, and then times the fit of the time-sensitivity model
+(routing/fitting/time_fit.py), sizing both artefacts; without it the shipped ones are
+sized. Nothing is written to routing/fitted/.
 
     .venv/bin/python bench/fit_cost.py [--config config.yaml] [--cold]
         [--situatedqa DIR] [--json-out PATH]
@@ -20,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -42,8 +45,29 @@ def main(argv: list[str] | None = None) -> int:
 
     config = load_config(args.config)
     rows = fit.shipped_rows()
+    from routing.stages.classifier_prior import ARTEFACT as PRIOR_ARTEFACT
+
+    prior: Any = "shipped"
+    prior_seconds = None
+    if args.situatedqa:
+        from routing.fitting import prior_fit, time_fit
+        from routing.stages.classifier_prior import PROBE
+        from routing.stages.embedder import load_embedder
+
+        embedder = load_embedder(config.routing.semantic.model_path)
+        started = time.perf_counter()
+        stable = prior_fit.stable_questions(time_fit.read_situatedqa(Path(args.situatedqa)))
+        vectors = embedder.encode_exemplars([q.text for q in stable])
+        prior = prior_fit.fit_prior(stable, vectors, embedder.encode_one(PROBE))
+        prior_seconds = time.perf_counter() - started
+        with tempfile.TemporaryDirectory() as scratch:
+            written = Path(scratch) / "classifier_prior.npz"
+            prior.save(written)
+            prior_bytes = written.stat().st_size
+    else:
+        prior_bytes = PRIOR_ARTEFACT.stat().st_size
     started = time.perf_counter()
-    model, _ = asyncio.run(fit.fit(config, rows=rows))
+    model, _ = asyncio.run(fit.fit(config, rows=rows, prior=prior))
     seconds = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as scratch:
         written = Path(scratch) / "confidence.json"
@@ -77,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         f"({exemplars:,} exemplars)"
     )
     print(
+        "classifier prior: "
+        + (f"{prior_seconds:.1f} s to fit, " if prior_seconds is not None else "")
+        + f"artefact {prior_bytes:,} bytes"
+    )
+    print(
         "time-sensitivity model: "
         + (f"{time_seconds:.1f} s to fit, " if time_seconds is not None else "")
         + f"artefact {time_artefact:,} bytes"
@@ -100,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 "exemplars": exemplars,
                 "time_model_seconds": None if time_seconds is None else round(time_seconds, 1),
                 "time_model_bytes": time_artefact,
+                "prior_seconds": None if prior_seconds is None else round(prior_seconds, 1),
+                "prior_bytes": prior_bytes,
             },
         )
     return 0

@@ -519,6 +519,13 @@ def cost_lines() -> list[str]:
             f"{f['rows']:,} rows; artefact {f['artefact_bytes'] / 1024:.1f} kB, route data "
             f"{f['route_data_bytes'] / 1024:.0f} kB ({f['exemplars']:,} exemplars)"
         )
+        if f.get("prior_bytes"):
+            took = f.get("prior_seconds")
+            lines.append(
+                f"{when['fit_cost']} classifier prior: "
+                + (f"{took:.0f} s to fit, " if took is not None else "")
+                + f"artefact {f['prior_bytes'] / 1024:.1f} kB"
+            )
         if f.get("time_model_bytes"):
             took = f.get("time_model_seconds")
             lines.append(
