@@ -16,7 +16,7 @@ written for this bench (none is an evaluation sentence); the 50 include a contra
 pair (the same words labelled twice: the latest counts) and adversarial ones (commands
 labelled as questions for the encyclopedia or as unserved).
 
-    .venv/bin/python bench/label_fit.py [--config config.yaml] [--eval-dir DIR]
+    .venv/bin/python bench/label_fit.py [--config config.yaml] [--eval-dir DIR] [--json-out PATH]
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-async def main_async(config_path: Path, eval_dir: Path) -> int:
+async def main_async(config_path: Path, eval_dir: Path, json_out: str = "") -> int:
     files = rq.load_rows(eval_dir)
     if not files:
         print(f"no evaluation sets in {eval_dir}", file=sys.stderr)
@@ -242,6 +242,21 @@ async def main_async(config_path: Path, eval_dir: Path) -> int:
             for n, r in results.items()
         )
         print(f"  {name:<28} {cells}")
+    if json_out:
+        from bench import results as results_files
+
+        eval_rows = sum(len(rows) for name, rows in files.items() if name != "opentriviaqa (quiz)")
+        results_files.write(
+            json_out,
+            "label_fit",
+            "python bench/label_fit.py --eval-dir ../shared/eval --json-out "
+            "bench/results/label_fit.json",
+            {
+                "eval_rows": eval_rows,
+                "quiz_rows": len(quiz),
+                "rows": [_row(n, r) for n, r in results.items()],
+            },
+        )
     same_threshold = len({r["threshold"] for r in results.values()}) == 1
     ok = same_threshold and worst <= 0.005
     print(
@@ -251,6 +266,21 @@ async def main_async(config_path: Path, eval_dir: Path) -> int:
         f"{time.perf_counter() - started:.0f} s"
     )
     return 0 if ok else 1
+
+
+def _row(count: int, measured: dict[str, Any]) -> dict[str, Any]:
+    """One line of the printed table, as bench/figures.py renders it."""
+    evals = [v for k, v in measured["per_file"].items() if k != "opentriviaqa (quiz)"]
+    right, rows = sum(a for a, _ in evals), max(sum(t for _, t in evals), 1)
+    quiz_right, quiz_rows = measured["per_file"]["opentriviaqa (quiz)"]
+    return {
+        "labels": count,
+        "min_confidence": measured["threshold"],
+        "eval": round(right / rows, 3),
+        "ece": round(measured["ece"], 3),
+        "quiz": round(quiz_right / max(quiz_rows, 1), 3),
+        "holding": [measured["holding"], measured["labels"]] if count else None,
+    }
 
 
 def load_report() -> str:
@@ -264,8 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
     parser.add_argument("--eval-dir", default=str(rq.default_eval_dir()))
+    parser.add_argument("--json-out", default="", help="also write the figures, dated, here")
     args = parser.parse_args(argv)
-    return asyncio.run(main_async(Path(args.config), Path(args.eval_dir)))
+    return asyncio.run(main_async(Path(args.config), Path(args.eval_dir), args.json_out))
 
 
 if __name__ == "__main__":
