@@ -151,6 +151,12 @@ class LabelClassifier:
         x = np.ascontiguousarray(index.matrix, dtype=np.float32)
         weights = (len(targets) / (len(self.labels) * counts))[targets].astype(np.float32)
         self.prior_used = prior is not None and prior.label in self.labels
+        # What the event names as the prior's origin ("" without one).
+        self.prior_source = (
+            str(prior.report.get("source", "prior"))
+            if prior is not None and self.prior_used
+            else ""
+        )
         if prior is not None and self.prior_used:
             label = self.labels.index(prior.label)
             total = float(weights[targets == label].sum()) * prior.share
@@ -399,6 +405,8 @@ class SemanticStage:
             "threshold": self.min_confidence,
             "fit": self.model.name,
         }
+        if self.classifier is not None and self.classifier.prior_source:
+            shown["classifier_prior"] = self.classifier.prior_source
         sure = confidence.confidence >= self.min_confidence and not unknown
         if sure and confidence.winner != NONE:
             record(
@@ -501,6 +509,8 @@ class SemanticStage:
             near = by_label.get(entry["route"])
             if near is not None:
                 entry.update(matched=near.text, similarity=round(near.score, 4))
+                if near.probability is not None:
+                    entry["classifier"] = round(near.probability, 4)
             events.append(entry)
         if reused is not None:
             events.append(

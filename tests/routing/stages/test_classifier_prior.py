@@ -137,3 +137,26 @@ async def test_a_prior_made_with_another_model_is_not_used(
         semantic_config(classifier_prior=False), ["kiwix", "web"], exemplars=exemplars
     )
     assert off.prior is None
+
+
+async def test_the_chain_shows_the_classifiers_say_and_whether_the_prior_trained_it() -> None:
+    """With the shipped routes the event names the prior; each candidate shows the
+    classifier's probability beside its nearest exemplar, so a decision that went against
+    the nearest exemplar ("when did the bridge open": kiwix over a nearer web exemplar)
+    can be read from the chain."""
+    from search.config import load_config
+    from search.service import Service
+    from search.traces.records import NullTraceSink
+
+    root = Path(__file__).resolve().parents[3]
+    service = Service(load_config(root / "config.yaml"), traces=NullTraceSink(), household=None)
+    await service.start(sources=False)
+    try:
+        outcome = await service.search("when did the bridge open", dry_run=True, explain=True)
+    finally:
+        await service.aclose()
+    (event,) = [e for e in outcome.chain if e["step"] == "intent_semantic"]
+    assert event["classifier_prior"] == "situatedqa"
+    said = {c["route"]: c["classifier"] for c in event["candidates"]}
+    assert all(0.0 <= p <= 1.0 for p in said.values()) and sum(said.values()) <= 1.0 + 1e-6
+    assert event["decision"] == max(said, key=lambda route: said[route])

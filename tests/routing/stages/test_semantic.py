@@ -83,6 +83,7 @@ async def test_a_hit_names_what_it_matched(service: Service) -> None:
     assert event["threshold"] == semantic_stage(service).min_confidence
     assert event["threshold"] <= event["confidence"] <= 1.0
     top, *others = event["candidates"]
+    classifier = top.pop("classifier")  # the exemplar classifier's probability
     assert top == {
         "route": "forecast",
         "confidence": event["confidence"],
@@ -90,6 +91,8 @@ async def test_a_hit_names_what_it_matched(service: Service) -> None:
         "matched": "will it rain tomorrow",
         "similarity": event["similarity"],
     }
+    assert 0.0 < classifier <= 1.0
+    assert "classifier_prior" not in event  # routes written from scratch: no shipped prior
     assert len(others) == 2 and {c["route"] for c in others} <= {*EXEMPLARS, "none"}
     for earlier, later in zip(event["candidates"], others, strict=False):
         assert earlier["confidence"] >= later["confidence"]
