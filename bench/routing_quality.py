@@ -519,20 +519,14 @@ def cost_lines() -> list[str]:
             f"{f['rows']:,} rows; artefact {f['artefact_bytes'] / 1024:.1f} kB, route data "
             f"{f['route_data_bytes'] / 1024:.0f} kB ({f['exemplars']:,} exemplars)"
         )
-        if f.get("prior_bytes"):
-            took = f.get("prior_seconds")
-            lines.append(
-                f"{when['fit_cost']} classifier prior: "
-                + (f"{took:.0f} s to fit, " if took is not None else "")
-                + f"artefact {f['prior_bytes'] / 1024:.1f} kB"
-            )
-        if f.get("time_model_bytes"):
-            took = f.get("time_model_seconds")
-            lines.append(
-                f"{when['fit_cost']} time-sensitivity model: "
-                + (f"{took:.0f} s to fit, " if took is not None else "")
-                + f"artefact {f['time_model_bytes'] / 1024:.1f} kB"
-            )
+        for what, key in (("classifier prior", "prior"), ("time-sensitivity model", "time_model")):
+            if f.get(f"{key}_bytes"):
+                took = f.get(f"{key}_seconds")
+                lines.append(
+                    f"{when['fit_cost']} {what}: "
+                    + (f"{took:.0f} s to fit, " if took is not None else "")
+                    + f"artefact {f[f'{key}_bytes'] / 1024:.1f} kB"
+                )
     if "semantic_stage" in found:
         f = found["semantic_stage"]["figures"]
         lines.append(

@@ -150,20 +150,16 @@ class LabelClassifier:
         targets = np.repeat(np.arange(len(self.labels)), counts)
         x = np.ascontiguousarray(index.matrix, dtype=np.float32)
         weights = (len(targets) / (len(self.labels) * counts))[targets].astype(np.float32)
-        self.prior_used = prior is not None and prior.label in self.labels
-        # What the event names as the prior's origin ("" without one).
-        self.prior_source = (
-            str(prior.report.get("source", "prior"))
-            if prior is not None and self.prior_used
-            else ""
-        )
-        if prior is not None and self.prior_used:
-            label = self.labels.index(prior.label)
-            total = float(weights[targets == label].sum()) * prior.share
-            x = np.concatenate([x, prior.centroids.astype(np.float32)])
-            targets = np.concatenate([targets, np.full(len(prior.counts), label)])
+        # The prior, when its label is one of these (a configuration without it has none).
+        self.prior = prior if prior is not None and prior.label in self.labels else None
+        if self.prior is not None:
+            label = self.labels.index(self.prior.label)
+            total = float(weights[targets == label].sum()) * self.prior.share
+            counts_of_prior = self.prior.counts
+            x = np.concatenate([x, self.prior.centroids.astype(np.float32)])
+            targets = np.concatenate([targets, np.full(len(counts_of_prior), label)])
             weights = np.concatenate(
-                [weights, (total * prior.counts / prior.counts.sum()).astype(np.float32)]
+                [weights, (total * counts_of_prior / counts_of_prior.sum()).astype(np.float32)]
             )
         x_t = np.ascontiguousarray(x.T)  # a strided transpose makes BLAS several times slower
         onehot = np.eye(len(self.labels), dtype=np.float32)[targets]
@@ -181,6 +177,15 @@ class LabelClassifier:
             b -= step * grad.sum(axis=0)
         self.w = w
         self.b = b
+
+    @property
+    def prior_used(self) -> bool:
+        return self.prior is not None
+
+    @property
+    def prior_source(self) -> str:
+        """What the chain names as the prior's origin ("" without one)."""
+        return "" if self.prior is None else str(self.prior.report.get("source", "prior"))
 
     def probabilities(self, vector: np.ndarray) -> dict[str, float]:
         logits = vector @ self.w + self.b
