@@ -13,9 +13,11 @@ source serves ("set an alarm") is answered as such: status "unserved", no source
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from routing.chain.events import part_scope, record
@@ -29,6 +31,8 @@ from routing.language.decompose import CONDITION_OPENERS, Claims, decompose_clai
 from routing.stages.resolver import Resolver
 from routing.stages.time_sensitivity import load_time_model
 from routing.types import ResolveContext
+
+log = logging.getLogger(__name__)
 
 
 class TooManyParts(ValueError):
@@ -144,8 +148,28 @@ def _live_redirect(
     stage's encoder when both are there (and the config does not switch the model off)."""
     semantic = resolver.stage("intent_semantic")
     embed = getattr(semantic, "embed", None)
-    model = load_time_model() if config.model and embed is not None else None
+    model = None
+    if config.model and embed is not None:
+        if _bundled_model(semantic):
+            model = load_time_model()
+        else:
+            log.warning(
+                "routing.time_sensitive: the time-sensitivity model was fitted in the bundled "
+                "embedding model's space; with routing.semantic.model_path of another model "
+                "only the cue words decide"
+            )
     return LiveRedirect(dispatcher, config, model, embed)
+
+
+def _bundled_model(semantic: Any) -> bool:
+    """Whether the semantic stage embeds with the bundled model (the space the
+    time-sensitivity model was fitted in): no `model_path`, or the bundled one's."""
+    path = getattr(getattr(semantic, "config", None), "model_path", None)
+    if not path:
+        return True
+    from routing.stages.embedder import default_model_path
+
+    return Path(path).resolve() == Path(default_model_path()).resolve()
 
 
 class Router:

@@ -286,3 +286,32 @@ async def test_a_rule_word_that_is_a_questions_topic_does_not_route_it(build: Bu
         assert [r["source"] for r in outcome.body["results"]] == ["kiwix"], question
         (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
         assert "declined (a question about the world, its meaning is weighed too)" in line
+
+
+def test_the_time_model_reads_only_the_bundled_models_embeddings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The model was fitted on the bundled MiniLM's embeddings: a semantic stage with a
+    model of another path (a 384-dimension model of another family would fit the weights'
+    shape and read as nonsense) leaves the verdict to the cue words, and says so."""
+    import logging
+    from types import SimpleNamespace
+
+    from routing.config import TimeSensitiveConfig
+    from routing.pipeline import _live_redirect
+    from routing.stages.embedder import default_model_path
+
+    async def embed(text: str) -> None:
+        return None
+
+    def redirect(model_path: str | None) -> Any:
+        semantic = SimpleNamespace(embed=embed, config=SimpleNamespace(model_path=model_path))
+        resolver = SimpleNamespace(stage=lambda name: semantic)
+        return _live_redirect(resolver, None, TimeSensitiveConfig())  # type: ignore[arg-type]
+
+    (tmp_path / "same").symlink_to(default_model_path())
+    for bundled in (None, default_model_path(), str(tmp_path / "same")):
+        assert redirect(bundled).model is not None, bundled
+    with caplog.at_level(logging.WARNING, logger="routing.pipeline"):
+        assert redirect(str(tmp_path / "another-model")).model is None
+    assert "only the cue words decide" in caplog.text
