@@ -51,14 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     prior_seconds = None
     if args.situatedqa:
         from routing.fitting import prior_fit, time_fit
-        from routing.stages.classifier_prior import PROBE
         from routing.stages.embedder import load_embedder
 
         embedder = load_embedder(config.routing.semantic.model_path)
         started = time.perf_counter()
-        stable = prior_fit.stable_questions(time_fit.read_situatedqa(Path(args.situatedqa)))
-        vectors = embedder.encode_exemplars([q.text for q in stable])
-        prior = prior_fit.fit_prior(stable, vectors, embedder.encode_one(PROBE))
+        questions = time_fit.read_situatedqa(Path(args.situatedqa))
+        prior = prior_fit.fit_with(embedder, questions)
         prior_seconds = time.perf_counter() - started
         with tempfile.TemporaryDirectory() as scratch:
             written = Path(scratch) / "classifier_prior.npz"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import results as results_files  # noqa: E402
 from bench import routing_quality as rq  # noqa: E402
 from routing.language.text import normalise  # noqa: E402
 from routing.stages.labels import HouseholdRouting  # noqa: E402
@@ -99,6 +99,7 @@ ADVERSARIAL: list[tuple[str, str]] = [
     ("how are things at the cottage", "web"),  # contradicts the earlier label; latest wins
 ]
 COUNTS = (0, 1, 5, 50)
+QUIZ = "opentriviaqa (quiz)"  # the quiz questions, scored beside the evaluation sets
 BINS = 10
 
 
@@ -187,17 +188,6 @@ async def measure(
     }
 
 
-def commit() -> str:
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    return done.stdout.strip() or "unknown"
-
-
 async def main_async(config_path: Path, eval_dir: Path, json_out: str = "") -> int:
     files = rq.load_rows(eval_dir)
     if not files:
@@ -210,30 +200,25 @@ async def main_async(config_path: Path, eval_dir: Path, json_out: str = "") -> i
         for r in fit.shipped_rows()
         if r.corpus == "opentriviaqa"
     ]
-    files["opentriviaqa (quiz)"] = quiz
+    files[QUIZ] = quiz
     config = rq.isolated_config(config_path)
     started = time.perf_counter()
     results = {n: await measure(config, files, labels) for n, labels in label_sets().items()}
-    stamp = f"{datetime.date.today().isoformat()} {commit()}"
+    stamp = f"{datetime.date.today().isoformat()} {results_files.head_commit()}"
     print(
         f"{stamp} bench/label_fit.py: the labels never enter the weight fit (held-out ECE of the weights: "
         f"{fit.ARTEFACT.name} {load_report()})"
     )
     header = f"{'labels':>6} {'threshold':>9} {'eval sets':>10} {'ECE':>6} {'quiz':>6} {'holding':>8} {'left out':>8}"
     print(header)
-    base = results[0]
+    base, _ = _shares(results[0])
     worst = 0.0
     for n, r in results.items():
-        evals = [v for k, v in r["per_file"].items() if k != "opentriviaqa (quiz)"]
-        acc = sum(a for a, _ in evals) / max(sum(t for _, t in evals), 1)
-        qa, qt = r["per_file"]["opentriviaqa (quiz)"]
+        acc, quiz_share = _shares(r)
         if n:
-            b_evals = [v for k, v in base["per_file"].items() if k != "opentriviaqa (quiz)"]
-            worst = max(
-                worst, sum(a for a, _ in b_evals) / max(sum(t for _, t in b_evals), 1) - acc
-            )
+            worst = max(worst, base - acc)
         print(
-            f"{n:>6} {r['threshold']:>9.2f} {acc:>10.3f} {r['ece']:>6.3f} {qa / max(qt, 1):>6.3f} "
+            f"{n:>6} {r['threshold']:>9.2f} {acc:>10.3f} {r['ece']:>6.3f} {quiz_share:>6.3f} "
             f"{r['holding']:>4}/{r['labels']:<3} {r['skipped']:>8}"
         )
     for name in files:
@@ -243,9 +228,7 @@ async def main_async(config_path: Path, eval_dir: Path, json_out: str = "") -> i
         )
         print(f"  {name:<28} {cells}")
     if json_out:
-        from bench import results as results_files
-
-        eval_rows = sum(len(rows) for name, rows in files.items() if name != "opentriviaqa (quiz)")
+        eval_rows = sum(len(rows) for name, rows in files.items() if name != QUIZ)
         results_files.write(
             json_out,
             "label_fit",
@@ -268,17 +251,23 @@ async def main_async(config_path: Path, eval_dir: Path, json_out: str = "") -> i
     return 0 if ok else 1
 
 
+def _shares(measured: dict[str, Any]) -> tuple[float, float]:
+    """The share right over the evaluation sets together, and over the quiz questions."""
+    evals = [v for k, v in measured["per_file"].items() if k != QUIZ]
+    right, rows = sum(a for a, _ in evals), max(sum(t for _, t in evals), 1)
+    quiz_right, quiz_rows = measured["per_file"][QUIZ]
+    return right / rows, quiz_right / max(quiz_rows, 1)
+
+
 def _row(count: int, measured: dict[str, Any]) -> dict[str, Any]:
     """One line of the printed table, as bench/figures.py renders it."""
-    evals = [v for k, v in measured["per_file"].items() if k != "opentriviaqa (quiz)"]
-    right, rows = sum(a for a, _ in evals), max(sum(t for _, t in evals), 1)
-    quiz_right, quiz_rows = measured["per_file"]["opentriviaqa (quiz)"]
+    evals, quiz = _shares(measured)
     return {
         "labels": count,
         "min_confidence": measured["threshold"],
-        "eval": round(right / rows, 3),
+        "eval": round(evals, 3),
         "ece": round(measured["ece"], 3),
-        "quiz": round(quiz_right / max(quiz_rows, 1), 3),
+        "quiz": round(quiz, 3),
         "holding": [measured["holding"], measured["labels"]] if count else None,
     }
 

@@ -16,11 +16,15 @@ on the leave-one-corpus-out figures of bench/routing_quality.py and SituatedQA's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from routing.fitting.time_fit import Question
-from routing.stages.classifier_prior import ClassifierPrior
+from routing.stages.classifier_prior import PROBE, ClassifierPrior
+
+if TYPE_CHECKING:
+    from routing.stages.embedder import Embedder
 
 LABEL = "kiwix"  # the route that answers questions whose answer does not change
 CENTROIDS = 128
@@ -104,6 +108,14 @@ def fit_prior(
     )
     report = {"questions": len(questions), "centroids": len(counts), "source": "situatedqa"}
     return ClassifierPrior(LABEL, centroids, counts, SHARE, probe_vector, report)
+
+
+def fit_with(embedder: Embedder, questions: Sequence[Question]) -> ClassifierPrior:
+    """The prior from SituatedQA's `questions` (stable ones are picked out), embedded by
+    `embedder`, whose embedding of the probe sentence goes with it."""
+    stable = stable_questions(questions)
+    vectors = embedder.encode_exemplars([q.text for q in stable])
+    return fit_prior(stable, vectors, embedder.encode_one(PROBE))
 
 
 def render(prior: ClassifierPrior) -> str:

@@ -133,15 +133,13 @@ def _time_questions(situatedqa: str) -> list[Any]:
 def _fit_prior(config: Any, args: argparse.Namespace, questions: list[Any]) -> Any:
     """The exemplar classifier's prior from SituatedQA's stable train questions."""
     from routing.fitting import prior_fit
-    from routing.stages.classifier_prior import ARTEFACT, PROBE
+    from routing.stages.classifier_prior import ARTEFACT
     from routing.stages.embedder import load_embedder
 
-    stable = prior_fit.stable_questions(questions)
-    progress(f"fitting the classifier prior on {len(stable)} questions")
+    progress("fitting the classifier prior")
     embedder = load_embedder(config.routing.semantic.model_path)
-    vectors = embedder.encode_exemplars([q.text for q in stable])
     try:
-        prior = prior_fit.fit_prior(stable, vectors, embedder.encode_one(PROBE))
+        prior = prior_fit.fit_with(embedder, questions)
     except ValueError as exc:
         raise ConfigError(f"--situatedqa: {exc}") from exc
     say(prior_fit.render(prior))
