@@ -1,4 +1,5 @@
-"""The README figure blocks, rendered from the committed results files.
+"""The documents' figure blocks (README, docs/, bench/README), rendered from the committed
+results files.
 
     .venv/bin/python bench/figures.py            # exit 1 and name each block that differs
     .venv/bin/python bench/figures.py --write    # rewrite the blocks from bench/results/
@@ -29,7 +30,8 @@ if str(ROOT) not in sys.path:
 from bench import results  # noqa: E402
 from bench.common import wilson  # noqa: E402
 
-DOCS = (ROOT / "README.md", ROOT / "bench" / "README.md")
+# The README, the reference pages it links to, and the benches' own page.
+DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md")
 BLOCK = re.compile(r"<!-- figures:([a-z_]+) -->\n(.*?)<!-- /figures -->", re.DOTALL)
 
 

@@ -1,4 +1,4 @@
-"""The README's examples are what the service says: contract-shaped events, and a request a
+"""The README's and docs/'s examples are what the service says: contract-shaped events, and a request a
 newcomer can paste (the service refuses a body that is not declared JSON)."""
 
 from __future__ import annotations
@@ -10,8 +10,11 @@ from typing import Any
 
 from tests.support.app import CONTRACT_FIELDS, assert_confidence, assert_contract_event
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-TEXT = README.read_text("utf-8")
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+# The README and the reference pages it links to: every example in them is checked.
+PAGES = (README, *sorted((ROOT / "docs").glob("*.md")))
+TEXT = "\n".join(page.read_text("utf-8") for page in PAGES)
 
 
 def _json_blocks() -> list[str]:

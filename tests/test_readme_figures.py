@@ -1,4 +1,4 @@
-"""The figures the READMEs show are the ones the benches recorded, with where they came from.
+"""The figures the READMEs and docs/ show are the ones the benches recorded, with where they came from.
 
 Each figure block (`<!-- figures:NAME -->`) must equal `bench/figures.py`'s rendering of the
 committed results files, so a figure edited by hand, or a bench re-measured without the
@@ -18,6 +18,7 @@ from bench import figures, results
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text("utf-8")
+ROUTING = (ROOT / "docs" / "routing.md").read_text("utf-8")
 
 
 @pytest.mark.parametrize("path", sorted(results.RESULTS.glob("*.json")), ids=lambda p: p.name)
@@ -40,9 +41,17 @@ def test_a_results_file_without_its_date_or_source_is_refused() -> None:
 
 @pytest.mark.parametrize("doc", figures.DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_figure_block_is_its_rendering_of_the_committed_results(doc: Path) -> None:
-    text = doc.read_text("utf-8")
-    assert figures.blocks(text), f"{doc.name} has no figure blocks"
-    assert figures.stale(text) == [], "run `python bench/figures.py --write`"
+    assert figures.stale(doc.read_text("utf-8")) == [], "run `python bench/figures.py --write`"
+
+
+def test_the_figure_blocks_are_found_where_they_are() -> None:
+    """A block in any reference page counts: the README links to them, and the check above
+    would pass vacuously for a page `figures.DOCS` forgot."""
+    for doc in (ROOT / "README.md", ROOT / "bench" / "README.md"):
+        assert figures.blocks(doc.read_text("utf-8")), f"{doc} has no figure blocks"
+    pages = {p for p in (ROOT / "docs").glob("*.md") if "<!-- figures:" in p.read_text("utf-8")}
+    assert pages, "docs/ quotes figures"
+    assert pages <= set(figures.DOCS)
 
 
 def test_every_renderer_has_its_block_somewhere() -> None:
@@ -63,8 +72,8 @@ def test_an_unknown_block_is_refused() -> None:
 
 def test_the_stated_threshold_is_the_shipped_fit() -> None:
     shipped = json.loads((ROOT / "routing/fitted/confidence.json").read_text("utf-8"))
-    found = re.search(r"default: what the fit measured as best, ([0-9]+(?:\.[0-9]+)?)\)", README)
-    assert found, "README states the default min_confidence"
+    found = re.search(r"default: what the fit measured as best, ([0-9]+(?:\.[0-9]+)?)\)", ROUTING)
+    assert found, "docs/routing.md states the default min_confidence"
     assert float(found.group(1)) == shipped["min_confidence"]
 
 
@@ -90,7 +99,7 @@ def test_the_stated_held_out_fit_figures_are_the_shipped_fit() -> None:
 def test_the_stated_fit_settings_are_the_fit_s() -> None:
     from routing.fitting import fit
 
-    flat = " ".join(README.split())
+    flat = " ".join(ROUTING.split())
     low, high = min(fit.THRESHOLDS), max(fit.THRESHOLDS)
     assert f"the threshold ({low} to {high}) with the best held-out accuracy" in flat
     assert f"route at most {fit.NONE_ROUTED_MAX:.0%} of the unserved requests" in flat

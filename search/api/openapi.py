@@ -40,8 +40,9 @@ def _surface_paths() -> dict[str, Any]:
         "/mcp": {
             "post": {
                 "summary": "Model Context Protocol, streamable HTTP (stateless, JSON responses)",
-                "description": "Tools `search(query, explain=false)` and `get_trace(trace_id)`. "
-                "Speak it with an MCP client; see the README. Absent when mcp.enabled is false.",
+                "description": "Tools `search(query, explain=false)`, `get_trace(trace_id)` and, "
+                "where acting is allowed, `control(query, explain=false)`. Speak it with an MCP "
+                "client; see docs/surfaces.md. Absent when mcp.enabled is false.",
                 "operationId": "mcp",
                 "requestBody": {
                     "required": True,
