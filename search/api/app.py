@@ -7,7 +7,6 @@ in another task and breaks ContextVar propagation, which would cut the route log
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -15,7 +14,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from functools import lru_cache
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,7 +27,7 @@ from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.api.authority import may_act, open_to_network_warning, token_required
-from search.api.body import BodyTooLarge, receive_body
+from search.api.body import BodyTooLarge, DuplicateKey, loads_json, receive_body
 from search.api.middleware import BearerTokenMiddleware
 from search.api.openapi import openapi_document
 from search.api.request_guard import RequestGuard
@@ -67,19 +65,12 @@ def settle_heap() -> None:
 _query_problem = lru_cache(maxsize=2048)(query_problem)
 
 
-def _loads(raw: bytes) -> Any:
-    """The body's JSON: orjson (a tenth of the stdlib's time), and the stdlib for what
-    orjson refuses (NaN, integers past 64 bits, UTF-16), so the verdict is the stdlib's."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
-
-
 def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JSONResponse:
     """A valid request, or the 4xx response that names what is wrong."""
     try:
-        data: Any = _loads(raw)
+        data: Any = loads_json(raw)
+    except DuplicateKey as exc:
+        return error_response(422, "invalid_request", str(exc), exc.key)
     except (ValueError, RecursionError):  # also: nested too deep, an integer too long
         return error_response(400, "invalid_json", "body: not valid JSON", "body")
     if not isinstance(data, dict):

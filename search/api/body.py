@@ -1,13 +1,58 @@
-"""Reading a request body within a limit, for every route that takes one."""
+"""Reading a request body within a limit, and decoding its JSON, for every route that takes
+one."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope
 
 
 class BodyTooLarge(Exception):
     pass
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names the same key twice. JSON parsers disagree on which value counts
+    (ours took the last), so a proxy or a page that checked `"dry_run": true` could send a
+    body the router reads as `"dry_run": false`: such a body is refused, not guessed at."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"{key}: named more than once in one object (parsers differ on which counts)"
+        )
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(key)
+        found[key] = value
+    return found
+
+
+def loads_json(raw: bytes) -> Any:
+    """The body's JSON, refusing a key that appears twice in an object (`DuplicateKey`).
+
+    orjson first (a tenth of the stdlib's time), and the stdlib for what orjson refuses
+    (NaN, integers past 64 bits, UTF-16), so the verdict is the stdlib's. orjson keeps the
+    last of two equal keys without a word, but every key brings its colon: an object with
+    more colons in its body than keys (a second key, a nested object, a colon in a value)
+    is read again, exactly, which costs a few microseconds only then.
+    ValueError (or RecursionError) when it is not JSON."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw, object_pairs_hook=_unique)
+    # Anything but an object is refused by every route, whatever its keys.
+    if data.__class__ is dict and raw.count(b":") != len(data):
+        json.loads(raw, object_pairs_hook=_unique)
+    return data
 
 
 async def read_body(request: Request, limit: int) -> bytes:

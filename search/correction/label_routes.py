@@ -10,7 +10,6 @@ the labels (search/correction/labels.py).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
@@ -21,7 +20,7 @@ from starlette.routing import Route
 from routing.chain.events import run_in_thread
 from routing.stages.build import route_descriptions
 from search.api.authority import may_act
-from search.api.body import BodyTooLarge, read_body
+from search.api.body import BodyTooLarge, DuplicateKey, loads_json, read_body
 from search.api.schemas import component_schemas, error_response, first_error
 from search.api.schemas import json_ref as _json
 from search.correction.labels import LabelError
@@ -52,7 +51,9 @@ class StoredLabel(BaseModel):
 
 def _parse(raw: bytes) -> LabelRequest | JSONResponse:
     try:
-        data: Any = json.loads(raw)
+        data: Any = loads_json(raw)
+    except DuplicateKey as exc:
+        return error_response(422, "invalid_request", str(exc), exc.key)
     except (ValueError, RecursionError):
         return error_response(400, "invalid_json", "body: not valid JSON", "body")
     if not isinstance(data, dict):

@@ -82,6 +82,11 @@ async def test_an_unknown_trace_is_404_an_unknown_part_or_route_422(tmp_path: Pa
             f"/traces/{trace_id}/labels", content=b"{", headers={"content-type": "application/json"}
         )
         form = await client.post(f"/traces/{trace_id}/labels", data={"part": "0", "route": "web"})
+        twice = await client.post(
+            f"/traces/{trace_id}/labels",
+            content=b'{"part": "0", "route": "web", "route": "ha"}',
+            headers={"content-type": "application/json"},
+        )
         shown = (await client.get(f"/traces/{trace_id}")).json()
     assert unknown.status_code == 404 and "no such trace" in unknown.json()["error"]["message"]
     assert bad_part.status_code == 422 and bad_part.json()["error"]["field"] == "part"
@@ -93,6 +98,7 @@ async def test_an_unknown_trace_is_404_an_unknown_part_or_route_422(tmp_path: Pa
     assert number.status_code == 422 and number.json()["error"]["field"] == "part"
     assert not_json.status_code == 400
     assert form.status_code == 415  # the request guard: a cross-site form cannot label
+    assert twice.status_code == 422 and twice.json()["error"]["field"] == "route"
     assert shown["labels"] == []
 
 
