@@ -73,7 +73,9 @@ class PartResult:
     stage: str | None = None
     error: dict[str, str] | None = None
     condition: PartResult | None = None
-    confidence: float | None = None  # the deciding stage's calibrated confidence
+    # How sure routing is of `route`: the deciding stage's calibrated confidence, scaled by
+    # how likely a time redirect is right when one moved the part (routing/dispatch/live.py)
+    confidence: float | None = None
     withheld: dict[str, Any] | None = None
     # The question the part was asked as, when it was a follow-up rewritten from the
     # session ("how tall is it?" -> "how tall is the eiffel tower?").
@@ -149,6 +151,10 @@ def _live_redirect(
     semantic = resolver.stage("intent_semantic")
     embed = getattr(semantic, "embed", None)
     model = None
+    # what each cue kind's verdict is worth, as the shipped fit measured it (cues are words:
+    # their precision holds whichever embedding model runs, or none)
+    shipped = load_time_model()
+    cue_precision = dict(shipped.report.get("kind_precision", {})) if shipped else {}
     if config.model and embed is not None:
         if _bundled_model(semantic):
             model = load_time_model()
@@ -158,7 +164,7 @@ def _live_redirect(
                 "embedding model's space; with routing.semantic.model_path of another model "
                 "only the cue words decide"
             )
-    return LiveRedirect(dispatcher, config, model, embed)
+    return LiveRedirect(dispatcher, config, model, embed, cue_precision)
 
 
 def _bundled_model(semantic: Any) -> bool:
@@ -329,7 +335,12 @@ class Router:
             # a snapshot's answer to a question of now may be old: a live source answers it
             ruled = context.keyword is not None and context.keyword.route == decision.route
             routed = await self.live.route(
-                text, decision.route, decision.stage, context.embedding, by_rule=ruled
+                text,
+                decision.route,
+                decision.stage,
+                context.embedding,
+                by_rule=ruled,
+                confidence=decision.confidence,
             )
             circumstances = Circumstances(
                 dry_run=context.dry_run,
@@ -339,11 +350,17 @@ class Router:
                 rewritten=rewritten,
                 authorized=context.authorized,
             )
+            confidence = routed.confidence if routed.redirected else decision.confidence
             if context.dry_run:
                 record(Step.PLANNED, query=text, route=routed.route, stage=decision.stage)
                 self.dispatcher.withhold_plan(routed.route, text, circumstances)
                 return PartResult(
-                    text, routed.route, "planned", route=routed.route, stage=decision.stage
+                    text,
+                    routed.route,
+                    "planned",
+                    route=routed.route,
+                    stage=decision.stage,
+                    confidence=confidence,
                 )
             answer: Answer = await self.dispatcher.answer(
                 routed.route, text, circumstances, routed.then
@@ -366,5 +383,5 @@ class Router:
             stage=decision.stage,
             error=answer.error,
             withheld=answer.withheld,
-            confidence=decision.confidence,
+            confidence=confidence,
         )

@@ -82,14 +82,15 @@ class Step(StrEnum):
         "`model` when the time-sensitivity model alone said so, `probability` its reading): "
         "sent to a live source; with that source disabled (`reason`) the snapshot answers "
         "after it, and with none configured (`to_route` unchanged) the snapshot answers; "
-        "its answer may be old.",
+        "its answer may be old. A part sent elsewhere states its new route's `confidence`: "
+        "the stage's times how likely the redirect is right.",
     )
     TIME_STABLE = (
         "time_stable",
         ("query", "from_route", "to_route", "probability"),
         "A question routed to the live source by likeness, whose answer the time-sensitivity "
         "model reads as fixed (`probability` under `below`): a snapshot answers it, the live "
-        "source after it.",
+        "source after it; `confidence` is the stage's times one minus `probability`.",
     )
     PLANNED = (
         "planned",

@@ -17,6 +17,14 @@ confirms the cue kinds that also fire on fixed facts. The event names the cue (o
 keyword rules routed has no embedding yet: reading it costs one (about 15 ms on 2 cores),
 once per question, since the probability is remembered per normalised text.
 
+A part sent elsewhere no longer has the stage's confidence: the stage was sure of the
+snapshot route, not of the live one. Its confidence becomes the stage's times how likely the
+redirect is right (`confidence` on the event, and the part's result): the model's
+probability when it alone said so, the share of time-sensitive questions among those its
+cue kind marks (as the time model's fit measured it) when a cue said so, the larger of the
+two when the model had to confirm the cue, and one minus the model's probability for a
+question sent to the snapshot.
+
 The other way, a question about the world that a stage sent to the live route by likeness
 to its exemplars (not by a keyword rule), and that no cue word and not the model reads as
 changing with time, goes to the snapshot, the live route after it (`time_stable`): "who
@@ -33,7 +41,7 @@ a command.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,10 +66,17 @@ RULED_STAGES = frozenset({"intent_keyword", "intent_session"})
 
 @dataclass(frozen=True, slots=True)
 class Routed:
-    """Where a part goes, and the routes whose chains follow if that fails."""
+    """Where a part goes, and the routes whose chains follow if that fails; when the part was
+    redirected, how sure routing is of the new route (None: not known)."""
 
     route: str
     then: tuple[str, ...] = ()
+    redirected: bool = False
+    confidence: float | None = None
+
+
+def _times(stated: float | None, likely: float | None) -> float | None:
+    return None if stated is None or likely is None else round(stated * likely, 4)
 
 
 class LiveRedirect:
@@ -74,11 +89,14 @@ class LiveRedirect:
         config: TimeSensitiveConfig,
         model: TimeSensitivityModel | None = None,
         embed: Embed | None = None,
+        cue_precision: Mapping[str, float] | None = None,
     ) -> None:
         """`model` and `embed` (the semantic stage's encoder): the fitted reading; without
-        them only the cue words decide, and nothing is sent to a snapshot."""
+        them only the cue words decide, and nothing is sent to a snapshot. `cue_precision`:
+        per cue kind, the share of the questions it marks whose answer changes with time."""
         self.dispatcher = dispatcher
         self.config = config
+        self.cue_precision = dict(cue_precision or {})
         self.from_routes = frozenset(config.from_routes)
         self.model = model if embed is not None else None
         self.embed = embed
@@ -123,13 +141,21 @@ class LiveRedirect:
         return verdict if verdict.sensitive else None
 
     async def route(
-        self, text: str, route: str, stage: str, embedding: Any = None, *, by_rule: bool = False
+        self,
+        text: str,
+        route: str,
+        stage: str,
+        embedding: Any = None,
+        *,
+        by_rule: bool = False,
+        confidence: float | None = None,
     ) -> Routed:
         """The route `text` goes to, recording `time_sensitive` when its time words (or the
         model) change it, or would, had a live source been enabled, and `time_stable` when
         the model sends it from the live route to a snapshot. `embedding`: the part's, when
         a stage already computed it. `by_rule`: the keyword rules named `route` too (a
-        semantic decision they back is not one by likeness alone)."""
+        semantic decision they back is not one by likeness alone). `confidence`: the
+        stage's, which a redirect scales by how likely it is right."""
         if not self.config.enabled or stage in KEPT_STAGES:
             return Routed(route)
         to_live = route in self.from_routes
@@ -143,10 +169,22 @@ class LiveRedirect:
         if not (to_live or to_snapshot) or self.dispatcher.is_command(text):
             return Routed(route)
         if to_live:
-            return await self._to_live(text, route, embedding)
-        return await self._to_snapshot(text, route, embedding)
+            return await self._to_live(text, route, embedding, confidence)
+        return await self._to_snapshot(text, route, embedding, confidence)
 
-    async def _to_live(self, text: str, route: str, embedding: Any) -> Routed:
+    def _likely(self, verdict: Verdict) -> float | None:
+        """How likely a time-sensitive verdict is right (None: nothing measured says)."""
+        if verdict.cue is None or verdict.kind == "model":
+            return verdict.probability
+        likely = self.cue_precision.get(verdict.kind)
+        confirmed = self.model is not None and verdict.kind in self.model.confirmed_kinds
+        if confirmed and verdict.probability is not None:
+            return max(likely or 0.0, verdict.probability)
+        return likely
+
+    async def _to_live(
+        self, text: str, route: str, embedding: Any, confidence: float | None
+    ) -> Routed:
         verdict = await self._verdict(text, embedding)
         if verdict is None:
             return Routed(route)
@@ -159,6 +197,9 @@ class LiveRedirect:
         extra: dict[str, Any] = {} if why is None else {"reason": why}
         if verdict.probability is not None:
             extra["probability"] = round(verdict.probability, 4)
+        stated = _times(confidence, self._likely(verdict))
+        if to_route != route and stated is not None:
+            extra["confidence"] = stated
         record(
             Step.TIME_SENSITIVE,
             query=text,
@@ -169,9 +210,13 @@ class LiveRedirect:
             live_route=live,
             **extra,
         )
-        return Routed(route) if to_route == route else Routed(live, (route,))
+        if to_route == route:
+            return Routed(route)
+        return Routed(live, (route,), redirected=True, confidence=stated)
 
-    async def _to_snapshot(self, text: str, route: str, embedding: Any) -> Routed:
+    async def _to_snapshot(
+        self, text: str, route: str, embedding: Any, confidence: float | None
+    ) -> Routed:
         """A question about the world that a stage judged by likeness (not by a rule) to
         be the live route's, which no cue word and not the model reads as changing with
         time: a snapshot answers it, with the live route after it. The model says "fixed"
@@ -188,6 +233,8 @@ class LiveRedirect:
         below = round(1.0 - self.model.threshold, 4)
         if probability is None or probability >= below:
             return Routed(route)
+        stated = _times(confidence, 1.0 - probability)
+        extra: dict[str, Any] = {} if stated is None else {"confidence": stated}
         record(
             Step.TIME_STABLE,
             query=text,
@@ -195,5 +242,6 @@ class LiveRedirect:
             to_route=snapshot,
             probability=round(probability, 4),
             below=below,
+            **extra,
         )
-        return Routed(snapshot, (route,))
+        return Routed(snapshot, (route,), redirected=True, confidence=stated)

@@ -114,3 +114,27 @@ def test_the_script_prints_dated_aggregates_and_never_a_sentence(tmp_path: Path)
         assert text.lower() not in printed
     for marker in MARKERS:
         assert marker not in printed
+
+
+def test_a_redirected_part_is_judged_by_what_the_redirect_stated() -> None:
+    """A part the time redirect moved counts once in the pipeline's ECE, at its new route
+    with the redirect's confidence; the intent stage's own statement still counts for that
+    stage."""
+    row = sealed_quality.Row("generated", "who is the current mayor of Quellbarrow", ("web",))
+    moved = sealed_quality.Outcome(
+        row,
+        ("web",),
+        [
+            sealed_quality.Decided("intent_semantic", "kiwix", 0.99, final=False),
+            sealed_quality.Decided("time_sensitive", "web", 0.9),
+        ],
+    )
+    found = sealed_quality.figures([moved], [])
+    assert found["stages"]["intent_semantic"]["right"] == 0.0
+    assert found["stages"]["time_sensitive"] == {
+        "parts": 1,
+        "stated": 0.9,
+        "right": 1.0,
+        "ece": 0.1,
+    }
+    assert found["pipeline_ece"] == 0.1  # not (0.99 + 0.1) / 2: the moved statement only

@@ -315,3 +315,67 @@ def test_the_time_model_reads_only_the_bundled_models_embeddings(
     with caplog.at_level(logging.WARNING, logger="routing.pipeline"):
         assert redirect(str(tmp_path / "another-model")).model is None
     assert "only the cue words decide" in caplog.text
+
+
+def _stage_confidence(chain: list[dict[str, Any]]) -> float:
+    """The confidence the deciding intent stage stated (the last intent event)."""
+    return [e for e in chain if e["step"].startswith("intent_")][-1]["confidence"]
+
+
+async def test_a_redirected_part_states_how_sure_routing_is_of_its_new_route(
+    build: Build,
+) -> None:
+    """The stage was sure of kiwix, not of web: a part the time words send live states the
+    stage's confidence times how likely the redirect is right, on the event and the result,
+    answered or planned."""
+    svc = await build(LIVE)
+    live = svc.router.live
+    for dry_run in (True, False):
+        outcome = await svc.search(MAYOR, explain=True, dry_run=dry_run)
+        (event,) = steps(outcome.chain, "time_sensitive")
+        (part,) = outcome.body["results"]
+        stated = _stage_confidence(outcome.chain)
+        # "the current" is a cue trusted alone: its measured share of time-sensitive questions
+        assert event["kind"] == "present"
+        expected = stated * live.cue_precision["present"]
+        assert event["confidence"] == part["confidence"] == pytest.approx(expected, abs=1e-4)
+        assert part["confidence"] < stated and part["route"] == "web"
+    # the model alone: its own probability
+    outcome = await svc.search("who won the last world cup", explain=True, dry_run=True)
+    (event,) = steps(outcome.chain, "time_sensitive")
+    assert event["kind"] == "model"
+    expected = _stage_confidence(outcome.chain) * event["probability"]
+    assert outcome.body["results"][0]["confidence"] == event["confidence"]
+    assert event["confidence"] == pytest.approx(expected, abs=1e-4)
+    # an untouched part keeps the stage's own
+    plain = await svc.search("who wrote Romeo and Juliet", explain=True, dry_run=True)
+    stated = _stage_confidence(plain.chain)
+    assert plain.body["results"][0]["confidence"] == pytest.approx(stated, abs=1e-4)
+
+
+async def test_a_part_sent_to_the_snapshot_states_the_model_s_fixed_reading(build: Build) -> None:
+    question = "what did critics say about citizen kane when it came out"
+    reviews = {"web": ["what did the critics write about citizen kane on its release"]}
+    svc = await build(LIVE, semantic={"enabled": True, "top_k": 3, "exemplars": reviews})
+    outcome = await svc.search(question, explain=True, dry_run=True)
+    (event,) = steps(outcome.chain, "time_stable")
+    expected = _stage_confidence(outcome.chain) * (1 - event["probability"])
+    assert event["confidence"] == outcome.body["results"][0]["confidence"]
+    assert event["confidence"] == pytest.approx(expected, abs=1e-4)
+
+
+async def test_with_no_live_source_the_part_keeps_the_stage_s_confidence(demo_zim: Path) -> None:
+    data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    data["sources"] = {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}}
+    data["routing"]["fusion"] = {}
+    data["trace"] = {"enabled": False}
+    svc = Service(parse_config(data))
+    await svc.start()
+    try:
+        outcome = await svc.search(EVEREST, explain=True, dry_run=True)
+    finally:
+        await svc.aclose()
+    (event,) = steps(outcome.chain, "time_sensitive")
+    assert event["to_route"] == "kiwix" and "confidence" not in event
+    stated = _stage_confidence(outcome.chain)
+    assert outcome.body["results"][0]["confidence"] == pytest.approx(stated, abs=1e-4)
