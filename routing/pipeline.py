@@ -26,7 +26,7 @@ from routing.config import TimeSensitiveConfig
 from routing.dispatch.control import Circumstances
 from routing.dispatch.dispatcher import Answer, Dispatcher
 from routing.dispatch.live import LiveRedirect
-from routing.language.conditional import Conditional, extract_conditional
+from routing.language.conditional import Conditional, condition_words, extract_conditional
 from routing.language.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.stages.resolver import Resolver
 from routing.stages.time_sensitivity import load_time_model
@@ -252,7 +252,11 @@ class Router:
             self.check_parts(query)
         units = self._units(query)
         context = ResolveContext(
-            session_id=session_id, dry_run=dry_run, read_only=read_only, authorized=authorized
+            session_id=session_id,
+            dry_run=dry_run,
+            read_only=read_only,
+            authorized=authorized,
+            condition=condition_words(query),
         )
         if len(units) == 1:  # no fan-out: skip the task gather would create
             return await self._run_unit("0", units[0], context)
@@ -325,6 +329,7 @@ class Router:
             dry_run=shared.dry_run,
             read_only=shared.read_only,
             authorized=shared.authorized,
+            condition=shared.condition,
         )
         try:
             decision = await self.resolver.resolve(text, context)
@@ -345,6 +350,7 @@ class Router:
             circumstances = Circumstances(
                 dry_run=context.dry_run,
                 conditional=conditional,
+                condition=context.condition,
                 confident=decision.confident,
                 read_only=context.read_only,
                 rewritten=rewritten,

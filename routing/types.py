@@ -38,6 +38,8 @@ class ResolveContext:
     dry_run: bool = False
     read_only: bool = False  # commands must not run (see routing.dispatch.control)
     authorized: bool = False  # the requester may act (see routing.dispatch.control)
+    # Condition words anywhere in the request ("only if"): no command in it runs.
+    condition: str | None = None
     # Set by a stage that tried and failed (e.g. "llm_failed"), so the default says why.
     default_reason: str | None = None
     # Extra fields for the `intent_default` event (e.g. the nearest "none" exemplar).

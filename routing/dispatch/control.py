@@ -13,7 +13,9 @@ happens:
 - `dry_run`: the request asked for a plan, not an action;
 - `replay`: a replay re-routes a recorded request; it never repeats what that request did;
 - `conditional`: the command is the consequence of a condition ("if ...", "unless ...")
-  that the router does not evaluate, so it cannot know the command is meant now;
+  that the router does not evaluate, so it cannot know the command is meant now; or the
+  request holds condition words the parser could not take apart ("..., but only if it
+  rains", "provided that ...", "should it rain, ...");
 - `deferred`: the command is for later ("in an hour", "tomorrow", "at 7", "tonight");
   the router has no scheduler, and doing it now is doing something nobody asked for;
 - `low_confidence`: the part was not decided confidently (it ended at the default);
@@ -54,6 +56,8 @@ class Circumstances:
 
     dry_run: bool = False
     conditional: bool = False  # the consequence of a condition (or a negated one)
+    # condition words anywhere in the request ("only if"), whatever the parser made of them
+    condition: str | None = None
     confident: bool = False
     read_only: bool = False  # the surface the request came through must not act
     rewritten: bool = False  # the words were completed from an earlier turn
@@ -118,7 +122,7 @@ def withheld_reasons(
         reasons.append(Withheld.DRY_RUN)
     if not acting:
         reasons.append(Withheld.REPLAY)
-    if circumstances.conditional:
+    if circumstances.conditional or circumstances.condition is not None:
         reasons.append(Withheld.CONDITIONAL)
     if deferred:
         reasons.append(Withheld.DEFERRED)

@@ -180,6 +180,8 @@ class Dispatcher:
         if not reasons:
             return None
         fields: dict[str, object] = {"when": when} if when is not None else {}
+        if circumstances.condition is not None:
+            fields["condition"] = circumstances.condition
         record(
             Step.CONTROL_WITHHELD,
             query=query,

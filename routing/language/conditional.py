@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from routing.language.lexicon import lexicon
 from routing.language.text import CLAUSE_TRIM, CLAUSE_WORD
@@ -38,6 +39,26 @@ _WORDS = lexicon().conditional  # routing/words.yaml
 _WHETHER_VERBS = _WORDS.whether_verbs
 # The asker as subject: the condition is a premise, not a fact to look up.
 _PREMISE_SUBJECTS = _WORDS.premise_subjects
+
+
+def _phrases(words: frozenset[str]) -> re.Pattern[str]:
+    """Any of `words` (phrases of single-spaced words) as whole words, any spacing."""
+    alternatives = sorted((r"\s+".join(map(re.escape, w.split())) for w in words), key=len)
+    return re.compile(r"(?<![\w'’])(?:" + "|".join(reversed(alternatives)) + r")(?![\w'’])", re.I)
+
+
+_MARKERS = _phrases(_WORDS.markers)
+
+
+@lru_cache(maxsize=2048)
+def condition_words(text: str) -> str | None:
+    """The words that make something in `text` depend on a condition ("only if", "provided",
+    "should it"), wherever they stand; None without any. A command in such a request is not
+    carried out, whether or not `extract_conditional` could say what the condition is (an
+    asker's premise, "if i am late", is no fact to look up, but still a condition; "if you
+    can" is withheld too: when in doubt, nothing is done)."""
+    found = _MARKERS.search(text.replace("’", "'"))
+    return None if found is None else " ".join(found.group().lower().split())
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,7 @@ class SentenceWords(_Section):
 class ConditionalWords(_Section):
     whether_verbs: Words
     premise_subjects: Words
+    markers: Words
 
 
 class DiscourseWords(_Section):

@@ -109,6 +109,10 @@ def withheld(answer: dict[str, Any]) -> list[str]:
     [
         ("if the sun explodes today, unlock the front door", "conditional"),
         ("unless it rains, unlock the front door", "conditional"),
+        ("only if it rains, unlock the front door", "conditional"),
+        ("unlock the front door, but only if it rains", "conditional"),
+        ("unlock the front door provided that it rains", "conditional"),
+        ("should it rain, unlock the front door", "conditional"),
         ("unlock the front door in an hour", "deferred"),
         ("unlock the front door tonight", "deferred"),
     ],

@@ -105,6 +105,31 @@ async def test_a_command_under_a_condition_or_for_later_is_withheld(
     assert "did nothing" in part["items"][0]["text"]
 
 
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("only if it rains, unlock the front door", "if"),
+        ("unlock the front door, but only if it rains", "if"),
+        ("unlock the front door provided that it rains", "provided"),
+        ("should it rain, unlock the front door", "should it"),
+        ("assuming it rains, unlock the front door", "assuming"),
+        ("unlock the front door if i am late", "if"),  # a premise, left whole by the parser
+        ("unlock the front door just in case", "in case"),
+    ],
+)
+async def test_condition_words_the_parser_cannot_take_apart_still_withhold(
+    query: str, words: str
+) -> None:
+    """Wherever the condition stands and whatever the parser made of the sentence, a
+    command in a request that makes something depend on something does not run."""
+    service = home()
+    body = await ask(service, query)
+    assert acted(service) == []
+    events = withheld(body)
+    assert events and all("conditional" in e["reasons"] for e in events)
+    assert any(e.get("condition") == words for e in events)
+
+
 async def test_unless_is_recorded_as_a_negated_condition() -> None:
     body = await ask(home(), "unless it rains, unlock the front door")
     [found] = [e for e in body["explanation"] if e["step"] == "conditional_detected"]
