@@ -243,9 +243,12 @@ class Router:
         session_id: str | None = None,
         read_only: bool = False,
         authorized: bool = False,
+        remember: bool | None = None,
     ) -> list[PartResult]:
         """`read_only`: the surface promised not to act; every command is withheld.
         `authorized`: the requester may act at all (never by default).
+        `remember`: whether the session keeps this turn (by default not for a dry run, which
+        plans and changes nothing; a replay refilling a session says so).
         Over `max_parts`, `TooManyParts` before anything embeds, calls or records, unless
         the surface already checked this query in this request."""
         if _parts_checked.get() != (id(self), query):
@@ -257,6 +260,7 @@ class Router:
             read_only=read_only,
             authorized=authorized,
             condition=condition_words(query),
+            remember=not dry_run if remember is None else remember,
         )
         if len(units) == 1:  # no fan-out: skip the task gather would create
             return await self._run_unit("0", units[0], context)
@@ -330,6 +334,7 @@ class Router:
             read_only=shared.read_only,
             authorized=shared.authorized,
             condition=shared.condition,
+            remember=shared.remember,
         )
         try:
             decision = await self.resolver.resolve(text, context)

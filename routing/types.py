@@ -40,6 +40,8 @@ class ResolveContext:
     authorized: bool = False  # the requester may act (see routing.dispatch.control)
     # Condition words anywhere in the request ("only if"): no command in it runs.
     condition: str | None = None
+    # Whether the session keeps this turn (a dry run changes nothing, sessions included).
+    remember: bool = True
     # Set by a stage that tried and failed (e.g. "llm_failed"), so the default says why.
     default_reason: str | None = None
     # Extra fields for the `intent_default` event (e.g. the nearest "none" exemplar).

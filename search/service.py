@@ -343,7 +343,9 @@ class Service:
             message = self.scrubber.text(str(exc) or type(exc).__name__)
             error = {"type": type(exc).__name__, "message": message}
         else:
-            if results and all(r.status == "error" for r in results):
+            # a condition that was answered is an answer, even when its consequence failed
+            answered = [p for r in results for p in (r, r.condition) if p is not None]
+            if answered and all(p.status == "error" for p in answered):
                 status_code = 502
                 error = {
                     "type": "all_parts_failed",

@@ -108,7 +108,7 @@ class Resolver:
                     # A session's fixed confidence under a stricter threshold (the other stages
                     # decline below it themselves).
                     decision = replace(decision, confident=False)
-                if self.sessions is not None:
+                if self.sessions is not None and context.remember:
                     self.sessions.remember(context.session_id, query, decision)
                 return decision
         ranked = context.ranked

@@ -476,7 +476,9 @@ class Replayer:
         """Route the earlier turns (dry run, nothing recorded) to refill the session."""
         for query in turns:
             with route_log(factory=NullRouteLog):
-                await self.service.router.run(query, dry_run=True, session_id=session)
+                await self.service.router.run(
+                    query, dry_run=True, session_id=session, remember=True
+                )
 
     async def __aenter__(self) -> Self:
         await self.service.start()

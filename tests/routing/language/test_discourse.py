@@ -110,7 +110,7 @@ def intent_events(outcome: SearchOutcome) -> list[dict[str, Any]]:
 async def test_a_discourse_dependent_keyword_match_is_escalated(
     service: Service, server: ChatServer
 ) -> None:
-    await service.search("turn on the kitchen lights", dry_run=True, session_id="s")
+    await service.search("turn on the kitchen lights", session_id="s")
     outcome = await service.search(
         "what about tomorrow?", dry_run=True, explain=True, session_id="s"
     )

@@ -51,7 +51,7 @@ def parts(outcome: object) -> list[tuple[str | None, str | None]]:
 
 
 async def test_a_follow_up_is_asked_as_the_question_it_stands_for(service: Service) -> None:
-    await service.search("what's the weather in oslo", dry_run=True, session_id="s1")
+    await service.search("what's the weather in oslo", session_id="s1")
     outcome = await service.search("and tomorrow?", dry_run=True, session_id="s1", explain=True)
     assert parts(outcome) == [("forecast", "intent_keyword")]
     [event] = [e for e in outcome.chain if e["step"] == "rewritten"]
@@ -66,7 +66,7 @@ async def test_a_follow_up_is_asked_as_the_question_it_stands_for(service: Servi
 async def test_a_follow_up_no_rule_rewrites_inherits_the_previous_route(
     service: Service,
 ) -> None:
-    await service.search("what's the weather in oslo", dry_run=True, session_id="s1")
+    await service.search("what's the weather in oslo", session_id="s1")
     outcome = await service.search("why?", dry_run=True, session_id="s1", explain=True)
     assert parts(outcome) == [("forecast", "intent_session")]
     assert "rewritten" not in [e["step"] for e in outcome.chain]
@@ -79,7 +79,7 @@ async def test_a_follow_up_no_rule_rewrites_inherits_the_previous_route(
 async def test_without_a_session_or_in_another_session_nothing_is_inherited(
     service: Service,
 ) -> None:
-    await service.search("what's the weather in oslo", dry_run=True, session_id="s1")
+    await service.search("what's the weather in oslo", session_id="s1")
     alone = await service.search("and tomorrow?", dry_run=True)
     other = await service.search("and tomorrow?", dry_run=True, session_id="s2")
     assert parts(alone) == parts(other) == [("kiwix", "intent_default")]
@@ -88,10 +88,10 @@ async def test_without_a_session_or_in_another_session_nothing_is_inherited(
 async def test_the_last_turn_wins_and_follow_ups_and_defaults_do_not_replace_it(
     service: Service,
 ) -> None:
-    await service.search("weather in oslo", dry_run=True, session_id="s")
-    await service.search("news from oslo", dry_run=True, session_id="s")
+    await service.search("weather in oslo", session_id="s")
+    await service.search("news from oslo", session_id="s")
     hmm = await service.search("hmm", dry_run=True, session_id="s")  # went where news went
-    await service.search("qwertz uiop asdf ghjk", dry_run=True, session_id="s")  # a default
+    await service.search("qwertz uiop asdf ghjk", session_id="s")  # a default
     outcome = await service.search("what about bergen", dry_run=True, session_id="s")
     assert parts(hmm) == [("web", "intent_session")]
     assert parts(outcome) == [("web", "intent_keyword")]
@@ -99,7 +99,7 @@ async def test_the_last_turn_wins_and_follow_ups_and_defaults_do_not_replace_it(
 
 
 async def test_unserved_and_self_contained_queries_are_not_follow_ups(service: Service) -> None:
-    await service.search("weather in oslo", dry_run=True, session_id="s")
+    await service.search("weather in oslo", session_id="s")
     alarm = await service.search("set an alarm for seven", dry_run=True, session_id="s")
     fresh = await service.search(
         "who painted the sistine chapel ceiling", dry_run=True, session_id="s"
@@ -234,3 +234,15 @@ async def test_a_follow_up_the_rules_give_to_another_route_is_not_rewritten(
     outcome = await shipped.search("turn it off", dry_run=True, session_id="home", explain=True)
     assert "rewritten" not in [e["step"] for e in outcome.chain]
     assert outcome.results[0].query == "turn it off"
+
+
+async def test_a_dry_run_plans_without_becoming_the_session_s_last_turn(
+    service: Service,
+) -> None:
+    """A client that previews a plan and then asks for real must meet the session it had:
+    the preview is not a turn."""
+    await service.search("what's the weather in oslo", session_id="s")
+    preview = await service.search("news from bergen", dry_run=True, session_id="s")
+    assert parts(preview) == [("web", "intent_keyword")]
+    outcome = await service.search("and tomorrow?", dry_run=True, session_id="s")
+    assert outcome.results[0].rewritten == "what's the weather in oslo tomorrow"

@@ -183,6 +183,22 @@ async def test_one_failing_part_does_not_hide_the_others() -> None:
     assert second["status"] == "ok" and second["source"] == "kiwix"
 
 
+async def test_an_answered_condition_keeps_a_failed_consequence_from_being_a_502() -> None:
+    """"If it rains tomorrow, close the windows" with ha failing: the condition's answer is
+    an answer, so the request is a 200 with the failed part, not "every part failed"."""
+    config = scripted_config(
+        {"kiwix": {}, "web": {}, "ha": {"fail": "error"}},
+        keywords={"ha": ["windows"], "web": ["rains"]},
+    )
+    async with asgi_client(build_app(config)) as client:
+        response = await post(client, {"query": "if it rains tomorrow, close the windows"})
+        both = await post(client, {"query": "close the windows"})
+    assert response.status_code == 200, response.text
+    (part,) = response.json()["results"]
+    assert part["status"] == "error" and part["condition"]["status"] == "ok"
+    assert both.status_code == 502  # with nothing answered it still is
+
+
 async def test_the_request_deadline_gives_504_with_the_error_last() -> None:
     config = scripted_config({"kiwix": {"delay_s": 5, "timeout_s": 10}}, request_deadline_s=0.3)
     async with asgi_client(build_app(config)) as client:
