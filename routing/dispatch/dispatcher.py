@@ -423,6 +423,20 @@ class Dispatcher:
                 outcome = _Outcome(
                     "timeout", [], "timeout", f"{name} took over {source.timeout_s}s"
                 )
+            except asyncio.CancelledError:
+                # The request ended around the call (its deadline passed): the chain still
+                # shows the call that was cut off, and for how long it had run.
+                record(
+                    Step.SOURCE_INVOKED,
+                    source=name,
+                    query=query,
+                    elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
+                    outcome="timeout",
+                    result_count=0,
+                    reason="cancelled",
+                    message=f"{name} had not answered when the request ended",
+                )
+                raise
             except SourceError as exc:
                 kind = "timeout" if exc.reason == "timeout" else "error"
                 outcome = _Outcome(kind, [], exc.reason, str(exc))

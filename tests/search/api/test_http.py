@@ -208,6 +208,16 @@ async def test_the_request_deadline_gives_504_with_the_error_last() -> None:
     assert body["error"]["type"] == "deadline_exceeded"
     assert body["explanation"][-1]["step"] == "error"
     assert body["explanation"][0]["step"] == "decomposed"
+    # the calls the deadline cut off are in the chain, before the error that ended it
+    cut = [e for e in body["explanation"] if e["step"] == "source_invoked"]
+    assert sorted(e["part"] for e in cut) == ["0", "1"]
+    for event in cut:
+        assert (event["source"], event["outcome"], event["reason"]) == (
+            "kiwix",
+            "timeout",
+            "cancelled",
+        )
+        assert 200 <= event["elapsed_ms"] < 5000
 
 
 async def test_dry_run_plans_without_calling_sources() -> None:
