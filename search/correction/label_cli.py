@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -152,16 +153,36 @@ def _export(config: Config, args: argparse.Namespace) -> int:
 
 
 def _write_whole(target: Path, text: str) -> None:
-    """Whole or not at all: a check file half-written is a wrong test."""
+    """Whole or not at all: a check file half-written is a wrong test. A symlink's file is
+    the one written (the link stays), an existing file keeps its permissions, a new one
+    gets the usual ones (the umask's), and a stream (`/dev/stdout`, a pipe) is written
+    straight; nothing is left behind when writing fails."""
+    target = target.resolve() if target.is_symlink() else target
     try:
+        if target.exists() and not target.is_file() and not target.is_dir():
+            target.write_text(text, encoding="utf-8")  # a device or a pipe: no rename there
+            return
+        mode = stat.S_IMODE(target.stat().st_mode) if target.is_file() else _new_file_mode()
         fd, temp = tempfile.mkstemp(
             dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}."
         )
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temp, target)
     except OSError as exc:
         raise LabelUsageError(f"--export: cannot write {target}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temp, mode)
+        os.replace(temp, target)
+    except OSError as exc:
+        Path(temp).unlink(missing_ok=True)
+        raise LabelUsageError(f"--export: cannot write {target}: {exc.strerror}") from None
+
+
+def _new_file_mode() -> int:
+    """The mode `open()` would give a new file: 0o666 less the process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 # --- check ---------------------------------------------------------------------------
@@ -169,6 +190,7 @@ def _write_whole(target: Path, text: str) -> None:
 
 async def route_expectations(config: Config, expectations: list[Expectation]) -> list[CheckRow]:
     """Each expectation routed as a dry run (the model loaded once; no trace stored)."""
+    from routing.pipeline import TooManyParts
     from search.service import Service
     from search.traces.records import NullTraceSink
 
@@ -177,6 +199,10 @@ async def route_expectations(config: Config, expectations: list[Expectation]) ->
     try:
         await service.start(sources=False)
         for expectation in expectations:
+            try:  # as `search route` refuses it: a bad entry, not a miss
+                service.router.check_parts(expectation.query)
+            except TooManyParts as exc:
+                raise CheckFileError(f"{expectation.query!r}: {exc}") from None
             outcome = await service.search(expectation.query, dry_run=True)
             rows.append(check_row(expectation, outcome))
     finally:

@@ -103,3 +103,44 @@ def test_check_exits_2_on_a_bad_file(tmp_path: Path, demo_zim: Path) -> None:
         done = run("check", str(path), "--config", str(config))
         assert done.returncode == 2, (name, done.stdout, done.stderr)
         assert done.stderr.startswith("search: ") and "Traceback" not in done.stderr, name
+
+
+def test_an_export_writes_through_a_symlink_keeps_modes_and_leaves_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    from search.correction.label_cli import LabelUsageError, _write_whole
+
+    real = tmp_path / "dotfiles" / "household.yaml"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    real.chmod(0o644)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(real)
+    _write_whole(link, "new\n")
+    assert link.is_symlink() and real.read_text() == "new\n"
+    assert oct(real.stat().st_mode & 0o777) == oct(0o644)
+    fresh = tmp_path / "fresh.yaml"
+    _write_whole(fresh, "x\n")
+    assert fresh.stat().st_mode & 0o044  # readable as any new file is, not 0600
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    before = set(tmp_path.iterdir())
+    try:
+        _write_whole(folder, "x\n")
+    except LabelUsageError as exc:
+        assert "cannot write" in str(exc)
+    else:
+        raise AssertionError("a directory is no export target")
+    assert set(tmp_path.iterdir()) == before  # no stray temporary file
+
+
+def test_check_refuses_an_entry_that_splits_into_too_many_parts(
+    tmp_path: Path, demo_zim: Path
+) -> None:
+    config = write_config(tmp_path, demo_zim)
+    path = tmp_path / "many.yaml"
+    path.write_text("a; b; c; d; e; f; g; h; i; j: kiwix\n")
+    done = run("check", str(path), "--config", str(config))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("search: ") and "max_parts" in done.stderr
+    assert "MISS" not in done.stdout
