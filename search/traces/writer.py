@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import select
+import signal
 import sqlite3
 import sys
 from dataclasses import dataclass
@@ -258,6 +259,10 @@ def main(argv: list[str]) -> int:
         os.nice(WRITER_NICE)  # a whole process: no GIL to hold up the server's requests
     except OSError:
         pass
+    # Ctrl-C reaches the whole process group, this child too; its parent decides when it
+    # ends (by closing its input, after which it commits what it has), so the traces the
+    # parent already handed over are stored rather than lost with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     serve(settings, sys.stdin.fileno(), sys.stdout)
     return 0
 

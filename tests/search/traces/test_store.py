@@ -763,3 +763,25 @@ def test_counted_results_keep_what_a_metadata_row_keeps() -> None:
     assert [list(r) for r in _metadata_results(counted)] == [
         list(r) for r in _metadata_results(results)
     ]
+
+
+async def test_ctrl_c_to_the_writer_process_loses_nothing(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: the writer child keeps going until its
+    parent closes its input, so what was handed over is stored."""
+    db = tmp_path / "traces.db"
+    store = SQLiteTraceStore(TraceConfig(path=str(db)), linger_s=0)
+    await store.start()
+    store.submit(make_record(f"{0:032x}"))
+    await store.flush()
+    writer = store._process
+    assert writer is not None
+    os.kill(writer.proc.pid, signal.SIGINT)
+    for n in range(1, 30):
+        store.submit(make_record(f"{n:032x}"))
+    await store.flush()
+    assert store._process is writer and writer.proc.poll() is None  # not replaced: alive
+    await store.aclose()
+    assert writer.proc.returncode == 0
+    reader = SQLiteTraceStore(TraceConfig(path=str(db)))
+    assert reader.count() == 30
+    reader.close_sync()
