@@ -27,6 +27,14 @@ from search.errors import ConfigError
 from sources.registry import KINDS, SourceConfig, kind_module
 
 DEFAULT_CONFIG_PATH = "config.yaml"
+# libyaml where PyYAML has it: it refuses nesting past 1000 levels with a YAMLError, where
+# the pure-Python loader recurses until a RecursionError.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Bounds on the loaded data, so that a hostile or broken file is refused before it costs
+# memory: values counted as `*alias` expansion copies them (an alias bomb of 450 bytes
+# expands to 10^8 values), and levels of nesting (a config needs a handful).
+MAX_CONFIG_VALUES = 100_000
+MAX_CONFIG_DEPTH = 64
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -265,7 +273,26 @@ def _describe(exc: ValidationError) -> str:
 
 
 def expand_env(value: Any, where: str = "") -> Any:
-    """Replace `${VAR}` (or `${VAR:-default}`) in every string; a missing VAR is an error."""
+    """Replace `${VAR}` (or `${VAR:-default}`) in every string; a missing VAR is an error.
+
+    The result is a copy, each alias expanded, so a file whose copy would pass
+    MAX_CONFIG_VALUES values or MAX_CONFIG_DEPTH levels (an alias bomb, a list that
+    contains itself) is a ConfigError as soon as the walk gets there.
+    """
+    return _expand(value, where, 0, [MAX_CONFIG_VALUES])
+
+
+def _expand(value: Any, where: str, depth: int, budget: list[int]) -> Any:
+    """expand_env at `depth`, taking one from `budget[0]` for each value it visits."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ConfigError(
+            f"(root): config too large: more than {MAX_CONFIG_VALUES:,} values once "
+            "its *aliases are expanded"
+        )
+    if depth > MAX_CONFIG_DEPTH:
+        shown = where if len(where) <= 80 else where[:80] + "..."
+        raise ConfigError(f"{shown}: nested too deep (more than {MAX_CONFIG_DEPTH} levels)")
     if isinstance(value, str):
 
         def sub(match: re.Match[str]) -> str:
@@ -278,9 +305,12 @@ def expand_env(value: Any, where: str = "") -> Any:
 
         return _ENV_PATTERN.sub(sub, value)
     if isinstance(value, dict):
-        return {k: expand_env(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        return {
+            k: _expand(v, f"{where}.{k}" if where else str(k), depth + 1, budget)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_expand(v, f"{where}[{i}]", depth + 1, budget) for i, v in enumerate(value)]
     return value
 
 
@@ -292,6 +322,8 @@ def parse_config(data: Any) -> Config:
         raise ConfigError("(root): config must be a mapping")
     try:
         return Config.model_validate(expand_env(data))
+    except RecursionError:  # a last guard: expand_env bounds the depth well below the limit
+        raise ConfigError("(root): config nested too deep") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         if err["type"] == "value_error" and not err["loc"]:
@@ -307,8 +339,24 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         text = chosen.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {chosen}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"cannot read config file {chosen}: not UTF-8 text "
+            f"(byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    return parse_config(_parse_yaml(text, chosen))
+
+
+def _parse_yaml(text: str, path: Path) -> Any:
+    """The YAML document in `text`; ConfigError, never a traceback, when it is not one.
+
+    Besides YAMLError, PyYAML lets a ValueError out of a bad implicit or tagged scalar
+    (`2024-13-45`, `!!int x`), and the pure-Python loader a RecursionError from deep
+    nesting.
+    """
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{chosen}: not valid YAML: {exc}") from None
-    return parse_config(data)
+        return yaml.load(text, Loader=_LOADER)
+    except (yaml.YAMLError, ValueError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deep") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 from typing import Annotated, Protocol, cast
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -17,8 +18,14 @@ from sources.base import Source
 
 
 def _http_url(value: str) -> str:
+    """An http(s) URL whose host and port parse: refused here, not when it is dialled."""
     if not value.startswith(("http://", "https://")):
         raise ValueError("must be an http:// or https:// URL")
+    try:
+        urlsplit(value).port  # noqa: B018 - raises for a port past 65535 or not a number
+    except ValueError as exc:
+        # The message names the port or the bracketed host, never the URL's password.
+        raise ValueError(f"not a valid URL: {exc}") from None
     return value.rstrip("/")
 
 
