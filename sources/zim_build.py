@@ -55,30 +55,33 @@ def read_articles(jsonl: Path) -> list[Article]:
     articles: list[Article] = []
     seen_titles: set[str] = set()
     seen_paths: set[str] = {MAIN_PATH}
-    with jsonl.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ZimBuildError(f"{jsonl}:{lineno}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ZimBuildError(f"{jsonl}:{lineno}: expected a JSON object")
-            title, text = row.get("title"), row.get("text")
-            if not isinstance(title, str) or not title.strip():
-                raise ZimBuildError(f"{jsonl}:{lineno}: missing or empty 'title'")
-            if not isinstance(text, str) or not text.strip():
-                raise ZimBuildError(f"{jsonl}:{lineno}: missing or empty 'text'")
-            title = title.strip()
-            if title in seen_titles:
-                raise ZimBuildError(f"{jsonl}:{lineno}: duplicate title {title!r}")
-            seen_titles.add(title)
-            path, n = slugify(title), 2
-            while path in seen_paths:
-                path, n = f"{slugify(title)}_{n}", n + 1
-            seen_paths.add(path)
-            articles.append(Article(title, text.strip(), path))
+    try:
+        lines = jsonl.read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 is text
+    except UnicodeDecodeError as exc:
+        raise ZimBuildError(f"{jsonl}: not UTF-8 text (at byte {exc.start})") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ZimBuildError(f"{jsonl}:{lineno}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise ZimBuildError(f"{jsonl}:{lineno}: expected a JSON object")
+        title, text = row.get("title"), row.get("text")
+        if not isinstance(title, str) or not title.strip():
+            raise ZimBuildError(f"{jsonl}:{lineno}: missing or empty 'title'")
+        if not isinstance(text, str) or not text.strip():
+            raise ZimBuildError(f"{jsonl}:{lineno}: missing or empty 'text'")
+        title = title.strip()
+        if title in seen_titles:
+            raise ZimBuildError(f"{jsonl}:{lineno}: duplicate title {title!r}")
+        seen_titles.add(title)
+        path, n = slugify(title), 2
+        while path in seen_paths:
+            path, n = f"{slugify(title)}_{n}", n + 1
+        seen_paths.add(path)
+        articles.append(Article(title, text.strip(), path))
     if not articles:
         raise ZimBuildError(f"{jsonl}: no articles")
     return articles
@@ -260,11 +263,20 @@ def ensure_zim(jsonl: Path, out: Path, *, timeout_s: float = BUILD_TIMEOUT_S) ->
                 f"building {out} from {jsonl} timed out after {timeout_s:g}s"
             ) from None
         if proc.returncode != 0 or not out.is_file():
-            tail = proc.stdout.decode("utf-8", "replace").strip()[-800:]
             raise ZimBuildError(
-                f"building {out} from {jsonl} failed (exit {proc.returncode}): {tail}"
+                f"building {out} from {jsonl} failed (exit {proc.returncode}): "
+                + _why(proc.stdout.decode("utf-8", "replace"))
             )
     return out
+
+
+def _why(output: str) -> str:
+    """The builder's own `error:` line, else the last line it printed (a traceback's last
+    line names the exception): one line, not the traceback."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    found = errors[-1] if errors else (lines[-1] if lines else "no output")
+    return found[:300]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -271,6 +271,24 @@ def test_ensure_zim_reports_a_bad_corpus_clearly(tmp_path: Path) -> None:
         ensure_zim(tmp_path / "absent.jsonl", tmp_path / "x.zim")
 
 
+def test_a_corpus_that_is_not_text_is_one_line_of_error_not_a_traceback(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b'{"title": "A", "text": "caf\xe9"}\n')
+    with pytest.raises(ZimBuildError) as caught:
+        ensure_zim(binary, tmp_path / "binary.zim")
+    message = str(caught.value)
+    assert "not UTF-8 text" in message and "Traceback" not in message and "\n" not in message
+
+
+def test_a_line_separator_inside_a_text_is_text(tmp_path: Path) -> None:
+    from sources.zim_build import read_articles
+
+    path = tmp_path / "u2028.jsonl"
+    path.write_text('{"title": "A", "text": "one\u2028two"}\n', encoding="utf-8")
+    (article,) = read_articles(path)
+    assert article.text == "one\u2028two"
+
+
 async def test_build_from_builds_the_first_path_at_start(tmp_path: Path) -> None:
     corpus = write_jsonl(tmp_path / "small.jsonl", SMALL)
     target = tmp_path / "built" / "small.zim"
