@@ -6,12 +6,14 @@ models exist so `/openapi.json` describes exactly what the service sends.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.responses import JSONResponse
 
 from search.json_codec import FastJSONResponse
+from search.query_text import has_visible_text
 
 
 class SearchRequest(BaseModel):
@@ -23,6 +25,20 @@ class SearchRequest(BaseModel):
     session_id: str | None = Field(
         default=None, min_length=1, max_length=128, description="Ties follow-up questions."
     )
+
+    @field_validator("session_id")
+    @classmethod
+    def _listable(cls, value: str | None) -> str | None:
+        """A session is looked up later (`/traces?session=`, `search trace list --session`),
+        which refuses control characters: one that could not be found is refused here."""
+        if value is None:
+            return None
+        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise ValueError(f"contains a control character (U+{ord(bad):04X})")
+        if not has_visible_text(value):
+            raise ValueError("shows nothing: only spaces or invisible characters")
+        return value
 
 
 class Item(BaseModel):
