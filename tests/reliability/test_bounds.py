@@ -167,7 +167,12 @@ BAD_BODIES: list[tuple[str, bytes, int, str | None]] = [
     ("whitespace query", b'{"query": " \\t\\n "}', 422, "query"),
     ("lone surrogate", b'{"query": "who was \\ud800 curie"}', 422, "query"),
     ("lone surrogate in session", b'{"query": "x", "session_id": "\\udfff"}', 422, "session_id"),
-    ("control character in session", b'{"query": "x", "session_id": "a\\u0000b"}', 422, "session_id"),
+    (
+        "control character in session",
+        b'{"query": "x", "session_id": "a\\u0000b"}',
+        422,
+        "session_id",
+    ),
     ("invisible session", b'{"query": "x", "session_id": "\\u200b"}', 422, "session_id"),
     (
         "session_id too long",

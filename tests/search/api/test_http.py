@@ -184,7 +184,7 @@ async def test_one_failing_part_does_not_hide_the_others() -> None:
 
 
 async def test_an_answered_condition_keeps_a_failed_consequence_from_being_a_502() -> None:
-    """"If it rains tomorrow, close the windows" with ha failing: the condition's answer is
+    """ "If it rains tomorrow, close the windows" with ha failing: the condition's answer is
     an answer, so the request is a 200 with the failed part, not "every part failed"."""
     config = scripted_config(
         {"kiwix": {}, "web": {}, "ha": {"fail": "error"}},
