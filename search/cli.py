@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,18 @@ class UsageError(Exception):
 CORE_COMMANDS = frozenset({"serve", "query", "route", "doctor", "mcp"})
 
 
+def _port(text: str) -> int:
+    """`--port`, checked as `server.port` is (0: any free port), before anything loads:
+    out of range, the socket layer fails only after the model loaded."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
 def _parser(full: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="search", description="Explainable search router")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -43,7 +55,7 @@ def _parser(full: bool = True) -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the HTTP API")
     serve.add_argument("--config", help="config file (default: $SEARCH_CONFIG or config.yaml)")
     serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default from config: 8080)")
+    serve.add_argument("--port", type=_port, help="port (default from config: 8080)")
     serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
 
     query = commands.add_parser(
@@ -124,14 +136,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers: must be at least 1")
     if args.workers == 1:
-        uvicorn.run(
-            create_app(config, settle=True),
-            host=host,
-            port=port,
-            log_level="info",
-            access_log=False,
+        return _serve(
+            lambda: uvicorn.run(
+                create_app(config, settle=True),
+                host=host,
+                port=port,
+                log_level="info",
+                access_log=False,
+            ),
+            host,
+            port,
         )
-        return EXIT_OK
     if args.config:
         os.environ["SEARCH_CONFIG"] = str(Path(args.config).resolve())
     from search.observability.metrics import MULTIPROCESS_ENV
@@ -139,15 +154,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The workers count /metrics into files here, so any of them can answer for all.
     with tempfile.TemporaryDirectory(prefix="search-metrics-") as metrics_dir:
         os.environ.setdefault(MULTIPROCESS_ENV, metrics_dir)
-        uvicorn.run(
-            "search.api.asgi:app_factory",
-            factory=True,
-            host=host,
-            port=port,
-            workers=args.workers,
-            log_level="info",
-            access_log=False,
+        return _serve(
+            lambda: uvicorn.run(
+                "search.api.asgi:app_factory",
+                factory=True,
+                host=host,
+                port=port,
+                workers=args.workers,
+                log_level="info",
+                access_log=False,
+            ),
+            host,
+            port,
         )
+
+
+def _serve(run: Callable[[], None], host: str, port: int) -> int:
+    """Run the server; one that did not start (the port taken, the app failed to start)
+    is a failure, exit 1. uvicorn logs why, then exits with a status of its own (3)."""
+    try:
+        run()
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            raise
+        say(
+            f"search: serve: the server did not start on {host}:{port} (why is logged above)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -165,13 +199,17 @@ def _before_loading_model() -> None:
 
 
 def _ask_server(settings: ClientSettings, payload: dict[str, Any]) -> Any:
-    """The running server's answer, or None when none answers at the configured address."""
-    from search.remote import RemoteRefused, ask
+    """The running server's answer, or None when this router does not answer at the
+    configured address (something else that answers there is named on stderr)."""
+    from search.remote import NotThisRouter, RemoteRefused, ask
 
     try:
         return ask(settings, payload)
     except RemoteRefused as exc:
         raise UsageError(str(exc)) from None
+    except NotThisRouter as exc:
+        say(f"search: {exc}; answering in-process", file=sys.stderr)
+        return None
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -222,29 +260,50 @@ def _query_locally(config: Config, text: str, explain: bool) -> Any:
     return asyncio.run(run())
 
 
-def _read_queries(path: str) -> Iterator[str]:
-    """Queries from a file: plain lines, or JSONL objects with a 'text' field; a line with
-    nothing visible on it is skipped like a blank one."""
+def _is_utf8(line: str) -> bool:
+    """False for a line read with `surrogateescape` that held bytes UTF-8 cannot decode."""
     try:
-        handle = Path(path).open(encoding="utf-8")  # noqa: SIM115 - closed by the with below
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _read_queries(path: str, max_chars: int) -> Iterator[str]:
+    """Queries from a file: plain lines, or JSONL objects with a 'text' field; a line with
+    nothing visible on it is skipped like a blank one. Each query must pass the check one
+    TEXT gets (`query_problem`), or the file is bad input naming the line.
+
+    Read as `utf-8-sig` (an editor's byte order mark is not part of the first query) with
+    `surrogateescape`, so bytes that are not UTF-8 are found on their line, not mid-read.
+    """
+    try:
+        # closed by the with below
+        handle = Path(path).open(encoding="utf-8-sig", errors="surrogateescape")  # noqa: SIM115
     except OSError as exc:
         raise UsageError(f"--input: cannot read {path}: {exc.strerror}") from None
     with handle:
         for number, line in enumerate(handle, start=1):
+            if not _is_utf8(line):
+                raise UsageError(f"--input: {path}: line {number} is not UTF-8 text")
             line = line.strip()
             if not line:
                 continue
             if line.startswith("{"):
                 try:
                     data = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):  # Recursion: nested too deep
                     raise UsageError(f"--input: line {number} is not valid JSON") from None
                 text = data.get("text") if isinstance(data, dict) else None
                 if not isinstance(text, str):
                     raise UsageError(f"--input: line {number} has no string 'text' field")
                 line = text
-            if has_visible_text(line):
-                yield line
+            if not has_visible_text(line):
+                continue
+            problem = query_problem(line, max_chars)
+            if problem is not None:
+                raise UsageError(f"--input: line {number}: {problem}")
+            yield line
 
 
 def _plan_parts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -276,24 +335,25 @@ def cmd_route(args: argparse.Namespace) -> int:
         raise UsageError("route: give either TEXT or --input FILE")
     if args.store and not args.input:
         raise UsageError("route: --store goes with --input (one TEXT is always stored)")
-    queries = list(_read_queries(args.input)) if args.input else [args.text]
-    config: Config | None = None
-    if not args.input:
-        settings, config = _client_settings(args)
-        problem = query_problem(args.text, settings.max_query_chars)
-        if problem is not None:
-            raise UsageError(problem)
-        if not args.local:
-            # A batch stays in-process: the server would keep a trace of every line.
-            answer = _ask_server(settings, {"query": args.text, "explain": True, "dry_run": True})
-            if answer is not None:
-                if answer.status_code != 200:
-                    error = answer.body.get("error") or {}
-                    say(f"failed: {error.get('type')}: {error.get('message')}")
-                    return EXIT_FAILED
-                _print_plan(args, args.text, _plan_parts(answer.body["results"]), answer.chain)
-                return EXIT_OK
-    return _route_locally(config or _load(args.config), args, queries)
+    if args.input:
+        # A batch stays in-process: the server would keep a trace of every line.
+        config = _load(args.config)
+        queries = list(_read_queries(args.input, config.server.max_query_chars))
+        return _route_locally(config, args, queries)
+    settings, maybe_config = _client_settings(args)
+    problem = query_problem(args.text, settings.max_query_chars)
+    if problem is not None:
+        raise UsageError(problem)
+    if not args.local:
+        answer = _ask_server(settings, {"query": args.text, "explain": True, "dry_run": True})
+        if answer is not None:
+            if answer.status_code != 200:
+                error = answer.body.get("error") or {}
+                say(f"failed: {error.get('type')}: {error.get('message')}")
+                return EXIT_FAILED
+            _print_plan(args, args.text, _plan_parts(answer.body["results"]), answer.chain)
+            return EXIT_OK
+    return _route_locally(maybe_config or _load(args.config), args, [args.text])
 
 
 def _route_locally(config: Config, args: argparse.Namespace, queries: list[str]) -> int:

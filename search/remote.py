@@ -5,8 +5,12 @@ answer (seconds); a running server has both loaded and answers in milliseconds. 
 standard library's HTTP client is used, so asking costs no heavy import either.
 
 The server is the one at `server.host:server.port` of the CLI's config, with its
-`server.api_token` (read by `search.client_settings`, which validates only those keys). Nothing listening there means "run in-process"; anything else that
-answers but is not this API (not JSON, no `trace_id`) also falls back to in-process.
+`server.api_token` (read by `search.client_settings`, which validates only those keys).
+Nothing listening there means "run in-process". Anything else that answers, but not as
+this API does (not JSON, no `trace_id`, a body not of the shape this router sends: another
+program on the port, or a broken server), is `NotThisRouter`: the CLI says so and answers
+in-process too. Its answer is checked for every field the CLI prints, so nothing it sends
+makes the CLI fail on a missing key.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ REFUSALS = frozenset({400, 403, 413, 415, 422})
 
 class RemoteRefused(Exception):
     """The server answered, but refused the request as bad or unauthorised (exit 2)."""
+
+
+class NotThisRouter(Exception):
+    """Something answered at the configured address, but not as this router answers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +62,8 @@ def server_address(settings: ClientSettings) -> tuple[str, int]:
 
 
 def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | None:
-    """`POST /search` to the configured server; None when no search server answers there.
+    """`POST /search` to the configured server; None when nothing answers there,
+    `NotThisRouter` when what answers is not this router.
 
     Connecting waits at most `CONNECT_TIMEOUT_S` (a local server accepts at once); the
     answer may take up to the request deadline, plus a margin for the server's own work.
@@ -80,18 +89,125 @@ def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | Non
             return None  # it went away or is not speaking HTTP: answer in-process
     finally:
         connection.close()
+    not_this = f"the server at {host}:{port} does not answer as this router"
     try:
         body = json.loads(raw)
-    except ValueError:
-        return None
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
+        raise NotThisRouter(f"{not_this} (its answer is not JSON)") from None
     if not isinstance(body, dict):
-        return None
+        raise NotThisRouter(f"{not_this} (its answer is not a JSON object)")
     if response.status == 401:
         raise RemoteRefused(
             f"the server at {host}:{port} refused the request: check server.api_token"
         )
     if response.status in REFUSALS and isinstance(body.get("error"), dict):
         raise RemoteRefused(str(body["error"].get("message") or "bad request"))
-    if "trace_id" not in body:
-        return None
+    problem = answer_problem(response.status, body)
+    if problem is not None:
+        raise NotThisRouter(f"{not_this} ({problem})")
     return RemoteAnswer(response.status, body)
+
+
+# What `POST /search` answers (search/api/schemas.py: SearchResponse, FailedSearch), as
+# far as the CLI reads it: a 200 with `results`, any other status with `error`, and the
+# `explanation` events when asked. Checked here with the standard library only (the client
+# imports no pydantic); each check names the first field that is wrong, never its value.
+
+
+def answer_problem(status: int, body: dict[str, Any]) -> str | None:
+    """What in a `/search` answer is not what this router sends, or None."""
+    if not isinstance(body.get("trace_id"), str):
+        return "trace_id: not a string"
+    if status == 200:
+        problem = None if "error" not in body else "error: in a 200 answer"
+        problem = problem or _results_problem(body.get("results"))
+    else:
+        problem = _error_problem(body.get("error"), "error")
+    return problem or _explanation_problem(body.get("explanation"))
+
+
+def _is_str_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _error_problem(error: Any, where: str) -> str | None:
+    if not isinstance(error, dict):
+        return f"{where}: not an object"
+    for key in ("type", "message"):
+        if not isinstance(error.get(key), str):
+            return f"{where}.{key}: not a string"
+    return None
+
+
+def _results_problem(results: Any) -> str | None:
+    if not isinstance(results, list):
+        return "results: not a list"
+    for index, part in enumerate(results):
+        problem = _part_problem(part, f"results[{index}]", condition=True)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _part_problem(part: Any, where: str, condition: bool) -> str | None:
+    """One part; `condition`: whether it may carry one (a condition's own is not read)."""
+    if not isinstance(part, dict):
+        return f"{where}: not an object"
+    for key in ("query", "status"):
+        if not isinstance(part.get(key), str):
+            return f"{where}.{key}: not a string"
+    for key in ("source", "route", "stage"):
+        if not _is_str_or_none(part.get(key)):
+            return f"{where}.{key}: not a string or null"
+    items = part.get("items")
+    if not isinstance(items, list):
+        return f"{where}.items: not a list"
+    for index, item in enumerate(items):
+        problem = _item_problem(item, f"{where}.items[{index}]")
+        if problem is not None:
+            return problem
+    if part.get("error") is not None:
+        problem = _error_problem(part["error"], f"{where}.error")
+        if problem is not None:
+            return problem
+    if condition and part.get("condition") is not None:
+        return _part_problem(part["condition"], f"{where}.condition", condition=False)
+    return None
+
+
+def _item_problem(item: Any, where: str) -> str | None:
+    if not isinstance(item, dict):
+        return f"{where}: not an object"
+    for key in ("title", "text"):
+        if not isinstance(item.get(key), str):
+            return f"{where}.{key}: not a string"
+    if not _is_str_or_none(item.get("url")):
+        return f"{where}.url: not a string or null"
+    return None
+
+
+def _explanation_problem(events: Any) -> str | None:
+    if events is None:
+        return None
+    if not isinstance(events, list):
+        return "explanation: not a list"
+    for index, event in enumerate(events):
+        where = f"explanation[{index}]"
+        if not isinstance(event, dict):
+            return f"{where}: not an object"
+        if not isinstance(event.get("step"), str):
+            return f"{where}.step: not a string"
+        if not _is_number(event.get("seq"), int):
+            return f"{where}.seq: not an integer"
+        if not _is_number(event.get("t_ms"), (int, float)):
+            return f"{where}.t_ms: not a number"
+        if not _is_str_or_none(event.get("part")):
+            return f"{where}.part: not a string or null"
+        sources = event.get("sources", [])
+        if not (isinstance(sources, list) and all(isinstance(s, str) for s in sources)):
+            return f"{where}.sources: not a list of strings"
+    return None
+
+
+def _is_number(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)

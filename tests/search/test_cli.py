@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,59 @@ def test_bad_usage_exits_2(tmp_path: Path, demo_zim: Path) -> None:
     missing = run("route", "--input", str(tmp_path / "none.txt"), "--config", str(config))
     assert missing.returncode == 2 and "--input" in missing.stderr
     assert run("query", "   ", "--config", str(config)).returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        # a binary file: found on its line, not as a UnicodeDecodeError mid-read
+        (bytes(range(128, 256)) * 20, "queries.txt: line 1 is not UTF-8 text"),
+        (b"who was marie curie\n\xff\xfe lights\n", "queries.txt: line 2 is not UTF-8 text"),
+        # valid JSON, but no UTF-8 carries a lone surrogate: the check one TEXT gets
+        (b'who was marie curie\n{"text": "\\ud800 hello"}\n', "line 2: query: not valid Unicode"),
+        (b"a" * 10_000 + b"\n", "line 1: query: longer than the maximum of 1000 characters"),
+        (b'{"text": ' + b"[" * 100_000 + b"\n", "line 1 is not valid JSON"),  # too deep
+    ],
+    ids=["binary", "bad-utf8-line", "lone-surrogate", "too-long", "too-deep"],
+)
+def test_a_bad_input_line_exits_2_naming_it(
+    tmp_path: Path, demo_zim: Path, content: bytes, needle: str
+) -> None:
+    config = write_config(tmp_path, demo_zim)
+    queries = tmp_path / "queries.txt"
+    queries.write_bytes(content)
+    done = run("route", "--input", str(queries), "--config", str(config))
+    assert (done.returncode, done.stdout) == (2, "")  # nothing routed before the bad line
+    assert needle in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_route_input_skips_a_byte_order_mark(tmp_path: Path, demo_zim: Path) -> None:
+    """An editor's BOM (and CRLF line ends) is not part of the first line's JSON."""
+    config = write_config(tmp_path, demo_zim)
+    queries = tmp_path / "queries.jsonl"
+    queries.write_bytes(b'\xef\xbb\xbf{"text": "who was marie curie"}\r\nlights status\r\n')
+    done = run("route", "--input", str(queries), "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["query"] for line in lines] == ["who was marie curie", "lights status"]
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_bad_port_exits_2_before_loading_anything(tmp_path: Path, port: str) -> None:
+    done = run("serve", "--port", port, "--config", str(tmp_path / "not-read.yaml"))
+    assert done.returncode == 2
+    assert "--port" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_port_in_use_exits_1(tmp_path: Path, demo_zim: Path) -> None:
+    """uvicorn exits 3 when it cannot bind, not a status of ours: a failure, exit 1."""
+    config = write_config(tmp_path, demo_zim)
+    port = yaml.safe_load(config.read_text())["server"]["port"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        done = run("serve", "--config", str(config))
+    assert done.returncode == 1
+    assert f"the server did not start on 127.0.0.1:{port}" in done.stderr
+    assert "address already in use" in done.stderr and "Traceback" not in done.stderr
