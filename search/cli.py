@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from search.client_settings import ClientSettings, read_client_settings, settings_of
 from search.errors import ConfigError
-from search.query_text import has_visible_text, query_problem
+from search.query_text import encodable, has_visible_text, query_problem
 from search.terminal import say
 
 if TYPE_CHECKING:
@@ -260,15 +260,6 @@ def _query_locally(config: Config, text: str, explain: bool) -> Any:
     return asyncio.run(run())
 
 
-def _is_utf8(line: str) -> bool:
-    """False for a line read with `surrogateescape` that held bytes UTF-8 cannot decode."""
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _read_queries(path: str, max_chars: int) -> Iterator[str]:
     """Queries from a file: plain lines, or JSONL objects with a 'text' field; a line with
     nothing visible on it is skipped like a blank one. Each query must pass the check one
@@ -284,7 +275,7 @@ def _read_queries(path: str, max_chars: int) -> Iterator[str]:
         raise UsageError(f"--input: cannot read {path}: {exc.strerror}") from None
     with handle:
         for number, line in enumerate(handle, start=1):
-            if not _is_utf8(line):
+            if not encodable(line):
                 raise UsageError(f"--input: {path}: line {number} is not UTF-8 text")
             line = line.strip()
             if not line:

@@ -27,7 +27,9 @@ def has_visible_text(text: str) -> bool:
     return any(is_visible(c) for c in text)
 
 
-def _encodable(text: str) -> bool:
+def encodable(text: str) -> bool:
+    """Whether UTF-8 can carry `text` (not with a lone surrogate, such as a line read with
+    `surrogateescape` that held bytes UTF-8 cannot decode)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -37,7 +39,7 @@ def _encodable(text: str) -> bool:
 
 def query_problem(text: str, max_chars: int) -> str | None:
     """Why `text` is not an acceptable query ('query: ...'), or None when it is."""
-    if not _encodable(text):  # "\ud800" is valid JSON but no UTF-8 can carry it
+    if not encodable(text):  # "\ud800" is valid JSON but no UTF-8 can carry it
         return "query: not valid Unicode (a lone surrogate)"
     if not has_visible_text(text):
         return "query: must not be empty (it has no visible character)"

@@ -161,7 +161,8 @@ async def test_without_web_kiwix_answers_and_the_narrative_says_it_may_be_old(
     assert not any("out of date" in line for line in narrative(plain.chain))
 
 
-async def test_a_live_route_that_is_not_configured_is_named(build: Build, demo_zim: Path) -> None:
+async def _planned_with_kiwix_alone(demo_zim: Path, query: str) -> Any:
+    """`query` planned by config.yaml's routing with kiwix the only source configured."""
     data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
     data["sources"] = {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}}
     data["routing"]["fusion"] = {}
@@ -169,9 +170,13 @@ async def test_a_live_route_that_is_not_configured_is_named(build: Build, demo_z
     svc = Service(parse_config(data))
     await svc.start()
     try:
-        outcome = await svc.search(EVEREST, explain=True, dry_run=True)
+        return await svc.search(query, explain=True, dry_run=True)
     finally:
         await svc.aclose()
+
+
+async def test_a_live_route_that_is_not_configured_is_named(build: Build, demo_zim: Path) -> None:
+    outcome = await _planned_with_kiwix_alone(demo_zim, EVEREST)
     (event,) = steps(outcome.chain, "time_sensitive")
     assert event["reason"] == "not_configured" and event["to_route"] == "kiwix"
     assert any("web is not configured" in line for line in narrative(outcome.chain))
@@ -365,16 +370,7 @@ async def test_a_part_sent_to_the_snapshot_states_the_model_s_fixed_reading(buil
 
 
 async def test_with_no_live_source_the_part_keeps_the_stage_s_confidence(demo_zim: Path) -> None:
-    data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
-    data["sources"] = {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}}
-    data["routing"]["fusion"] = {}
-    data["trace"] = {"enabled": False}
-    svc = Service(parse_config(data))
-    await svc.start()
-    try:
-        outcome = await svc.search(EVEREST, explain=True, dry_run=True)
-    finally:
-        await svc.aclose()
+    outcome = await _planned_with_kiwix_alone(demo_zim, EVEREST)
     (event,) = steps(outcome.chain, "time_sensitive")
     assert event["to_route"] == "kiwix" and "confidence" not in event
     stated = _stage_confidence(outcome.chain)
