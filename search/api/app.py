@@ -27,7 +27,13 @@ from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
 from search.api.authority import may_act, open_to_network_warning, token_required
-from search.api.body import BodyTooLarge, DuplicateKey, loads_json, receive_body
+from search.api.body import (
+    BodyTooLarge,
+    DuplicateKey,
+    StrictJSONBody,
+    loads_json,
+    receive_body,
+)
 from search.api.middleware import BearerTokenMiddleware
 from search.api.openapi import openapi_document
 from search.api.request_guard import RequestGuard
@@ -150,7 +156,8 @@ def _mcp(config: Config, service: Service) -> tuple[list[Route], Any]:
     mcp_app, mcp_lifespan = http_endpoint(mcp_server, config.server.max_body_bytes)
     # Stateless: no server-initiated stream, so GET is 405 (the spec's alternative to an
     # SSE stream; an open GET stream here would never send anything nor end).
-    return [Route("/mcp", mcp_app, methods=["POST", "DELETE"])], mcp_lifespan
+    guarded = StrictJSONBody(mcp_app, config.server.max_body_bytes)
+    return [Route("/mcp", guarded, methods=["POST", "DELETE"])], mcp_lifespan
 
 
 def _healthz(health: HealthCache) -> Any:

@@ -8,7 +8,9 @@ from typing import Any
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
-from starlette.types import Receive, Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from search.api.schemas import error_response
 
 
 class BodyTooLarge(Exception):
@@ -93,3 +95,47 @@ async def receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         elif kind == "http.disconnect":
             raise ClientDisconnect
+
+
+class StrictJSONBody:
+    """An ASGI app's POST body read first, within `limit`, and checked as `/search` checks
+    its own: over the limit is a JSON 413, a key named twice a 422 naming it (a proxy that
+    let `"name": "search"` through must not see `"name": "control"` run). The app then gets
+    the same bytes. For a route whose JSON a library parses (`/mcp`)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        try:
+            raw = await receive_body(scope, receive, self.limit)
+        except BodyTooLarge:
+            too_large = f"body: larger than the maximum of {self.limit} bytes"
+            await error_response(413, "body_too_large", too_large, "body")(scope, receive, send)
+            return
+        try:
+            loads_json(raw)
+        except DuplicateKey as exc:
+            await error_response(422, "invalid_request", str(exc), exc.key)(scope, receive, send)
+            return
+        except (ValueError, RecursionError):
+            pass  # not JSON: the app answers that in its own protocol
+        await self.app(scope, _replay(raw, receive), send)
+
+
+def _replay(raw: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `raw` as the whole body, then what the client sends next."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -182,6 +182,28 @@ async def test_http_mcp_refuses_a_rebinding_host_and_needs_the_token(tmp_path: P
     assert names == {"search", "get_trace"}
 
 
+async def test_http_mcp_refuses_a_key_named_twice_and_an_oversized_body(tmp_path: Path) -> None:
+    """Parsers differ on which of two equal keys counts: a proxy that let `"name": "search"`
+    through must not see the router run another tool. Refused as `/search` refuses it."""
+    config = home_config(tmp_path)
+    call = (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search", '
+        b'"name": "get_trace", "arguments": {"query": "who wrote romeo and juliet"}}}'
+    )
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    limit = config.server.max_body_bytes
+    with uvicorn_server(create_app(config)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            twice = await http.post("/mcp", content=call, headers=headers)
+            large = await http.post("/mcp", content=b" " * (limit + 1), headers=headers)
+            async with Client(f"{base}/mcp") as client:  # an ordinary client is unaffected
+                names = {t.name for t in (await client.list_tools()).tools}
+    assert twice.status_code == 422
+    assert twice.json()["error"]["field"] == "name"
+    assert large.status_code == 413 and large.json()["error"]["type"] == "body_too_large"
+    assert "search" in names
+
+
 async def test_mcp_can_be_switched_off(tmp_path: Path) -> None:
     config = home_config(tmp_path)
     config.mcp.enabled = False
