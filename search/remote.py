@@ -23,6 +23,9 @@ from typing import Any
 from search.client_settings import ClientSettings
 
 CONNECT_TIMEOUT_S = 0.5
+# The most of an answer read: this router's largest (8 parts, an explained chain of
+# `routing.max_events`, items and all) is a few MB; whatever sends more is not it.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 # What this API answers bad input with (a 404 or 405 means some other server is there).
 REFUSALS = frozenset({400, 403, 413, 415, 422})
@@ -84,12 +87,14 @@ def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | Non
         try:
             connection.request("POST", "/search", json.dumps(payload).encode(), headers)
             response = connection.getresponse()
-            raw = response.read()
+            raw = response.read(MAX_ANSWER_BYTES + 1)
         except (OSError, http.client.HTTPException):
             return None  # it went away or is not speaking HTTP: answer in-process
     finally:
         connection.close()
     not_this = f"the server at {host}:{port} does not answer as this router"
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise NotThisRouter(f"{not_this} (its answer is over {MAX_ANSWER_BYTES:,} bytes)")
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):  # RecursionError: nested too deep to parse

@@ -187,3 +187,16 @@ def test_the_cli_prints_an_answer_of_the_right_shape(
     assert done.returncode == 0, done.stderr
     assert "From afar" in done.stdout and "trace x" in done.stdout
     assert done.stderr == ""
+
+
+def test_an_answer_larger_than_any_this_router_sends_is_not_read_whole(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from search import remote
+
+    monkeypatch.setattr(remote, "MAX_ANSWER_BYTES", 1000)
+    fake.answer(200, {**GOOD, "padding": "x" * 2000})
+    with pytest.raises(NotThisRouter, match="over 1,000 bytes"):
+        ask_fake(fake)
+    fake.answer(200, GOOD)
+    assert ask_fake(fake) is not None
