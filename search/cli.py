@@ -128,7 +128,7 @@ def _check_parts(service: Any, query: str, where: str = "") -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from search.api.app import create_app
+    from search.api.app import OneLineStartError, create_app
 
     config = _load(args.config)  # validate before forking workers: exit 2 on bad config
     host = args.host or config.server.host
@@ -138,7 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers == 1:
         return _serve(
             lambda: uvicorn.run(
-                create_app(config, settle=True),
+                OneLineStartError(create_app(config, settle=True)),
                 host=host,
                 port=port,
                 log_level="info",

@@ -21,7 +21,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
@@ -49,6 +49,7 @@ from search.observability.telemetry import telemetry_observers
 from search.query_text import query_problem
 from search.service import Service
 from search.traces.routes import trace_routes
+from sources.base import SourceError
 
 log = logging.getLogger("search")
 
@@ -131,6 +132,29 @@ class SearchEndpoint:
         return FastJSONResponse(outcome.body, status_code=outcome.status_code)
 
 
+class OneLineStartError:
+    """The served app (`search serve`, `app_factory`): a source that cannot start ends the
+    start-up with one line naming it ("ZimUnavailable: ZIM file not found: ...") where
+    Starlette hands the server the whole traceback. Any other failure keeps its traceback:
+    that is a bug to report, not a config to fix."""
+
+    def __init__(self, app: Starlette) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_short(message: Message) -> None:
+            error = getattr(self.app.state, "start_error", None)
+            if message["type"] == "lifespan.startup.failed" and error is not None:
+                message = {**message, "message": f"start-up failed: {error}"}
+            await send(message)
+
+        await self.app(scope, receive, send_short)
+
+
 def _middleware(config: Config) -> list[Middleware]:
     """Outermost: a cross-site or rebound request is refused before the token is looked at."""
     middleware = [
@@ -208,7 +232,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await service.start()
+        try:
+            await service.start()
+        except SourceError as exc:  # a source the config names cannot start: say which
+            app.state.start_error = f"{type(exc).__name__}: {exc}"
+            raise
         warning = open_to_network_warning(config)
         if warning is not None:
             log.warning("%s", warning)

@@ -6,11 +6,9 @@ Worker processes import this and read the config path from `$SEARCH_CONFIG`, whi
 
 from __future__ import annotations
 
-from starlette.applications import Starlette
-
-from search.api.app import create_app
+from search.api.app import OneLineStartError, create_app
 from search.config import load_config
 
 
-def app_factory() -> Starlette:
-    return create_app(load_config(), settle=True)  # a worker process: its heap is ours
+def app_factory() -> OneLineStartError:
+    return OneLineStartError(create_app(load_config(), settle=True))  # its heap is ours

@@ -232,3 +232,17 @@ def test_a_port_in_use_exits_1(tmp_path: Path, demo_zim: Path) -> None:
     assert done.returncode == 1
     assert f"the server did not start on 127.0.0.1:{port}" in done.stderr
     assert "address already in use" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_source_that_cannot_start_is_one_line_not_a_traceback(
+    tmp_path: Path, demo_zim: Path
+) -> None:
+    config = write_config(tmp_path, demo_zim)
+    data = yaml.safe_load(config.read_text())
+    data["sources"]["kiwix"]["paths"] = [str(tmp_path / "absent.zim")]
+    config.write_text(yaml.safe_dump(data))
+    done = run("serve", "--config", str(config))
+    assert done.returncode == 1
+    assert f"start-up failed: ZimUnavailable: ZIM file not found: {tmp_path}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "the server did not start" in done.stderr
