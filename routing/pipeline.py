@@ -26,7 +26,7 @@ from routing.config import TimeSensitiveConfig
 from routing.dispatch.control import Circumstances
 from routing.dispatch.dispatcher import Answer, Dispatcher
 from routing.dispatch.live import LiveRedirect
-from routing.language.conditional import Conditional, condition_words, extract_conditional
+from routing.language.conditional import Conditional, extract_conditional
 from routing.language.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.stages.resolver import Resolver
 from routing.stages.time_sensitivity import load_time_model
@@ -157,7 +157,7 @@ def _live_redirect(
     cue_precision = dict(shipped.report.get("kind_precision", {})) if shipped else {}
     if config.model and embed is not None:
         if _bundled_model(semantic):
-            model = load_time_model()
+            model = shipped
         else:
             log.warning(
                 "routing.time_sensitive: the time-sensitivity model was fitted in the bundled "
@@ -259,7 +259,7 @@ class Router:
             dry_run=dry_run,
             read_only=read_only,
             authorized=authorized,
-            condition=condition_words(query),
+            request=query,
             remember=not dry_run if remember is None else remember,
         )
         if len(units) == 1:  # no fan-out: skip the task gather would create
@@ -333,7 +333,7 @@ class Router:
             dry_run=shared.dry_run,
             read_only=shared.read_only,
             authorized=shared.authorized,
-            condition=shared.condition,
+            request=shared.request,
             remember=shared.remember,
         )
         try:
@@ -355,13 +355,13 @@ class Router:
             circumstances = Circumstances(
                 dry_run=context.dry_run,
                 conditional=conditional,
-                condition=context.condition,
+                request=context.request,
                 confident=decision.confident,
                 read_only=context.read_only,
                 rewritten=rewritten,
                 authorized=context.authorized,
             )
-            confidence = routed.confidence if routed.redirected else decision.confidence
+            confidence = routed.confidence if routed.then else decision.confidence
             if context.dry_run:
                 record(Step.PLANNED, query=text, route=routed.route, stage=decision.stage)
                 self.dispatcher.withhold_plan(routed.route, text, circumstances)

@@ -38,8 +38,8 @@ class ResolveContext:
     dry_run: bool = False
     read_only: bool = False  # commands must not run (see routing.dispatch.control)
     authorized: bool = False  # the requester may act (see routing.dispatch.control)
-    # Condition words anywhere in the request ("only if"): no command in it runs.
-    condition: str | None = None
+    # The whole request the part is of: condition words anywhere in it withhold a command.
+    request: str = ""
     # Whether the session keeps this turn (a dry run changes nothing, sessions included).
     remember: bool = True
     # Set by a stage that tried and failed (e.g. "llm_failed"), so the default says why.

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
+from routing.language.conditional import condition_words
+
 
 class Withheld(StrEnum):
     """Why a command was not carried out, in the order they are reported."""
@@ -56,12 +58,17 @@ class Circumstances:
 
     dry_run: bool = False
     conditional: bool = False  # the consequence of a condition (or a negated one)
-    # condition words anywhere in the request ("only if"), whatever the parser made of them
-    condition: str | None = None
+    request: str = ""  # the whole request the part is of (its condition words count too)
     confident: bool = False
     read_only: bool = False  # the surface the request came through must not act
     rewritten: bool = False  # the words were completed from an earlier turn
     authorized: bool = False  # the requester may act (token, or a loopback client)
+
+    @property
+    def condition(self) -> str | None:
+        """Condition words anywhere in the request ("only if"), whatever the parser made of
+        them; read only when a part is a command, so other requests never look."""
+        return condition_words(self.request) if self.request else None
 
 
 _NUMBER = (

@@ -66,12 +66,12 @@ RULED_STAGES = frozenset({"intent_keyword", "intent_session"})
 
 @dataclass(frozen=True, slots=True)
 class Routed:
-    """Where a part goes, and the routes whose chains follow if that fails; when the part was
-    redirected, how sure routing is of the new route (None: not known)."""
+    """Where a part goes, and the routes whose chains follow if that fails (only a redirect
+    has them: the route it left); then also how sure routing is of the new route (None: not
+    known)."""
 
     route: str
     then: tuple[str, ...] = ()
-    redirected: bool = False
     confidence: float | None = None
 
 
@@ -212,7 +212,7 @@ class LiveRedirect:
         )
         if to_route == route:
             return Routed(route)
-        return Routed(live, (route,), redirected=True, confidence=stated)
+        return Routed(live, (route,), confidence=stated)
 
     async def _to_snapshot(
         self, text: str, route: str, embedding: Any, confidence: float | None
@@ -244,4 +244,4 @@ class LiveRedirect:
             below=below,
             **extra,
         )
-        return Routed(snapshot, (route,), redirected=True, confidence=stated)
+        return Routed(snapshot, (route,), confidence=stated)

@@ -33,6 +33,7 @@ from search.api.body import (
     StrictJSONBody,
     loads_json,
     receive_body,
+    too_large,
 )
 from search.api.middleware import BearerTokenMiddleware
 from search.api.openapi import openapi_document
@@ -77,7 +78,7 @@ def parse_search_request(raw: bytes, max_query_chars: int) -> SearchRequest | JS
     try:
         data: Any = loads_json(raw)
     except DuplicateKey as exc:
-        return error_response(422, "invalid_request", str(exc), exc.key)
+        return exc.response()
     except (ValueError, RecursionError):  # also: nested too deep, an integer too long
         return error_response(400, "invalid_json", "body: not valid JSON", "body")
     if not isinstance(data, dict):
@@ -112,9 +113,7 @@ class SearchEndpoint:
         try:
             raw = await receive_body(scope, receive, limit)
         except BodyTooLarge:
-            return error_response(
-                413, "body_too_large", f"body: larger than the maximum of {limit} bytes", "body"
-            )
+            return too_large(limit)
         parsed = parse_search_request(raw, self.config.server.max_query_chars)
         if isinstance(parsed, JSONResponse):
             return parsed

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from search.api.schemas import error_response
@@ -27,6 +28,16 @@ class DuplicateKey(ValueError):
             f"{key}: named more than once in one object (parsers differ on which counts)"
         )
         self.key = key
+
+    def response(self) -> JSONResponse:
+        """The 422 that names the key, as every route that reads JSON answers it."""
+        return error_response(422, "invalid_request", str(self), self.key)
+
+
+def too_large(limit: int) -> JSONResponse:
+    """The 413 of a body over `limit` bytes."""
+    message = f"body: larger than the maximum of {limit} bytes"
+    return error_response(413, "body_too_large", message, "body")
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -114,13 +125,12 @@ class StrictJSONBody:
         try:
             raw = await receive_body(scope, receive, self.limit)
         except BodyTooLarge:
-            too_large = f"body: larger than the maximum of {self.limit} bytes"
-            await error_response(413, "body_too_large", too_large, "body")(scope, receive, send)
+            await too_large(self.limit)(scope, receive, send)
             return
         try:
             loads_json(raw)
         except DuplicateKey as exc:
-            await error_response(422, "invalid_request", str(exc), exc.key)(scope, receive, send)
+            await exc.response()(scope, receive, send)
             return
         except (ValueError, RecursionError):
             pass  # not JSON: the app answers that in its own protocol

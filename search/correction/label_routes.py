@@ -53,7 +53,7 @@ def _parse(raw: bytes) -> LabelRequest | JSONResponse:
     try:
         data: Any = loads_json(raw)
     except DuplicateKey as exc:
-        return error_response(422, "invalid_request", str(exc), exc.key)
+        return exc.response()
     except (ValueError, RecursionError):
         return error_response(400, "invalid_json", "body: not valid JSON", "body")
     if not isinstance(data, dict):
