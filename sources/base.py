@@ -180,6 +180,13 @@ class ActingSource(Source):
         Sources without their own understanding return it as it is."""
         return command
 
+    async def unplaced(self, command: Command) -> tuple[str, ...]:
+        """Words of the command's target that name none of the devices it would change
+        ("seven" in "turn on the bed light at seven"), asked after `recognize` and as
+        read-only. Any makes the gate withhold the command: a device matched on some of
+        the words is a guess. Sources that match no names return ()."""
+        return ()
+
     @abstractmethod
     async def act(self, command: Command) -> list[Item]:
         """Carry `command` out; an item per device it reached, saying what it did."""

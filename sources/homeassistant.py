@@ -636,6 +636,28 @@ class HomeAssistantSource(ActingSource):
         areas = await self._area_map()
         return await self._control(command.query, request, states, areas)
 
+    async def unplaced(self, command: Command) -> tuple[str, ...]:
+        """The target's words that name nothing about the device this parser would act
+        on: "seven" in "turn on the bed light at seven", "arrival" in "... on arrival".
+        None when Home Assistant's own sentence matching understood the whole command
+        (its targets are used), or when nothing matches (nothing would be changed)."""
+        if recognized_targets(command):
+            return ()
+        request = parse_request(command.query)
+        targeted = _targeted(request)
+        if targeted is None or request.entity_id or not request.names:
+            return ()
+        matches = match_entities(await self._states(), await self._area_map(), targeted)
+        if not matches:
+            return ()
+        best = matches[0]
+        known = _words(f"{best.name} {best.area or ''}")
+        return tuple(
+            word
+            for word in request.names
+            if max(fuzz.ratio(word, k) for k in known) < WORD_MATCH
+        )
+
     async def _control(
         self,
         query: str,
@@ -644,17 +666,9 @@ class HomeAssistantSource(ActingSource):
         areas: dict[str, str],
     ) -> list[Item]:
         action = request.action or ""
-        able = frozenset(d for (a, d) in SERVICES if a == action)
-        domains = (request.domains & able) if request.domains else able
-        if not domains:
+        targeted = _targeted(request)
+        if targeted is None:
             return []
-        targeted = Request(
-            domains=domains,
-            device_class=None,
-            state=None,
-            names=request.names,
-            entity_id=request.entity_id,
-        )
         matches = match_entities(states, areas, targeted)
         if not matches:
             return []
@@ -700,6 +714,23 @@ class HomeAssistantSource(ActingSource):
             text=f"Called {match.domain}.{service} on {match.name}: {outcome}.",
             url=self._history_url(match.entity_id),
         )
+
+
+def _targeted(request: Request) -> Request | None:
+    """The devices a command's words can reach: its domains that support its action (any
+    such domain when it names none); None when none does."""
+    action = request.action or ""
+    able = frozenset(d for (a, d) in SERVICES if a == action)
+    domains = (request.domains & able) if request.domains else able
+    if not domains:
+        return None
+    return Request(
+        domains=domains,
+        device_class=None,
+        state=None,
+        names=request.names,
+        entity_id=request.entity_id,
+    )
 
 
 # HA's on/off intents, and this parser's actions of each polarity (HA locks with

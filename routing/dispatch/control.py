@@ -16,9 +16,13 @@ happens:
   that the router does not evaluate, so it cannot know the command is meant now; or the
   request holds condition words the parser could not take apart ("..., but only if it
   rains", "provided that ...", "should it rain, ...");
-- `deferred`: the command is for later ("in an hour", "tomorrow", "at 7", "tonight");
-  the router has no scheduler, and doing it now is doing something nobody asked for;
-- `low_confidence`: the part was not decided confidently (it ended at the default);
+- `deferred`: the command is for later or for a while ("in an hour", "tomorrow", "at
+  seven", "soon", "for 10 minutes"), in its part or anywhere in the request; the router
+  has no scheduler, and doing it now is doing something nobody asked for;
+- `low_confidence`: the part was not decided confidently (it ended at the default); or
+  the request holds words that deny, take back or only imagine a command ("do not, ...",
+  "actually don't", "never mind"); or the source placed only some of the target's words
+  on a device ("the bed light on arrival"), so acting would be a guess;
 - `rewritten`: the command's words came from an earlier turn (a follow-up such as "and
   the kitchen?" rewritten to "turn off the lights in the kitchen"): the router guessed them;
 - `read_only`: the request came through a surface that promises not to act (the MCP
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from routing.language.conditional import condition_words
+from routing.language.conditional import condition_words, doubt_words
 
 
 class Withheld(StrEnum):
@@ -64,35 +68,65 @@ class Circumstances:
     rewritten: bool = False  # the words were completed from an earlier turn
     authorized: bool = False  # the requester may act (token, or a loopback client)
 
+    # Read only when a part is a command, so other requests never look. The whole request
+    # counts, not the part: splitting can leave a clean command beside the words that
+    # make it doubtful ("tomorrow, turn on the light and unlock the door").
+
     @property
     def condition(self) -> str | None:
         """Condition words anywhere in the request ("only if"), whatever the parser made of
-        them; read only when a part is a command, so other requests never look."""
+        them."""
         return condition_words(self.request) if self.request else None
 
+    @property
+    def when(self) -> str | None:
+        """A time qualifier anywhere in the request ("tomorrow", "at seven")."""
+        return deferral(self.request) if self.request else None
 
+    @property
+    def doubt(self) -> str | None:
+        """Words anywhere in the request that deny, take back or only imagine a command
+        ("do not", "actually", "never mind", "imagine")."""
+        return doubt_words(self.request) if self.request else None
+
+
+_SMALL = (
+    r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
+    r"fifteen|sixteen|seventeen|eighteen|nineteen"
+)
+_TENS = r"twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
 _NUMBER = (
-    r"(?:\d+(?:[.,]\d+)?|a|an|one|two|three|four|five|six|seven|eight|nine|ten|"
-    r"fifteen|twenty|thirty|forty|forty-five|sixty|a few|a couple of|half an?)"
+    rf"(?:\d+(?:[.,]\d+)?|(?:{_TENS})(?:[- ](?:{_SMALL}))?|{_SMALL}|a|an|a few|a couple of|"
+    r"a couple|several|half an?)"
 )
 _UNIT = r"(?:sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hours?|days?|weeks?|months?)"
-_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)"
+_WEEKDAY = (
+    r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|weekday|workday)"
+)
 _PART_OF_DAY = r"(?:morning|afternoon|evening|night|noon|midnight|sunrise|sunset|dawn|dusk)"
-_CLOCK = r"\d{1,2}(?:[:.]\d{2})?\s*(?:am|pm|a\.m\.|p\.m\.|o'?clock|h)?"
-# A time qualifier anywhere in the part: the command is for another time than now.
+_CLOCK = r"\d{1,4}(?:[:.]\d{2})?\s*(?:am|pm|a\.m\.|p\.m\.|o'?clock|h|hrs|hours)?"
+_SPOKEN_CLOCK = (
+    rf"(?:(?:half|(?:a\s+)?quarter|{_NUMBER})\s+(?:past|to|after|before)\s+\w+"
+    rf"|(?:{_SMALL})(?:\s+(?:o'?clock|thirty|fifteen|forty-five|{_TENS}|oh\s+\w+))?"
+    r"(?:\s*(?:am|pm|a\.m\.|p\.m\.))?)"
+)
+# A time qualifier anywhere in the text: the command is for another time than now, or
+# for a while (a duration asks for a second change later, which nothing here schedules).
 _DEFERRAL = re.compile(
     r"\b(?:"
-    rf"in\s+{_NUMBER}\s+{_UNIT}(?:\s+(?:and\s+)?(?:a\s+half|{_NUMBER}\s+{_UNIT}))?"
-    rf"|(?:for|after|within)\s+{_NUMBER}\s+{_UNIT}\s+from\s+now"
-    rf"|{_NUMBER}\s+{_UNIT}\s+from\s+now"
-    r"|tomorrow|tonight|later(?:\s+on|\s+today)?|overnight"
-    rf"|at\s+(?:{_CLOCK}|{_PART_OF_DAY})"
+    rf"in\s+{_NUMBER}\s*{_UNIT}(?:\s+(?:and\s+)?(?:a\s+half|{_NUMBER}\s*{_UNIT}))?"
+    rf"|(?:for|after|within|wait(?:\s+for)?)\s+{_NUMBER}\s*{_UNIT}"
+    rf"|{_NUMBER}\s*{_UNIT}\s+(?:from\s+now|later|after|before|on)"
+    r"|in\s+a\s+(?:bit|while|moment|sec|second|minute|jiffy)|in\s+(?:a\s+)?few"
+    r"|tomorrow|tonight|later(?:\s+on|\s+today)?|overnight|soon|shortly|eventually"
+    r"|first\s+thing|someday|sometime|next\s+(?:week|month|year|time)"
+    rf"|(?:at|around|by|from|until|till|before|after)\s+(?:around\s+|about\s+|exactly\s+)?"
+    rf"(?:{_CLOCK}|{_SPOKEN_CLOCK}|{_PART_OF_DAY})"
+    rf"|(?:in|during)\s+the\s+{_PART_OF_DAY}"
     rf"|(?:this|tomorrow|every|each)\s+{_PART_OF_DAY}"
-    rf"|(?:on|next|this|every|each)\s+{_WEEKDAY}s?"
-    r"|next\s+(?:week|month|time)"
-    r"|every\s+(?:day|hour|week|minute|\d+\s+\w+)|daily|hourly|weekly"
-    r"|(?:when|whenever|once|after|before|until|till|as\s+soon\s+as)\s+(?!\d)\w+"
-    r"|by\s+\d"
+    rf"|(?:on|next|this|every|each)\s+{_WEEKDAY}s?|{_WEEKDAY}s"
+    r"|every\s+(?:day|hour|week|minute|month|time|\d+\s+\w+)|daily|hourly|weekly|nightly"
+    r"|(?:when|whenever|once|after|before|until|till|as\s+soon\s+as)\s+\w+"
     r")\b",
     re.IGNORECASE,
 )
@@ -116,11 +150,19 @@ def without_deferral(text: str) -> str:
 
 
 def withheld_reasons(
-    *, allowed: bool, acting: bool, deferred: bool, circumstances: Circumstances
+    *,
+    allowed: bool,
+    acting: bool,
+    deferred: bool,
+    circumstances: Circumstances,
+    unplaced: bool = False,
 ) -> list[Withheld]:
     """Every reason that keeps a command from running, in reporting order; [] to act.
 
-    `acting` is false for a replay; `deferred` when the part carries a time qualifier.
+    `acting` is false for a replay; `deferred` when the part or its request carries a time
+    qualifier; `unplaced` when the source found words in the command's target that name
+    none of its devices ("turn on the bed light on arrival"): it is not sure what was
+    asked. Words that deny or take back the command count as not confident too.
     """
     reasons: list[Withheld] = []
     if not allowed:
@@ -133,7 +175,7 @@ def withheld_reasons(
         reasons.append(Withheld.CONDITIONAL)
     if deferred:
         reasons.append(Withheld.DEFERRED)
-    if not circumstances.confident:
+    if not circumstances.confident or unplaced or circumstances.doubt is not None:
         reasons.append(Withheld.LOW_CONFIDENCE)
     if circumstances.rewritten:
         reasons.append(Withheld.REWRITTEN)
@@ -152,7 +194,7 @@ REASON_WORDS: dict[str, str] = {
     Withheld.REPLAY: "a replay never acts",
     Withheld.CONDITIONAL: "it depends on a condition the router does not evaluate",
     Withheld.DEFERRED: "it is meant for later, and the router does not schedule commands",
-    Withheld.LOW_CONFIDENCE: "the router was not confident the request was meant for it",
+    Withheld.LOW_CONFIDENCE: "the router was not sure the request asks for it now",
     Withheld.REWRITTEN: "its words were carried over from an earlier turn; say it in full",
     Withheld.READ_ONLY: "the request came through a read-only tool",
 }

@@ -166,22 +166,34 @@ class Dispatcher:
         when: str | None,
         query: str,
         circumstances: Circumstances,
+        unplaced: tuple[str, ...] = (),
     ) -> Answer | None:
-        """The gate: records `control_withheld` and answers "withheld", or None to act."""
+        """The gate: records `control_withheld` and answers "withheld", or None to act.
+
+        Asked twice for a command that passes: before the source hears of it, and after
+        the source (read-only) matched its words to devices, with the `unplaced` ones."""
         # What the user's config says (a replay's wrapped source reports it too); whether
         # the source can act at all is checked again before `act`.
         allowed = bool(getattr(self.sources[name], "allow_control", False))
+        if when is None:
+            when = circumstances.when
         reasons = withheld_reasons(
             allowed=allowed,
             acting=self.acting,
             deferred=when is not None,
             circumstances=circumstances,
+            unplaced=bool(unplaced),
         )
         if not reasons:
             return None
         fields: dict[str, object] = {"when": when} if when is not None else {}
         if circumstances.condition is not None:
             fields["condition"] = circumstances.condition
+        doubt = circumstances.doubt
+        if doubt is not None:
+            fields["doubt"] = doubt
+        if unplaced:
+            fields["unplaced"] = list(unplaced)
         record(
             Step.CONTROL_WITHHELD,
             query=query,
@@ -192,6 +204,10 @@ class Dispatcher:
             **fields,
         )
         words = "; ".join(REASON_WORDS[r] for r in reasons)
+        if doubt is not None:
+            words += f" (the request also says '{doubt}')"
+        if unplaced:
+            words += f" ({', '.join(repr(w) for w in unplaced)} names none of {name}'s devices)"
         item = Item(
             title="Not carried out",
             text=f"Would {command.describe()} with {name}, but did nothing: {words}.",
@@ -229,6 +245,11 @@ class Dispatcher:
             )
         async with self._slots[name]:
             command = await self._recognized(name, source, command, query)
+            unplaced = await self._unplaced(source, command)
+            if unplaced:
+                withheld = self._withheld(name, command, when, query, circumstances, unplaced)
+                if withheld is not None:  # always: unplaced words are a reason
+                    return withheld
             started = time.perf_counter()
             error: SourceError | None = None
             items: list[Item] = []
@@ -280,6 +301,16 @@ class Dispatcher:
         if recognized.recognized is not None:
             record(Step.COMMAND_RECOGNIZED, query=query, source=name, **recognized.recognized)
         return recognized
+
+    async def _unplaced(self, source: ActingSource, command: Command) -> tuple[str, ...]:
+        """The command's target words that name none of the source's devices (read-only).
+        A source that cannot be read now answers (): `act` reads it the same way and
+        fails there, recorded as the call's outcome."""
+        try:
+            async with source_deadline(source.timeout_s):
+                return tuple(await source.unplaced(command))
+        except Exception:  # noqa: BLE001 - the failure is the act's to report
+            return ()
 
     def _cannot_act(self, name: str, command: Command, query: str) -> Answer:
         record(

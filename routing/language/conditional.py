@@ -61,6 +61,19 @@ def condition_words(text: str) -> str | None:
     return None if found is None else " ".join(found.group().lower().split())
 
 
+_DOUBTS = _phrases(_WORDS.doubts)
+
+
+@lru_cache(maxsize=2048)
+def doubt_words(text: str) -> str | None:
+    """The words that deny, take back or only imagine a command in `text` ("do not",
+    "actually", "never mind", "imagine"), wherever they stand; None without any. Splitting
+    a request can leave a clean command beside such words ("do not, under any
+    circumstances, | unlock the door"), so the gate reads the whole request for them."""
+    found = _DOUBTS.search(text.replace("’", "'"))
+    return None if found is None else " ".join(found.group().lower().split())
+
+
 @dataclass(frozen=True, slots=True)
 class Conditional:
     """`negated` for "unless": the consequence is meant when the condition does NOT hold."""

@@ -70,6 +70,7 @@ class ConditionalWords(_Section):
     whether_verbs: Words
     premise_subjects: Words
     markers: Words
+    doubts: Words
 
 
 class DiscourseWords(_Section):

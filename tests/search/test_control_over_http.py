@@ -127,6 +127,70 @@ def test_commands_not_meant_now_change_nothing_in_home_assistant(
     assert snapshot(home_assistant) == before
 
 
+# Phrasings a reviewer got through the gate: time words the qualifier list lacked, time,
+# condition or negation words in another part of the request than the command, and words
+# left over after the device's name ("on arrival"), which Home Assistant's own matching
+# did not understand and a partial name match acted on.
+NOT_NOW = [
+    "turn on the bed light at seven",
+    "turn on the bed light in the morning",
+    "turn on the bed light on weekdays",
+    "unlock the front door in a bit",
+    "unlock the front door soon",
+    "unlock the front door in 10min",
+    "unlock the front door in twelve minutes",
+    "unlock the front door after 20 minutes",
+    "unlock the front door at around 7pm",
+    "unlock the front door at half past six",
+    "unlock the front door at 1900",
+    "turn on the bed light until 9",
+    "turn on the bed light and unlock the front door in 10 minutes",
+    "tomorrow, turn on the bed light and unlock the front door",
+    "wait ten minutes then unlock the front door",
+    "first thing tomorrow. unlock the front door",
+    "do not, under any circumstances, unlock the front door",
+    "unlock the front door, actually don't",
+    "unlock the front door. never mind",
+    "turn on the bed light, no wait, don't",
+    "unlock the front door depending on whether it rains",
+    "unlock the front door given that nobody is home",
+    "unlock the front door, except during the night",
+    "unlock the front door on arrival",
+    "turn on the bed light for the party",
+]
+
+
+def test_doubtful_commands_anywhere_in_a_request_change_nothing_in_home_assistant(
+    served: str, home_assistant: HomeAssistant
+) -> None:
+    """Each phrasing is withheld (and recorded) with Home Assistant untouched."""
+    before = snapshot(home_assistant)
+    acted: dict[str, list[str]] = {}
+    for query in NOT_NOW:
+        answer = search(served, query)
+        if "withheld" not in [r["status"] for r in answer["results"]] or any(
+            e["step"] == "source_invoked" and e.get("operation") == "act"
+            for e in answer["explanation"]
+        ):
+            acted[query] = [r["status"] for r in answer["results"]]
+    assert acted == {}
+    assert snapshot(home_assistant) == before
+
+
+def test_words_that_name_no_device_are_reported_not_guessed_at(
+    served: str, home_assistant: HomeAssistant
+) -> None:
+    before = snapshot(home_assistant)
+    answer = search(served, "unlock the front door on arrival")
+    [event] = [e for e in answer["explanation"] if e["step"] == "control_withheld"]
+    assert event["reason"] in ("conditional", "low_confidence")
+    answer = search(served, "turn on the bed light for the party")
+    [event] = [e for e in answer["explanation"] if e["step"] == "control_withheld"]
+    assert event["reason"] == "low_confidence" and event["unplaced"] == ["party"]
+    assert "'party' names none of ha's devices" in answer["results"][0]["items"][0]["text"]
+    assert snapshot(home_assistant) == before
+
+
 def test_a_dry_run_and_the_read_only_mcp_tool_change_nothing(
     served: str, home_assistant: HomeAssistant
 ) -> None:

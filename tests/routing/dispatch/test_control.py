@@ -224,7 +224,22 @@ async def test_a_fusion_route_only_reads() -> None:
         ("start the vacuum on monday", "on monday"),
         ("turn on the porch light every evening", "every evening"),
         ("turn the heating on as soon as i leave", "as soon as i"),
+        ("turn on the bed light at seven", "at seven"),
+        ("unlock the door at half past six", "at half past six"),
+        ("unlock the door at 1900", "at 1900"),
+        ("turn on the lamp in the morning", "in the morning"),
+        ("turn on the lamp on weekdays", "on weekdays"),
+        ("unlock the door in 10min", "in 10min"),
+        ("unlock the door in twelve minutes", "in twelve minutes"),
+        ("unlock the door after 20 minutes", "after 20 minutes"),
+        ("turn on the fan for 10 minutes", "for 10 minutes"),
+        ("unlock the door in a bit", "in a bit"),
+        ("unlock the door soon", "soon"),
+        ("turn on the lamp until 9", "until 9"),
+        ("wait ten minutes then unlock the door", "wait ten minutes"),
         ("turn on the lights in the living room", None),
+        ("turn on the light at home", None),
+        ("turn on lamp two", None),
         ("turn on the kitchen light", None),
         ("set the thermostat to 21", None),
         ("turn all the lights off at once", None),
@@ -259,3 +274,41 @@ async def test_a_command_whose_words_came_from_an_earlier_turn_is_withheld() -> 
     assert result["status"] == "withheld"
     assert [e["reason"] for e in withheld(body)] == ["rewritten"]
     assert acted(service) == ["turn on the kitchen lights"]
+
+
+@pytest.mark.parametrize(
+    ("query", "reason", "field", "words"),
+    [
+        ("unlock the front door and the lights in 10 minutes", "deferred", "when", "in 10 minutes"),
+        ("tomorrow, the lights and unlock the front door", "deferred", "when", "tomorrow"),
+        ("do not, under any circumstances, unlock the front door", "low_confidence", "doubt",
+         "do not"),
+        ("unlock the front door, actually don't", "low_confidence", "doubt", "actually"),
+        ("unlock the front door. never mind", "low_confidence", "doubt", "never mind"),
+        ("unlock the front door given that nobody is in", "conditional", "condition",
+         "given that"),
+    ],
+)
+async def test_words_elsewhere_in_the_request_withhold_the_command(
+    query: str, reason: str, field: str, words: str
+) -> None:
+    """Splitting can leave a clean command beside the words that make it doubtful: the
+    gate reads the whole request for time, condition and negation words."""
+    service = home()
+    body = await ask(service, query)
+    assert acted(service) == []
+    events = withheld(body)
+    assert events and all(reason in e["reasons"] for e in events)
+    assert all(e[field] == words for e in events)
+
+
+async def test_a_request_without_doubtful_words_still_acts_beside_a_question() -> None:
+    service = home()
+    body = await ask(service, "what if the sun explodes and also unlock the front door")
+    assert withheld(body)  # "if": a condition word in the request
+    service = home()
+    body = await ask(service, "when does the sun explode? unlock the front door")
+    assert acted(service) == [] and withheld(body)[0]["reason"] == "deferred"  # "when does"
+    service = home()
+    body = await ask(service, "lights status and also unlock the front door")
+    assert acted(service) == ["unlock the front door"] and withheld(body) == []
