@@ -385,6 +385,7 @@ class Service:
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events
+                past_bound = chain_log.dropped_summary() if dropped else None
                 steps = chain_log.steps()
                 cached = Step.RESULT_CACHE_HIT in steps
                 fallback = Step.FALLBACK in steps
@@ -406,6 +407,7 @@ class Service:
             body = {
                 "error": error,
                 "trace_id": trace_id,
+                "dropped_events": dropped,
                 "explanation": recorded.events() if explain else None,
             }
         outcome = SearchOutcome(
@@ -425,6 +427,7 @@ class Service:
             replay_of=replay_of,
             captures=chain_log.captures,
             session_id=session_id,
+            dropped=past_bound,
         )
         self.traces.submit(trace)
         for observer in self.observers:

@@ -44,6 +44,26 @@ SEQ: Final = 4
 _step_of = operator.itemgetter(STEP)
 
 
+# The fields of an event that route statistics (metrics, the trace store's filters) read.
+STATISTIC_FIELDS: Final = (
+    "source",
+    "decision",
+    "from_source",
+    "to_source",
+    "route",
+    "sources",
+    "outcome",
+    "reason",
+)
+
+
+def _hashable(value: Any) -> Any:
+    """A field's value as a dictionary key can hold it (lists as tuples, others as text)."""
+    if isinstance(value, list):
+        return tuple(map(str, value))
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
 class RouteLog:
     """The ordered, bounded list of events of one request.
 
@@ -62,12 +82,15 @@ class RouteLog:
     request nobody explains or stores pays for the recording and nothing else.
     """
 
-    __slots__ = ("entries", "dropped_steps", "max_events", "started", "captures")
+    __slots__ = ("entries", "dropped_steps", "dropped_tally", "max_events", "started", "captures")
 
     def __init__(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
         # Never rebound: `route_log` hands this very list (and `max_events`) to `record`.
         self.entries: list[EntryRow] = []
         self.dropped_steps: list[str] = []
+        # What the route statistics read of the dropped events (their sources, outcomes),
+        # counted per distinct (step, fields): bounded by the sources, not the events.
+        self.dropped_tally: dict[tuple[str, tuple[tuple[str, Any], ...]], int] = {}
         self.max_events = max_events
         self.started = time.perf_counter()
         # (source, query, items) of every real source answer, for `trace.capture_results`.
@@ -81,6 +104,17 @@ class RouteLog:
             self.entries.append((_clock(), part, step, fields, seq))
         else:
             self.dropped_steps.append(step)
+            kept = tuple((k, _hashable(fields[k])) for k in STATISTIC_FIELDS if k in fields)
+            key = (step, kept)
+            self.dropped_tally[key] = self.dropped_tally.get(key, 0) + 1
+
+    def dropped_summary(self) -> list[tuple[str, dict[str, Any], int]]:
+        """(step, the fields statistics read, how many) for the events past the bound, so
+        a stored trace and the metrics count what a truncated chain no longer shows."""
+        return [
+            (step, {k: list(v) if isinstance(v, tuple) else v for k, v in kept}, count)
+            for (step, kept), count in self.dropped_tally.items()
+        ]
 
     @property
     def dropped_events(self) -> int:

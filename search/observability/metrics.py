@@ -10,8 +10,10 @@ directory the parent process creates (prometheus-client's multiprocess mode, cho
 `PROMETHEUS_MULTIPROC_DIR`), and `/metrics` from any worker sums them all: a scrape sees
 the whole server, whichever worker answers it.
 
-What a truncated chain means here: events past `routing.max_events` were never stored,
-so they can't be counted; `search_dropped_events_total` says how many were lost.
+What a truncated chain means here: events past `routing.max_events` are not kept in the
+chain, but what they did is (`TraceRecord.dropped`: their step, source and outcome), so
+source calls, fallbacks and cache hits are counted all the same; a dropped intent event
+names no stage's confidence, and `search_dropped_events_total` says how many were dropped.
 """
 
 from __future__ import annotations

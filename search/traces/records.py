@@ -7,6 +7,8 @@ last N in memory.
 
 from __future__ import annotations
 
+import itertools
+
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -24,6 +26,7 @@ class TraceRecord:
     __slots__ = (
         "_chain",
         "captures",
+        "dropped",
         "dropped_events",
         "dry_run",
         "duration_ms",
@@ -52,6 +55,7 @@ class TraceRecord:
         replay_of: str | None = None,
         captures: list[tuple[str, str, list[Any]]] | None = None,
         session_id: str | None = None,
+        dropped: list[tuple[str, dict[str, Any], int]] | None = None,
     ) -> None:
         self.trace_id = trace_id
         self.started_at = started_at
@@ -69,6 +73,9 @@ class TraceRecord:
         self.captures = captures if captures is not None else []
         # The conversation it belonged to: replay rebuilds the session from earlier turns.
         self.session_id = session_id
+        # The events past `routing.max_events`, as (step, the fields statistics read,
+        # count) (`RouteLog.dropped_summary`): counted by metrics and the store's filters.
+        self.dropped = dropped or []
 
     @property
     def chain(self) -> list[dict[str, Any]]:
@@ -82,11 +89,27 @@ class TraceRecord:
         return chain if isinstance(chain, RecordedChain) else None
 
     def step_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(step, fields) per event without building the event dicts (for counting)."""
+        """(step, fields) per event without building the event dicts (for counting); the
+        dropped events last, as many times as they were recorded."""
         chain = self._chain
+        kept: Iterator[tuple[str, dict[str, Any]]]
         if isinstance(chain, RecordedChain):
-            return chain.step_fields()
-        return ((str(event.get("step")), event) for event in chain)
+            kept = chain.step_fields()
+        else:
+            kept = ((str(event.get("step")), event) for event in chain)
+        if not self.dropped:
+            return kept
+        return itertools.chain(kept, self._dropped_fields())
+
+    def _dropped_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        for step, fields, count in self.dropped:
+            for _ in range(count):
+                yield step, fields
+
+    def statistic_events(self) -> list[dict[str, Any]]:
+        """The chain's events, then one per kind of dropped event (step and the fields
+        statistics read): what a trace's filters (fallback, sources, outcomes) match."""
+        return self.chain + [{"step": step, **fields} for step, fields, _ in self.dropped]
 
     def captures_as_dicts(self) -> list[dict[str, Any]]:
         """The captures as stored; a record read back (in the writer) has dicts already."""

@@ -368,12 +368,16 @@ def trace_row(
     failed = record.status_code != 200 or any(
         r.get("status") == "error" for r in _flat_results(results)
     )
+    # The filters match dropped events too: a truncated chain still fell back.
+    counted = record.statistic_events() if record.dropped else chain
     # Comprehensions, not per-event calls: this runs for every request.
-    step_set = {e.get("step") for e in chain}
-    source_set = {e[k] for e in chain for k in _SOURCE_KEYS if k in e}
+    step_set = {e.get("step") for e in counted}
+    source_set = {e[k] for e in counted for k in _SOURCE_KEYS if k in e}
     if "fusion" in step_set:
-        source_set.update(s for e in chain if e.get("step") == Step.FUSION for s in e["sources"])
-    outcome_set = {_event_outcome(e) for e in chain if e.get("step") in _OUTCOME_STEPS}
+        source_set.update(
+            s for e in counted if e.get("step") == Step.FUSION for s in e.get("sources", ())
+        )
+    outcome_set = {_event_outcome(e) for e in counted if e.get("step") in _OUTCOME_STEPS}
     steps, sources, outcomes = _tokens(step_set), _tokens(source_set), _tokens(outcome_set)
     captures: list[dict[str, Any]] | None = None
     if stores_content(config):

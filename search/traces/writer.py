@@ -8,7 +8,8 @@ priority, does the rest on another core.
 
 Protocol, one JSON array per line on stdin:
 - `["trace", trace_id, started_at, query, status_code, duration_ms, chain, dropped_events,
-  error, results, dry_run, replay_of, captures, session_id]`: a finished request, its
+  error, results, dry_run, replay_of, captures, session_id, dropped]`: a finished
+  request (`dropped`: [step, fields, count] per kind of event past the chain's bound), its
   chain either `["raw", started, entries]` (as `routing.chain.events` recorded it) or
   `["events", [event, ...]]`; unless the rows keep source content, its results carry an
   `item_count` instead of their items, and its captures are empty;
@@ -101,6 +102,7 @@ def record_line(record: TraceRecord, with_content: bool) -> bytes:
         record.replay_of,
         captures,
         record.session_id,
+        record.dropped,
     ]
     try:
         return orjson.dumps(message, default=_plain, option=orjson.OPT_APPEND_NEWLINE)
@@ -123,6 +125,7 @@ def _record(fields: list[Any]) -> TraceRecord:
         replay_of,
         captures,
         session_id,
+        past_bound,
     ) = fields
     events = RecordedChain.from_rows(chain[2], chain[1]) if chain[0] == "raw" else chain[1]
     return TraceRecord(
@@ -139,6 +142,7 @@ def _record(fields: list[Any]) -> TraceRecord:
         replay_of,
         captures,
         session_id,
+        [(step, fields, count) for step, fields, count in past_bound],
     )
 
 

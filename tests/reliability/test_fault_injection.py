@@ -109,7 +109,7 @@ def assert_contract_response(status: int, body: dict[str, Any], query: str) -> N
             for item in part["items"]:
                 assert isinstance(item["title"], str) and isinstance(item["text"], str)
     else:
-        assert set(body) == {"error", "trace_id", "explanation"}, body
+        assert set(body) == {"error", "trace_id", "dropped_events", "explanation"}, body
         assert isinstance(body["error"]["type"], str) and isinstance(body["error"]["message"], str)
     chain = body["explanation"]
     assert isinstance(chain, list)
@@ -381,7 +381,7 @@ async def test_request_deadline_answers_504_with_the_partial_chain(demo_zim: Pat
                 elapsed = time.monotonic() - started
     assert response.status_code == 504
     body = response.json()
-    assert set(body) == {"error", "trace_id", "explanation"}
+    assert set(body) == {"error", "trace_id", "dropped_events", "explanation"}
     assert body["error"]["type"] == "deadline_exceeded"
     steps = [e["step"] for e in body["explanation"]]
     assert steps[0] == "intent_keyword" and steps[-1] == "error"

@@ -234,7 +234,7 @@ async def test_soak(demo_zim: Path, tmp_path: Path) -> None:
                 assert body["query"] == request["query"]
                 assert {r["status"] for r in body["results"]} <= {"ok", "empty", "error"}
             else:
-                assert set(body) == {"error", "trace_id", "explanation"}, body
+                assert set(body) == {"error", "trace_id", "dropped_events", "explanation"}, body
             # The stored trace is this response's.
             row = rows.get(body["trace_id"])
             assert row is not None, f"no stored trace for {body['trace_id']}"

@@ -156,7 +156,7 @@ async def test_an_exhausted_chain_gives_502_with_the_partial_chain() -> None:
         quiet = await post(client, {"query": "who was ada lovelace"})
     assert response.status_code == 502
     body = response.json()
-    assert set(body) == {"error", "trace_id", "explanation"}
+    assert set(body) == {"error", "trace_id", "dropped_events", "explanation"}
     assert body["error"]["type"] == "all_parts_failed"
     steps = [e["step"] for e in body["explanation"]]
     assert steps == [

@@ -175,3 +175,27 @@ async def test_openapi_describes_the_trace_routes(tmp_path: Path) -> None:
     }
     assert "404" in document["paths"]["/traces/{trace_id}"]["get"]["responses"]
     assert {"TracePage", "TraceDetail", "TraceSummary"} <= set(document["components"]["schemas"])
+
+
+async def test_a_truncated_chain_is_still_found_by_what_its_dropped_events_did(
+    tmp_path: Path,
+) -> None:
+    """Past `routing.max_events` the events are dropped, not what they did: the stored
+    trace still fell back and still called web, as the response says."""
+    config = home_config(tmp_path / "traces.db")
+    config = config.model_copy(
+        update={"routing": config.routing.model_copy(update={"max_events": 4})}
+    )
+    query = "; ".join(["history of rome"] * 5 + ["lights status"])
+    async with asgi_client(app_for(config)) as client:
+        body = (await client.post("/search", json={"query": query, "explain": True})).json()
+        shown = (await client.get(f"/traces/{body['trace_id']}")).json()
+        by_flag = (await client.get("/traces", params={"fallback": "true"})).json()["traces"]
+        by_source = (await client.get("/traces", params={"source": "web"})).json()["traces"]
+        metrics = (await client.get("/metrics")).text
+    assert body["dropped_events"] > 0 and body["fallback_occurred"] is True
+    assert "fallback" not in [e["step"] for e in body["explanation"]]  # it was dropped
+    assert shown["fallback"] is True and "web" in shown["sources"]
+    assert [t["trace_id"] for t in by_flag] == [body["trace_id"]]
+    assert [t["trace_id"] for t in by_source] == [body["trace_id"]]
+    assert 'search_fallbacks_total{from_source="ha",to_source="web"} 1.0' in metrics
