@@ -24,6 +24,7 @@ from routing.shared_state import RedisLink, SharedBreaker, SharedCache
 from routing.stages.build import build_resolver
 from routing.stages.labels import HouseholdRouting
 from routing.stages.resolver import Resolver
+from routing.stages.sessions import SessionStore
 from routing.ttl_cache import TTLCache
 from search.config import Config, ConfigError
 from search.correction import household as household_artefact
@@ -170,8 +171,10 @@ class Service:
             time_sensitive=self.config.routing.time_sensitive,
         )
 
-    def _resolver(self, household: HouseholdRouting | None) -> Resolver:
-        resolver = build_resolver(self.config, self.shared, household)
+    def _resolver(
+        self, household: HouseholdRouting | None, sessions: SessionStore | None = None
+    ) -> Resolver:
+        resolver = build_resolver(self.config, self.shared, household, sessions)
         self._log_unexpected(resolver, "resolve")
         return resolver
 
@@ -193,7 +196,9 @@ class Service:
         name = household.name if household is not None else "shipped"
         if name == self.routing_name:
             return False
-        resolver = self._resolver(household)
+        # The conversations in progress carry on under the new routing (a fit changes how
+        # words are routed, not what was said); decisions cached by the old one do not.
+        resolver = self._resolver(household, self.resolver.sessions)
         await resolver.start()
         old = self.resolver
         self.household, self.resolver = household, resolver

@@ -112,10 +112,15 @@ def confidence_labels(config: Config, data: dict[str, Route]) -> list[str]:
 
 
 def build_resolver(
-    config: Config, shared: RedisLink | None = None, household: HouseholdRouting | None = None
+    config: Config,
+    shared: RedisLink | None = None,
+    household: HouseholdRouting | None = None,
+    sessions: SessionStore | None = None,
 ) -> Resolver:
     """`shared`: the Service's Redis link, when decisions are shared across processes;
-    `household`: what the household's `search fit` gave (labels, weights), if anything."""
+    `household`: what the household's `search fit` gave (labels, weights), if anything;
+    `sessions`: the conversations to carry on (a reload after a fit keeps them; the
+    decisions cached by the routing it replaces are not kept)."""
     routing = config.routing
     model = (
         household.model
@@ -132,9 +137,10 @@ def build_resolver(
         shared=shared,
         routes=set(routes),
     )
-    sessions = SessionStore(
-        routing.session_max_entries, routing.session_ttl_s, shared=shared, routes=set(routes)
-    )
+    if sessions is None:
+        sessions = SessionStore(
+            routing.session_max_entries, routing.session_ttl_s, shared=shared, routes=set(routes)
+        )
     learned = LearnedDecisions(routing.semantic.reuse_max_entries, routing.decision_cache_ttl_s)
 
     semantic: SemanticStage | None = None

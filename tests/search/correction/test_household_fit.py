@@ -161,3 +161,32 @@ def test_a_running_server_routes_with_a_new_fit_without_a_restart(tmp_path: Path
         household.artefact_path(config).write_text("not json")  # a damaged file: kept routing
         time.sleep(2.5)
         assert _route_of(base, "lights status")[0] == "kiwix"
+
+
+async def test_a_new_fit_keeps_the_conversations_in_progress(tmp_path: Path) -> None:
+    """A fit changes how words are routed, not what was said: a follow-up after the server
+    picked up a new artefact is still read against the turn before it."""
+    from search.correction.household import AppliedLabel
+    from search.service import Service
+
+    config = home_config(
+        tmp_path / "traces.db",
+        keywords={"ha": ["turn on", "turn off", "lights"], "web": ["news"]},
+        sources={"kiwix": {}, "ha": {}, "web": {}},
+    )
+    service = Service(config)
+    await service.start()
+    try:
+        first = await service.search("turn on the kitchen lights", session_id="s1")
+        assert first.body["results"][0]["route"] == "ha"
+        data = household.encode([AppliedLabel("penguin facts", "web", 1, "t", "0")], None)
+        household.write(household.artefact_path(config), data)
+        assert await service.reload_household()
+        follow_up = await service.search("turn them off", session_id="s1")
+        cached = await service.search("turn on the kitchen lights", explain=True)
+    finally:
+        await service.aclose()
+    [result] = follow_up.body["results"]
+    assert result.get("rewritten") == "turn the kitchen lights off"
+    # decisions the old routing cached are not reused by the new one
+    assert "intent_cached" not in [e["step"] for e in cached.body["explanation"]]
