@@ -91,8 +91,8 @@ class PartResult:
         }
         if self.stage is not None:
             data["stage"] = self.stage  # the intent step that decided the route
-        if self.confidence is not None:
-            data["confidence"] = self.confidence
+        if self.confidence is not None:  # as the deciding event states it (4 places)
+            data["confidence"] = round(self.confidence, 4)
         if self.error is not None:
             data["error"] = self.error
         if self.rewritten is not None:

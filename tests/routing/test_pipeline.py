@@ -169,3 +169,17 @@ async def test_a_condition_rides_with_its_consequence_and_the_remainder_follows(
     assert consequence.to_dict()["condition"]["source"] == "forecast"
     assert [(r.query, r.source) for r in results[1:]] == [("who wrote hamlet", "kiwix")]
     assert "1" in parts  # the remainder: a part of its own, after the conditional
+
+
+async def test_a_parts_confidence_is_the_one_its_deciding_event_states() -> None:
+    """The result and the chain say the same number (events state four places)."""
+    svc = service({"kiwix": {}, "web": {}}, {"web": ["news", "latest"]})
+    outcome = await svc.search("latest news and also the history of rome", explain=True)
+    for result in outcome.body["results"]:
+        part = next(
+            e
+            for e in reversed(outcome.body["explanation"])
+            if e["step"].startswith("intent_") and e["query"] == result["query"]
+        )
+        assert result["confidence"] == part["confidence"]
+        assert result["confidence"] == round(result["confidence"], 4)
