@@ -61,7 +61,7 @@ class SemanticConfig(Strict):
     none_exemplars: list[str] = Field(
         default_factory=list,
         description="Requests no source serves (alarms, music, email), added to the shipped "
-        "ones: a match ends at a low-confidence default (reason no_match) instead of a "
+        "ones: a match ends unserved (reason unserved: no source is asked) instead of a "
         "confident wrong route.",
     )
     classifier: bool = Field(

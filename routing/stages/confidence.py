@@ -88,6 +88,15 @@ class Ranked:
         ]
 
 
+    def candidates_for(self, route: str, shown: int = CANDIDATES_SHOWN) -> list[dict[str, Any]]:
+        """For a decision that did not win on confidence (the default): `route` first, as
+        decided, then the best of the others with their margin to it, negative when they
+        had more ("web had 0.38, the default kiwix 0.05")."""
+        mine = dict(self.routes).get(route, 0.0)
+        chosen = Ranked(((route, mine), *((r, p) for r, p in self.routes if r != route)))
+        return chosen.candidates(shown)
+
+
 def single(route: str, confidence: float) -> Ranked:
     """A decision with one candidate (a cache hit, an LLM answer, a session follow-up)."""
     return Ranked(((route, confidence),))

@@ -21,9 +21,15 @@ from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.language.text import normalise
 from routing.shared_state import RedisLink, SharedCache
-from routing.stages.confidence import single
+from routing.stages.confidence import NONE, Ranked, single
 from routing.ttl_cache import TTLCache
 from routing.types import Decision, ResolveContext
+
+# How many candidates an entry from the shared tier may carry (a stage keeps the few it
+# showed; a bigger list is not one this router wrote).
+MAX_CANDIDATES = 32
+
+Candidates = tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +37,13 @@ class CachedDecision:
     route: str
     origin: str  # the stage that made the decision: intent_semantic | intent_llm
     confidence: float = 1.0  # the calibrated confidence it was made with
+    # What it beat: the routes the deciding stage showed with their confidence, the winner
+    # first, kept as given (no copy); empty: the winner alone.
+    candidates: Candidates = ()
+
+    def ranked(self) -> Ranked:
+        """The decision as it was made: its candidates, or the winner alone."""
+        return Ranked(self.candidates) if self.candidates else single(self.route, self.confidence)
 
 
 class DecisionCache:
@@ -56,7 +69,7 @@ class DecisionCache:
                 "decision_cache",
                 "decision",
                 self._cache,
-                encode=lambda d: {"route": d.route, "origin": d.origin, "confidence": d.confidence},
+                encode=_encode,
                 decode=self._decode,
             )
 
@@ -69,7 +82,26 @@ class DecisionCache:
             raise ValueError("confidence must be a number in [0, 1]")
         if self._routes is not None and route not in self._routes:
             raise ValueError(f"unknown route {route!r}")
-        return CachedDecision(route, origin, float(confidence))
+        candidates = self._decode_candidates(data.get("candidates", []), route)
+        return CachedDecision(route, origin, float(confidence), candidates)
+
+    def _decode_candidates(self, data: Any, route: str) -> Candidates:
+        """A shared entry's candidates, checked like its route (older entries have none)."""
+        if not isinstance(data, list) or len(data) > MAX_CANDIDATES:
+            raise ValueError("candidates must be a short list")
+        candidates: list[tuple[str, float]] = []
+        for item in data:
+            name, confidence = item  # a pair, or ValueError/TypeError
+            if not isinstance(name, str) or isinstance(confidence, bool):
+                raise TypeError("a candidate is a route and a confidence")
+            if not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+                raise ValueError("a candidate's confidence must be a number in [0, 1]")
+            if self._routes is not None and name not in self._routes and name != NONE:
+                raise ValueError(f"unknown route {name!r}")
+            candidates.append((name, float(confidence)))
+        if candidates and candidates[0][0] != route:
+            raise ValueError("the winner must come first")
+        return tuple(candidates)
 
     def get(self, query: str) -> CachedDecision | None:
         """The local tier only (never waits)."""
@@ -82,10 +114,19 @@ class DecisionCache:
             return None
         return await self.shared.fetch(key)
 
-    def put(self, query: str, route: str, origin: str, confidence: float = 1.0) -> None:
+    def put(
+        self,
+        query: str,
+        route: str,
+        origin: str,
+        confidence: float = 1.0,
+        candidates: Candidates = (),
+    ) -> None:
+        """`candidates`: the few routes the deciding stage showed, the winner first; kept
+        as given, so pass the small tuple the event showed, not the whole ranking."""
         key = normalise(query)
         if key:
-            decision = CachedDecision(route, origin, confidence)
+            decision = CachedDecision(route, origin, confidence, candidates)
             self._cache.set(key, decision)
             if self.shared is not None:
                 self.shared.publish(key, decision)
@@ -140,9 +181,21 @@ class DecisionCacheStage:
         return Decision(hit.route, self.name, confidence=hit.confidence)
 
 
+def _encode(decision: CachedDecision) -> dict[str, Any]:
+    """A decision for the shared tier, its candidates included."""
+    return {
+        "route": decision.route,
+        "origin": decision.origin,
+        "confidence": decision.confidence,
+        "candidates": [list(candidate) for candidate in decision.candidates],
+    }
+
+
 def _confidence(hit: CachedDecision) -> dict[str, Any]:
-    """The cached decision's own confidence: the same question gets the same answer."""
+    """The cached decision's own confidence and what it beat: the same question gets the
+    same answer, and the same account of it."""
+    ranked = hit.ranked()
     return {
         "confidence": round(hit.confidence, 4),
-        "candidates": single(hit.route, hit.confidence).candidates(),
+        "candidates": ranked.candidates(len(ranked.routes)),
     }

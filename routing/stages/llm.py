@@ -25,7 +25,10 @@ stage declines like the others (`outcome: "declined"`, the model's `answer`) and
 goes on; a server that sends no logprobs gets a stated, uncalibrated value, said so.
 
 What went wrong decides the default's reason: `llm_failed` (connection error, timeout,
-HTTP error) or `llm_unusable` (no JSON, no source, an unknown source, a habit). A fresh
+HTTP error) or `llm_unusable` (no JSON, no source, an unknown source, a habit). An answer
+of "none" ends the part unserved (`intent_default`, `reason: "unserved"`) with the model's
+confidence and candidates. A call the request's deadline cuts off is still recorded
+(`intent_llm`, `outcome: "timeout"`, `reason: "cancelled"`) before the cancel goes on. A fresh
 decision is handed to the `DecisionMemory` it was given (routing/stages/memory.py), which
 keeps it exactly and for paraphrases unless the query leans on the conversation; the
 conversation's last turn comes from the `recall` it was given. The stage holds no other
@@ -49,7 +52,7 @@ import httpx
 
 from routing.chain.events import record
 from routing.chain.steps import Step
-from routing.stages.confidence import declined, load_model
+from routing.stages.confidence import CANDIDATES_SHOWN, declined, load_model
 from routing.stages.llm_confidence import Calibration, Stated, calibration_for, state
 from routing.stages.llm_format import (
     Form,
@@ -374,6 +377,11 @@ class LLMStage:
             if self.config.bias_check:
                 habits = await self._habits(deadline)
             answer = await self.ask(messages, deadline)
+        except asyncio.CancelledError:
+            # The request ended around the call (its deadline passed): the chain still
+            # shows the call that was cut off, and for how long it had run.
+            self._record_cut_off(query, escalated, started)
+            raise
         except LLMFailure as failure:
             fields: dict[str, Any] = {}
             if failure.form is not None:
@@ -456,6 +464,28 @@ class LLMStage:
             )
         return answer, stated
 
+    def _record_cut_off(self, query: str, escalated: bool, started: float) -> None:
+        """`intent_llm` for a call the request's end cancelled, as the dispatcher records
+        a source call cut off (`outcome: "timeout"`, `reason: "cancelled"`). The model
+        stated nothing: confidence 0 and no candidates, said so (`confidence_source`)."""
+        record(
+            Step.INTENT_LLM,
+            query=query,
+            decision=None,
+            discourse_escalated=escalated,
+            matched=False,
+            outcome="timeout",
+            reason="cancelled",
+            message="the LLM had not answered when the request ended",
+            confidence=0.0,
+            candidates=[],
+            confidence_source="none",
+            calibrated=False,
+            confidence_detail="no answer: the request ended first",
+            model=self.config.model,
+            elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
+        )
+
     async def decide(self, query: str, context: ResolveContext) -> Decision | None:
         if context.unserved:
             return None
@@ -464,11 +494,21 @@ class LLMStage:
             return None
         answer, stated = consulted
         if answer.route is None:
+            # The default says so with the LLM's statement ("none" at its confidence, and
+            # what it beat), not the figures of a stage that declined before it.
             context.unserved = True
+            context.ranked = stated.ranked
             context.default_reason = "no_match"
             return None
         if self.memory is not None:
-            await self.memory.keep(query, answer.route, self.name, stated.confidence, context)
+            await self.memory.keep(
+                query,
+                answer.route,
+                self.name,
+                stated.confidence,
+                context,
+                stated.ranked.routes[:CANDIDATES_SHOWN],
+            )
         return Decision(answer.route, self.name, confidence=stated.confidence)
 
     async def escalate(

@@ -16,7 +16,7 @@ import numpy as np
 from routing.types import ResolveContext
 
 if TYPE_CHECKING:
-    from routing.stages.decision_cache import DecisionCache
+    from routing.stages.decision_cache import Candidates, DecisionCache
     from routing.stages.semantic import LearnedDecisions
 
 Embed = Callable[[str], Awaitable[np.ndarray | None]]
@@ -38,12 +38,19 @@ class DecisionMemory:
         self.embed = embed
 
     async def keep(
-        self, query: str, route: str, stage: str, confidence: float, context: ResolveContext
+        self,
+        query: str,
+        route: str,
+        stage: str,
+        confidence: float,
+        context: ResolveContext,
+        candidates: Candidates = (),
     ) -> None:
+        """`candidates`: the few routes the decision beat, shown again on a cache hit."""
         if context.discourse is not None:
             return  # the decision depends on the conversation, not just the words
         if self.decision_cache is not None:
-            self.decision_cache.put(query, route, stage, confidence)
+            self.decision_cache.put(query, route, stage, confidence, candidates)
         if self.learned is not None:
             vector = context.embedding
             if vector is None and self.embed is not None:

@@ -117,7 +117,8 @@ class Resolver:
         confidence = dict(ranked.routes).get(route or NONE, 0.0) if ranked else 0.0
         shown = {
             "confidence": round(confidence, 4),
-            "candidates": ranked.candidates() if ranked else [],
+            # the route it ends at first, as every decision's candidates are shown
+            "candidates": ranked.candidates_for(route or NONE) if ranked else [],
             "fit": self.fit,
         }
         if context.unserved:

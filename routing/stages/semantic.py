@@ -13,10 +13,12 @@ a probability too: the nearest exemplar alone is swayed by a shared name ("who i
 governor of New York" is near "weather in New York"); the classifier has learnt what each
 route's exemplars have in common. The fitted confidence (routing/stages/confidence.py)
 weighs both with the keyword scores, and the stage decides when its winner clears
-`routing.min_confidence`. When "none" wins, the query is unserved: the part ends at a
-low-confidence default (reason `no_match`) instead of a confident wrong route. The event
-lists the top candidates on a hit *and* on a miss (`decision: null`, `matched: false`).
-An earlier LLM decision is reused when its similarity clears `semantic.reuse_threshold`.
+`routing.min_confidence`. When "none" wins, the query is unserved: the part ends at
+`intent_default` with `reason: "unserved"` and no source, instead of a confident wrong
+route. The event lists the top candidates on a hit *and* on a miss (`decision: null`,
+`matched: false`). An earlier LLM decision is reused when its similarity clears
+`semantic.reuse_threshold`; the nearest one that does not is shown as `remembered`, beside
+the candidates, never among them.
 
 The model is loaded in `start()` (the app's lifespan), never at import time; encoding runs
 in the inference worker pool (`sources.workers`), apart from source calls, in a worker
@@ -406,10 +408,12 @@ class SemanticStage:
         winner = by_label.get(confidence.winner)
         shown = {
             "confidence": round(confidence.confidence, 4),
-            "candidates": self._shown(confidence, by_label, reused),
+            "candidates": self._shown(confidence, by_label),
             "threshold": self.min_confidence,
             "fit": self.model.name,
         }
+        if reused is not None:
+            shown["remembered"] = self._remembered(reused)
         if self.classifier is not None and self.classifier.prior_source:
             shown["classifier_prior"] = self.classifier.prior_source
         sure = confidence.confidence >= self.min_confidence and not unknown
@@ -425,7 +429,14 @@ class SemanticStage:
                 **shown,
             )
             if self.decision_cache is not None and context.discourse is None:
-                self.decision_cache.put(query, confidence.winner, self.name, confidence.confidence)
+                # What it beat is kept with it: the few candidates the event showed.
+                self.decision_cache.put(
+                    query,
+                    confidence.winner,
+                    self.name,
+                    confidence.confidence,
+                    confidence.routes[: self.config.top_k],
+                )
             return Decision(confidence.winner, self.name, confidence=confidence.confidence)
         unserved = sure and confidence.winner == NONE
         fields = (
@@ -504,11 +515,9 @@ class SemanticStage:
             asks_about_the_world(words(query)),
         )
 
-    def _shown(
-        self, confidence: Ranked, by_label: Mapping[str, Candidate], reused: Candidate | None
-    ) -> list[dict[str, Any]]:
-        """The event's candidates: the best `top_k` with their nearest exemplar, and the
-        nearest earlier LLM decision when it was not near enough to reuse."""
+    def _shown(self, confidence: Ranked, by_label: Mapping[str, Candidate]) -> list[dict[str, Any]]:
+        """The event's candidates: the best `top_k` with their confidence and nearest
+        exemplar, the winner first; only routes the confidence ranked, each once."""
         events = []
         for entry in confidence.candidates(self.config.top_k):
             near = by_label.get(entry["route"])
@@ -517,13 +526,17 @@ class SemanticStage:
                 if near.probability is not None:
                     entry["classifier"] = round(near.probability, 4)
             events.append(entry)
-        if reused is not None:
-            events.append(
-                {
-                    "route": reused.route,
-                    "matched": reused.text,
-                    "origin": "llm",
-                    "similarity": round(reused.score, 4),
-                }
-            )
         return events
+
+    def _remembered(self, reused: Candidate) -> dict[str, Any]:
+        """The nearest earlier LLM decision, not near enough to reuse: shown beside the
+        candidates (its similarity is not on their confidence scale, so it is not one)."""
+        shown: dict[str, Any] = {
+            "route": reused.route,
+            "matched": reused.text,
+            "similarity": round(reused.score, 4),
+            "reuse_threshold": self.config.reuse_threshold,
+        }
+        if reused.stated is not None:
+            shown["llm_confidence"] = round(reused.stated, 4)
+        return shown

@@ -67,13 +67,18 @@ def assert_contract_event(event: dict[str, Any]) -> None:
 
 
 def assert_confidence(event: dict[str, Any]) -> None:
-    """An intent_* event's calibrated confidence and its candidates, the winner first."""
+    """An intent_* event's calibrated confidence and its candidates, the winner first: the
+    route it decided (or `none` for an unserved part), at the event's confidence."""
     confidence, candidates = event.get("confidence"), event.get("candidates")
     assert isinstance(confidence, float | int) and 0 <= confidence <= 1, event
     assert isinstance(candidates, list), event
+    routes = [c["route"] for c in candidates]
+    assert len(routes) == len(set(routes)), event
+    decided = event.get("decision") or ("none" if event.get("outcome") == "unserved" else None)
+    if candidates and decided is not None:
+        assert candidates[0]["route"] == decided, event
+        assert abs(candidates[0]["confidence"] - confidence) < 1e-3, event
     for candidate in candidates:
-        if "confidence" not in candidate:
-            continue  # a reused LLM decision shown beside them (similarity only)
         assert isinstance(candidate["route"], str), candidate
         assert 0 <= candidate["confidence"] <= 1, candidate
         assert (

@@ -76,9 +76,16 @@ async def test_gibberish_is_declined_with_its_candidates(service: Service, text:
     assert all(e["confidence"] < threshold for e in declined)
     default = events[-1]
     assert default["step"] == "intent_default" and default["reason"] == "low_confidence"
-    assert [(c["route"], c["confidence"]) for c in default["candidates"]] == [
-        (c["route"], c["confidence"]) for c in declined[-1]["candidates"]
-    ]
+    # the route it ends at first, at its confidence; then what the declining stage
+    # ranked above or beside it, with a negative margin where it had more
+    first, *others = default["candidates"]
+    assert (first["route"], first["confidence"]) == (default["decision"], default["confidence"])
+    seen = {c["route"]: c["confidence"] for c in declined[-1]["candidates"]}
+    assert all(seen.get(c["route"], c["confidence"]) == c["confidence"] for c in others)
+    assert others and others[0]["route"] == max(
+        (r for r in seen if r != default["decision"]), key=seen.__getitem__
+    )
+    assert all(c["margin"] < 0 for c in others if c["confidence"] > first["confidence"])
 
 
 async def test_a_query_of_no_known_word_has_the_confidence_of_no_evidence(

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import time
 
+import pytest
+
 from routing.chain.events import route_log
-from routing.stages.decision_cache import DecisionCache, DecisionCacheStage, normalise
+from routing.stages.decision_cache import (
+    CachedDecision,
+    DecisionCache,
+    DecisionCacheStage,
+    _encode,
+    normalise,
+)
 from routing.stages.resolver import Resolver
 from routing.types import ResolveContext
 
@@ -51,6 +60,46 @@ async def test_a_hit_records_intent_cached_and_decides() -> None:
     [event] = log.snapshot()
     assert event["step"] == "intent_cached" and event["decision"] == "web"
     assert event["origin"] == "intent_llm" and event["query"] == "Latest news from Kenya?"
+
+
+async def test_a_hit_shows_what_the_decision_beat() -> None:
+    """The same question, answered again, gets the same account: the confidence it was
+    made with and the candidates it beat, the winner first."""
+    cache = DecisionCache(10, 60)
+    beaten = (("web", 0.7), ("kiwix", 0.2), ("none", 0.1))
+    cache.put("latest news from kenya", "web", "intent_semantic", 0.7, beaten)
+    kept = cache.get("latest news from kenya")
+    assert kept is not None and kept.candidates is beaten  # kept as given, not copied
+    resolver = Resolver([DecisionCacheStage(cache)], "kiwix")
+    with route_log() as log:
+        decision = await resolver.resolve("latest news from kenya", ResolveContext())
+    assert decision.confidence == 0.7
+    [event] = log.snapshot()
+    assert event["confidence"] == 0.7
+    assert [(c["route"], c["confidence"], c["margin"]) for c in event["candidates"]] == [
+        ("web", 0.7, 0.0),
+        ("kiwix", 0.2, 0.5),
+        ("none", 0.1, 0.6),
+    ]
+
+
+def test_candidates_cross_the_shared_tier_checked() -> None:
+    """A shared entry carries its candidates; one naming an unknown route, out of order or
+    too long is not this router's and is refused like an unknown route."""
+    cache = DecisionCache(10, 60, routes={"web", "kiwix"})
+    data = {"route": "web", "origin": "intent_llm", "confidence": 0.7}
+    assert cache._decode(data).candidates == ()  # written before candidates were kept
+    made = CachedDecision("web", "intent_llm", 0.7, (("web", 0.7), ("none", 0.3)))
+    assert cache._decode(json.loads(json.dumps(_encode(made)))) == made
+    for bad in (
+        [["kiwix", 0.2], ["web", 0.7]],
+        [["web", 0.7], ["ha", 0.3]],
+        [["web", 1.5]],
+        [["web", 0.7]] * 33,
+        "web",
+    ):
+        with pytest.raises((ValueError, TypeError)):
+            cache._decode({**data, "candidates": bad})
 
 
 async def test_a_miss_passes_on_and_discourse_bypasses_the_cache() -> None:

@@ -19,6 +19,7 @@ import pytest
 from routing.stages.llm import extract_json_object
 from search.config import Config, parse_config
 from search.service import Service
+from tests.support.app import assert_contract_event
 from tests.support.chains import only as event
 from tests.support.chains import route, steps
 from tests.support.chat_server import ALL_FORMATS, ChatServer
@@ -33,7 +34,12 @@ DESCRIPTIONS = {
 
 
 def config(
-    base_url: str, *, capture: bool = False, timeout_s: float = 2.0, bias_check: bool = False
+    base_url: str,
+    *,
+    capture: bool = False,
+    timeout_s: float = 2.0,
+    bias_check: bool = False,
+    request_deadline_s: float = 15.0,
 ) -> Config:
     """The bias probe is off unless a test is about it: one request per decision keeps
     the other tests' view of the wire simple."""
@@ -41,6 +47,7 @@ def config(
         {
             "routing": {
                 "default_source": "kiwix",
+                "request_deadline_s": request_deadline_s,
                 "shipped_routes": False,
                 "keywords": {"forecast": ["weather"]},
                 "semantic": {"enabled": False},
@@ -372,6 +379,29 @@ async def test_a_timeout_is_llm_failed_and_bounded(server: ChatServer) -> None:
     assert elapsed < 1.5
     assert event(outcome, "intent_default")["reason"] == "llm_failed"
     assert "no answer within 0.3s" in event(outcome, "llm_error")["detail"]
+
+
+async def test_a_call_the_request_deadline_cuts_off_is_in_the_chain(
+    server: ChatServer,
+) -> None:
+    """A 504's chain shows the LLM call the deadline cut off, as it shows a source call
+    cut off: `outcome: "timeout"`, `reason: "cancelled"`, how long it had run."""
+    server.set_fault(Fault.delay(3.0))
+    svc = Service(config(server.base_url, timeout_s=5.0, request_deadline_s=0.3))
+    await svc.start(sources=False)
+    try:
+        outcome = await route(svc, "octopus hearts")
+    finally:
+        await svc.aclose()
+    assert outcome.status_code == 504
+    assert steps(outcome) == ["intent_llm", "error"], outcome.chain
+    llm = event(outcome, "intent_llm")
+    assert (llm["decision"], llm["outcome"], llm["reason"]) == (None, "timeout", "cancelled")
+    assert 200 <= llm["elapsed_ms"] < 3000
+    assert (llm["confidence"], llm["candidates"]) == (0.0, [])
+    assert event(outcome, "error")["error_type"] == "deadline_exceeded"
+    for found in outcome.chain:
+        assert_contract_event(found)
 
 
 async def test_an_unreachable_server_is_llm_failed() -> None:

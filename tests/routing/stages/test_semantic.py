@@ -16,6 +16,7 @@ from routing.stages.embedder import load_embedder
 from routing.stages.semantic import SemanticStage
 from search.config import Config, parse_config
 from search.service import Service
+from tests.support.app import assert_contract_event
 from tests.support.chains import only, route
 from tests.support.chat_server import ChatServer
 
@@ -108,6 +109,19 @@ async def test_a_repeated_query_is_answered_by_the_decision_cache(service: Servi
     assert only(again, "intent_cached")["origin"] == "intent_semantic"
 
 
+async def test_a_cached_decision_shows_what_it_beat(service: Service) -> None:
+    """The cache answers with the semantic decision's confidence and its candidates, not
+    the winner alone."""
+    first = await route(service, "is it going to rain tomorrow?")
+    again = await route(service, "Is it going to rain tomorrow")
+    decided, cached = only(first, "intent_semantic"), only(again, "intent_cached")
+    assert cached["confidence"] == decided["confidence"]
+    assert len(decided["candidates"]) == 3
+    assert [(c["route"], c["confidence"], c["margin"]) for c in cached["candidates"]] == [
+        (c["route"], c["confidence"], c["margin"]) for c in decided["candidates"]
+    ]
+
+
 async def test_a_miss_lists_the_candidates_and_defaults(service: Service) -> None:
     outcome = await route(service, "octopus hearts anatomy")  # near no exemplar here
     assert [(r.route, r.stage) for r in outcome.results] == [("kiwix", "intent_default")]
@@ -121,9 +135,12 @@ async def test_a_miss_lists_the_candidates_and_defaults(service: Service) -> Non
     assert float(shown_threshold) == threshold and float(said) < threshold
     default = only(outcome, "intent_default")
     assert default["reason"] == "low_confidence"
-    assert [(c["route"], c["confidence"]) for c in default["candidates"]] == [
-        (c["route"], c["confidence"]) for c in event["candidates"]
-    ]
+    # the default route first, at the confidence the declining stage gave it; the rest
+    # as the stage ranked them
+    first, *others = default["candidates"]
+    assert (first["route"], first["confidence"]) == ("kiwix", default["confidence"])
+    ranked = [(c["route"], c["confidence"]) for c in event["candidates"] if c["route"] != "kiwix"]
+    assert [(c["route"], c["confidence"]) for c in others] == ranked[: len(others)]
 
 
 async def test_what_no_source_serves_is_answered_as_unserved(service: Service) -> None:
@@ -210,6 +227,52 @@ async def test_llm_decisions_are_reused_for_paraphrases() -> None:
     assert event["origin"] == "llm" and event["matched_query"] == "octopus hearts anatomy"
     assert event["similarity"] >= 0.8
     assert len(server.bodies) == 1
+
+
+async def test_an_llm_that_names_no_source_is_the_unserved_verdict() -> None:
+    """After the semantic stage declined, the LLM's "none" ends the part unserved with the
+    LLM's own statement, not the declined stage's confidence and candidates."""
+    with ChatServer(reply='{"source": "none"}') as server:
+        server.logprobs_mode = "absent"  # a stated 0.6, as from a server without them
+        svc = Service(config(llm=server.base_url))
+        await svc.start(sources=False)
+        try:
+            outcome = await route(svc, "octopus hearts anatomy")
+        finally:
+            await svc.aclose()
+    assert only(outcome, "intent_semantic")["outcome"] == "declined"
+    llm = only(outcome, "intent_llm")
+    assert llm["outcome"] == "no_source" and llm["candidates"][0]["route"] == "none"
+    default = only(outcome, "intent_default")
+    assert (default["decision"], default["reason"]) == (None, "unserved")
+    assert default["confidence"] == llm["confidence"] == 0.6
+    assert default["candidates"] == llm["candidates"]
+    [part] = outcome.results
+    assert (part.route, part.status, part.confidence) == (None, "unserved", 0.6)
+
+
+async def test_the_remembered_llm_decision_is_no_candidate() -> None:
+    """An earlier LLM decision not near enough to reuse is shown as `remembered`, beside
+    the candidates: every candidate has a confidence and a margin, each route once."""
+    with ChatServer(reply='{"source": "web"}') as server:
+        svc = Service(config(llm=server.base_url, reuse=0.99))
+        await svc.start(sources=False)
+        try:
+            await route(svc, "octopus hearts anatomy")
+            outcome = await route(svc, "the anatomy of octopus hearts")
+        finally:
+            await svc.aclose()
+    event = only(outcome, "intent_semantic")
+    candidates = event["candidates"]
+    assert all({"confidence", "margin"} <= set(c) for c in candidates), candidates
+    assert all("origin" not in c for c in candidates), candidates
+    routes = [c["route"] for c in candidates]
+    assert len(routes) == len(set(routes)) and candidates[0]["margin"] == 0.0
+    remembered = event["remembered"]
+    assert remembered["route"] == "web" and remembered["matched"] == "octopus hearts anatomy"
+    assert remembered["similarity"] < remembered["reuse_threshold"] == 0.99
+    for found in outcome.chain:
+        assert_contract_event(found)
 
 
 def test_importing_the_router_does_not_load_torch() -> None:
