@@ -16,14 +16,48 @@ from typing import Any
 
 import yaml
 
+from search.config import MAX_CONFIG_DEPTH, MAX_CONFIG_VALUES
 from search.correction.labels import INTENT_STEPS, NONE
 from search.query_text import query_problem
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A value shown in a message is cut to this many characters: a file's entry may be huge.
+SHOWN_CHARS = 80
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class CheckFileError(ValueError):
     """The file cannot be read as expectations (exit 2); the message says where."""
+
+
+class _DuplicateKey(Exception):
+    """A mapping names one key twice (YAML keeps the last silently)."""
+
+    def __init__(self, key: Any, line: int, first: int) -> None:
+        super().__init__(key, line, first)
+        self.key, self.line, self.first = key, line, first
+
+
+# libyaml where PyYAML has it (it refuses nesting past 1000 levels with a YAMLError, where
+# the pure-Python loader recurses), as config.yaml is read.
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Safe YAML that refuses a key given twice in one mapping: `a: web` then `a: ha` is
+    two expectations of which YAML would silently keep one."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        if isinstance(node, yaml.MappingNode):
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue  # `<<: *base` merges; an explicit key may override it
+                key = self.construct_object(key_node, deep=False)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise _DuplicateKey(key, line, seen[key])
+                    seen[key] = line
+                except TypeError:
+                    continue  # unhashable: the constructor refuses it itself
+        return super().construct_mapping(node, deep=deep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +79,76 @@ class CheckRow:
         return self.got == self.expected
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """`repr(value)` cut to `limit` characters, so a message stays one short line whatever
+    the file held. Only a scalar is repr'd (a string is bounded by the file's size); a list
+    or mapping is named by its type, as its repr would expand every shared *alias."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return _cut(repr(value), limit)
+    return f"a {type(value).__name__}"
+
+
+def _bounded(data: Any, name: str) -> None:
+    """Refuse data whose copy, each *alias expanded, would pass MAX_CONFIG_VALUES values or
+    MAX_CONFIG_DEPTH levels (the bounds config.yaml is read with): an alias bomb of a few
+    hundred bytes stands for 10^9 values, which a walk or a repr of it would build."""
+    budget = MAX_CONFIG_VALUES
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise CheckFileError(
+                f"{name}: too large: more than {MAX_CONFIG_VALUES:,} values once its "
+                "*aliases are expanded"
+            )
+        if depth > MAX_CONFIG_DEPTH:
+            raise CheckFileError(f"{name}: nested too deep (more than {MAX_CONFIG_DEPTH} levels)")
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for pair in value.items() for item in pair)
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+
+
+def _load(text: str, name: str) -> Any:
+    """The YAML document in `text`, bounded (`_bounded`); CheckFileError, never a traceback.
+
+    Besides YAMLError, PyYAML lets a ValueError out of a bad implicit or tagged scalar
+    (`2024-13-45`, `!!int x`), and the pure-Python loader a RecursionError."""
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except _DuplicateKey as dup:
+        raise CheckFileError(
+            f"{name}: line {dup.line}: {shown(dup.key)} is given twice in one mapping "
+            f"(first on line {dup.first}): YAML would keep only the last"
+        ) from None
+    except (yaml.YAMLError, ValueError) as exc:
+        raise CheckFileError(
+            f"{name}: not valid YAML: {_cut(' '.join(str(exc).split()), 300)}"
+        ) from None
+    except RecursionError:
+        raise CheckFileError(f"{name}: not valid YAML: nested too deep") from None
+    _bounded(data, name)
+    return data
+
+
 def _entry(where: str, query: Any, route: Any, routes: set[str], max_chars: int) -> Expectation:
     if not isinstance(query, str):
-        raise CheckFileError(f"{where}: the query must be a string")
+        raise CheckFileError(f"{where}: the query must be a string, not {shown(query)}")
     problem = query_problem(query, max_chars)
     if problem is not None:
         raise CheckFileError(f"{where}: {problem}")
-    if not isinstance(route, str) or route not in routes:
-        known = ", ".join(sorted(routes))
-        raise CheckFileError(f"{where}: route {route!r} is not a route (known: {known})")
+    known = ", ".join(sorted(routes))
+    if not isinstance(route, str):
+        raise CheckFileError(
+            f"{where}: the route must be a route name (one of {known}), not {shown(route)}"
+        )
+    if route not in routes:
+        raise CheckFileError(f"{where}: route {shown(route)} is not a route (known: {known})")
     return Expectation(query, route)
 
 
@@ -62,14 +157,11 @@ def parse_expectations(
 ) -> list[Expectation]:
     """Expectations from YAML text; CheckFileError names what is wrong."""
     known = {*routes, NONE}
-    try:
-        data = yaml.load(text, Loader=_LOADER)
-    except yaml.YAMLError as exc:
-        raise CheckFileError(f"{name}: not valid YAML: {exc}") from None
+    data = _load(text, name)
     found: list[Expectation] = []
     if isinstance(data, dict):
         for query, route in data.items():
-            found.append(_entry(f"{name}: {query!r}", query, route, known, max_chars))
+            found.append(_entry(f"{name}: {shown(query)}", query, route, known, max_chars))
     elif isinstance(data, list):
         for index, item in enumerate(data):
             where = f"{name}[{index}]"

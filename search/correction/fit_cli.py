@@ -192,7 +192,11 @@ def _fit_household(config: Any, args: argparse.Namespace) -> int:
         )
         if not fit.shipped_rows():
             raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
-        current = household.load(config)
+        try:
+            current = household.load(config)
+        except ConfigError as exc:  # a damaged artefact is what this fit replaces
+            say(f"search fit: {exc}; fitting anew", file=sys.stderr)
+            current = None
         progress("choosing the confidence weights")
         weights, weight_report = asyncio.run(household_weights(config))
         applied, _ = applied_labels(labels, config)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -26,12 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from routing.stages.confidence import ConfidenceModel
+from routing.stages.confidence import FULL_FEATURES, KEYWORD_FEATURES, ConfidenceModel
 from routing.stages.labels import HouseholdRouting
 from search.config import Config, ConfigError
 
 ARTEFACT_NAME = "routing-household.json"
 VERSION = 2
+# A weight no fit gives (they are L2-regularised, single figures): past it a damaged file,
+# whose logits could overflow to inf and make every confidence NaN.
+MAX_WEIGHT = 1e6
 
 
 def data_dir(config: Config) -> Path:
@@ -86,20 +90,72 @@ def name_of(data: bytes) -> str:
     return "household:" + hashlib.sha256(data).hexdigest()[:10]
 
 
+def _number(value: Any, where: str, low: float, high: float) -> float:
+    """`value` as a finite float within low..high; ValueError names it. A string ("nan")
+    or a bool is no number here, though `float()` would take it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or not low <= number <= high:
+        raise ValueError(f"{where} is {number!r}, not within {low:g}..{high:g}")
+    return number
+
+
+def _labels(entries: Any) -> dict[str, str]:
+    """query -> route, each entry `{query, route}` of strings (later entries win)."""
+    if not isinstance(entries, list):
+        raise ValueError("labels is not a list")
+    labels = {}
+    for index, entry in enumerate(entries):
+        query, route = entry["query"], entry["route"]
+        if not isinstance(query, str) or not isinstance(route, str):
+            raise ValueError(f"labels[{index}]: query and route must be strings")
+        labels[query] = route
+    return labels
+
+
+def _weights(weights: Mapping[str, Any]) -> ConfidenceModel:
+    """The confidence model, every number checked first: a NaN threshold or weight would
+    load silently and change every decision (`x < nan` is never true)."""
+    for model, features in (("keyword", KEYWORD_FEATURES), ("full", FULL_FEATURES)):
+        table = weights[model]
+        if not isinstance(table, Mapping):
+            raise ValueError(f"weights.{model} is not a mapping")
+        for feature in features:
+            if feature in table:
+                _number(table[feature], f"weights.{model}.{feature}", -MAX_WEIGHT, MAX_WEIGHT)
+    # within 0..1 as `routing.min_confidence` is in config.yaml
+    _number(weights["min_confidence"], "weights.min_confidence", 0.0, 1.0)
+    return ConfidenceModel.from_json(weights)
+
+
 def decode(data: bytes, where: Path | str = "artefact") -> HouseholdRouting:
-    """The routing an artefact's bytes give; ConfigError names a damaged file."""
+    """The routing an artefact's bytes give; ConfigError names a damaged file (the CLI
+    prints it as one line and exits 2; a running server keeps its routing and logs it)."""
     try:
         body = json.loads(data)
         if body.get("version") != VERSION:
             raise ValueError(f"version {body.get('version')!r}, this release reads {VERSION}")
-        labels = {str(e["query"]): str(e["route"]) for e in body["labels"]}
+        labels = _labels(body["labels"])
         weights = body.get("weights")
-        model = ConfidenceModel.from_json(weights) if weights else None
+        model = _weights(weights) if weights else None
+    except RecursionError:  # JSON nested thousands deep: the decoder recurses per level
+        raise ConfigError(
+            f"{where}: not a household routing artefact (nested too deep); "
+            "run `search fit` to rewrite it"
+        ) from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(
-            f"{where}: not a household routing artefact ({exc}); run `search fit` to rewrite it"
+            f"{where}: not a household routing artefact ({_cut(str(exc))}); "
+            "run `search fit` to rewrite it"
         ) from None
     return HouseholdRouting.of(labels, model, name_of(data))
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    """A reason as one short line (a KeyError of a huge key would be the whole key)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load(config: Config) -> HouseholdRouting | None:

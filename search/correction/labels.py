@@ -22,15 +22,20 @@ the same rules as any trace. The label itself stays until the label bound remove
 
 from __future__ import annotations
 
+import logging
+import math
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from routing.language.text import normalise
 from search.pseudonym import LEGACY_PREFIX, PREFIX
+
+log = logging.getLogger("search.correction.labels")
 
 NONE = "none"  # "no configured source serves this"
 INTENT_STEPS = (
@@ -129,7 +134,7 @@ class Label:
 
 
 def is_pseudonym(text: str) -> bool:
-    return text.startswith((PREFIX, LEGACY_PREFIX))
+    return isinstance(text, str) and text.startswith((PREFIX, LEGACY_PREFIX))
 
 
 # --- what a part is -------------------------------------------------------------------
@@ -155,6 +160,8 @@ def part_decisions(chain: Sequence[Mapping[str, Any]]) -> dict[str, PartDecision
         decision = event.get("decision")
         if event.get("step") == "intent_semantic" and not event.get("matched", True):
             continue  # a miss decides nothing: a later stage (or the default) does
+        if event.get("step") == "intent_llm" and event.get("outcome") == "timeout":
+            continue  # cut off by the request's deadline: it decided nothing
         query = event.get("query")
         if not isinstance(query, str):
             continue
@@ -188,6 +195,35 @@ def check_label(
 # --- storing and reading --------------------------------------------------------------
 
 
+@contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One real transaction around a label write, committed whole or rolled back.
+
+    The store's connections are autocommit (`isolation_level=None`), where `with conn:`
+    begins nothing: each statement committed alone, so two writers labelling one part at
+    once each deleted the other's new row. `BEGIN IMMEDIATE` takes the write lock first, so
+    concurrent writers queue (the connection's busy timeout) and each sees the one before.
+    Inside a transaction the caller already holds, a savepoint does the same."""
+    if conn.in_transaction:
+        conn.execute("SAVEPOINT label_write")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK TO label_write")
+            conn.execute("RELEASE label_write")
+            raise
+        conn.execute("RELEASE label_write")
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def insert_label(
     conn: sqlite3.Connection,
     trace_id: str,
@@ -199,9 +235,10 @@ def insert_label(
 ) -> Label:
     """Store the label only if its trace is still there (retention may have just removed
     an unlabelled trace); KeyError when it is gone. In one transaction it replaces the
-    part's earlier label (counting it) and drops the oldest labels over `max_labels`."""
+    part's earlier label (counting it and every label that one replaced) and keeps only
+    the newest `max_labels` rows."""
     created = time.time() if now is None else now
-    with conn:
+    with write_transaction(conn):
         earlier = conn.execute(
             "SELECT COALESCE(SUM(replaced + 1), 0) FROM labels WHERE trace_id = ? AND part = ?",
             (trace_id, target.part),
@@ -230,9 +267,7 @@ def insert_label(
             (trace_id, target.part, label_id),
         )
         if max_labels is not None:
-            conn.execute(
-                "DELETE FROM labels WHERE id <= (SELECT MAX(id) FROM labels) - ?", (max_labels,)
-            )
+            bound_labels(conn, max_labels)
     return Label(
         label_id,
         trace_id,
@@ -246,15 +281,42 @@ def insert_label(
     )
 
 
+def bound_labels(conn: sqlite3.Connection, max_labels: int) -> None:
+    """Keep the newest `max_labels` rows. Counted in rows, not ids: relabelling one part
+    spends an id each time while keeping one row, so `id <= MAX(id) - max_labels` dropped
+    every other label after enough relabels of one part."""
+    # the `max_labels`-th newest id (NULL while there are fewer rows: nothing goes)
+    conn.execute(
+        "DELETE FROM labels WHERE id < (SELECT id FROM labels ORDER BY id DESC LIMIT 1 OFFSET ?)",
+        (max(int(max_labels), 1) - 1,),
+    )
+
+
 def mark_exported(conn: sqlite3.Connection, ids: Iterable[int], now: float | None = None) -> None:
     """Note that these labels were written out: their traces may leave by retention."""
     when = time.time() if now is None else now
-    with conn:
+    with write_transaction(conn):
         conn.executemany("UPDATE labels SET exported_at = ? WHERE id = ?", [(when, i) for i in ids])
 
 
-def _label(row: Sequence[Any]) -> Label:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _label(row: Sequence[Any]) -> Label | None:
+    """The row as a Label, or None when a field has a type no label write gives it (a
+    damaged or hand-edited store: SQLite keeps whatever it is given, a BLOB query too)."""
     id_, trace_id, part, route, query, decision, created, redacted, replaced, exported = row
+    if not (
+        isinstance(id_, int)
+        and all(isinstance(text, str) for text in (trace_id, part, route, query))
+        and (decision is None or isinstance(decision, str))
+        and _is_number(created)
+        and isinstance(redacted, int)
+        and isinstance(replaced, int)
+        and (exported is None or _is_number(exported))
+    ):
+        return None
     return Label(
         int(id_),
         trace_id,
@@ -270,13 +332,28 @@ def _label(row: Sequence[Any]) -> Label:
 
 
 def read_labels(conn: sqlite3.Connection, trace_id: str | None = None) -> list[Label]:
-    """Labels in the order they were stored (all of them, or one trace's)."""
+    """Labels in the order they were stored (all of them, or one trace's). A row whose
+    fields have the wrong type is left out and the number left out is logged, so one
+    damaged row cannot stop `search fit` or `search label --export`."""
     sql = f"SELECT {', '.join(LABEL_COLUMNS)} FROM labels"
     args: tuple[Any, ...] = ()
     if trace_id is not None:
         sql += " WHERE trace_id = ?"
         args = (trace_id,)
-    return [_label(tuple(row)) for row in conn.execute(sql + " ORDER BY id", args).fetchall()]
+    labels, damaged = [], 0
+    for row in conn.execute(sql + " ORDER BY id", args).fetchall():
+        label = _label(tuple(row))
+        if label is None:
+            damaged += 1
+        else:
+            labels.append(label)
+    if damaged:
+        log.warning(
+            "labels: left out %d stored label(s) whose fields have the wrong type "
+            "(a damaged or edited trace store)",
+            damaged,
+        )
+    return labels
 
 
 def effective_labels(labels: Iterable[Label]) -> list[Label]:

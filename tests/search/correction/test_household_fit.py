@@ -190,3 +190,26 @@ async def test_a_new_fit_keeps_the_conversations_in_progress(tmp_path: Path) -> 
     assert result.get("rewritten") == "turn the kitchen lights off"
     # decisions the old routing cached are not reused by the new one
     assert "intent_cached" not in [e["step"] for e in cached.body["explanation"]]
+
+
+def test_fit_replaces_a_damaged_artefact_as_its_message_advises(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every command refuses a damaged artefact and says to run `search fit`: so that one
+    fits anew, saying so, instead of refusing too."""
+    config_path = write_config(tmp_path)
+    config = home_config(tmp_path / "traces.db")
+    outcomes = asyncio.run(record_queries(config, QUERIES[:2]))
+    store = SQLiteTraceStore(config.trace)
+    try:
+        store.add_label(outcomes[0].trace_id, "0", "web", ["kiwix", "ha", "web", "broken"])
+    finally:
+        store.close_sync()
+    household.artefact_path(config).write_text('{"version": 2, "labels": ' + "[" * 5000)
+    code = main(["route", "lights status", "--local", "--config", str(config_path)])
+    assert code == 2 and "search fit" in capsys.readouterr().err
+    code = main(["fit", "--config", str(config_path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "fitting anew" in captured.err
+    assert household.load(config) is not None
