@@ -4,7 +4,8 @@ Sources answer from the trace's captured results where present (keyed by source 
 query) and are called live otherwise; every answer is noted as one or the other. The
 new run goes through the ordinary `Service`, so it records its own chain and is stored
 as its own trace with `replay_of` set. The comparison aligns old and new chains by part
-and step and names the first divergence in each part.
+and step and names the first divergence in each part; whether routing changed follows
+the part's outcome (its decision, route, sources, status, action), whatever diverged first.
 
 A replay never acts. Its Service is built with `acting=False`, so the control gate
 withholds every command (reason `replay`), and a `ReplaySource` has no `act` at all, captured
@@ -24,6 +25,7 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 from routing.chain.events import NullRouteLog, route_log
 from routing.chain.steps import Step
 from routing.language.text import normalise
+from routing.pipeline import TooManyParts
 from routing.stages.labels import HouseholdRouting
 from search.config import Config
 from search.service import Service
@@ -239,7 +241,11 @@ class PartComparison:
     part: str
     query: str | None
     rows: list[tuple[dict[str, Any] | None, dict[str, Any] | None]]
+    # The verdict: the routing change when there is one (its description then starts with
+    # the first divergence, when that came earlier), else the first divergence.
     divergence: Divergence | None
+    # The first divergence alone, as the rows show it (context for `divergence`).
+    first: Divergence | None = None
 
 
 # Learnt only while a command is carried out, which a replay never does: part of the
@@ -315,6 +321,9 @@ def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
         return "other", f"{old.get('step')} changed"
     if old is not None:
         step = old.get("step")
+        if signature(old)[0] == "action":
+            was = signature(old)
+            return "action", f"{old.get('source')} would no longer act (it {_acting(was, True)})"
         if step == Step.FALLBACK:
             return "fallback_gone", (
                 f"fallback no longer fires ({old.get('from_source')} -> {old.get('to_source')})"
@@ -326,6 +335,8 @@ def _describe(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[s
         return "other", f"{step} no longer happens"
     assert new is not None
     step = new.get("step")
+    if signature(new)[0] == "action":
+        return "action", f"{new.get('source')} would {_acting(signature(new))} (it did not act)"
     if step == Step.FALLBACK:
         return "fallback_new", (
             f"fallback now fires ({new.get('from_source')} -> {new.get('to_source')})"
@@ -345,36 +356,202 @@ def _acting(sig: tuple[Any, ...], past: bool = False) -> str:
     return f"{'did not' if past else 'not'} {words} ({how})"
 
 
+@dataclass(frozen=True, slots=True)
+class PartOutcome:
+    """Where a part ended, read off its events: what a routing change is about, however the
+    steps to it align (a redirect or a rewrite that came or went shifts every row after it)."""
+
+    decision: str | None  # the deciding stage's route (None: nothing served it)
+    route: str | None  # where it was sent, after any redirect
+    sources: frozenset[str]  # the sources asked (a fallback or fusion asks several)
+    status: str  # "answered" | "planned" | "unserved"
+    actions: tuple[tuple[Any, ...], ...]  # action signatures, in order
+
+    @classmethod
+    def of(cls, events: list[dict[str, Any]]) -> Self:
+        decision: str | None = None
+        route: str | None = None
+        sources: set[str] = set()
+        status = "answered"
+        for event in events:
+            step, kind = event.get("step"), signature(event)[0]
+            if kind == "intent" and not is_attempt(event):
+                decision = route = event.get("decision")
+            elif step == Step.INTENT_DEFAULT and event.get("outcome") == "unserved":
+                decision, route, status = None, None, "unserved"
+            elif step in (Step.TIME_SENSITIVE, Step.TIME_STABLE) and event.get("to_route"):
+                route = str(event["to_route"])
+            elif step == Step.PLANNED:
+                route, status = event.get("route"), "planned"
+            elif step in (Step.SOURCE_INVOKED, Step.RESULT_CACHE_HIT):
+                sources.add(str(event.get("source")))
+        actions = tuple(signature(e) for e in events if signature(e)[0] == "action")
+        return cls(decision, route, frozenset(sources), status, actions)
+
+
+def _names(sources: frozenset[str]) -> str:
+    return "+".join(sorted(sources)) or "none"
+
+
+def _lost_action(was: tuple[Any, ...], new: list[dict[str, Any]]) -> str:
+    """'ha would not turn on the light (ha skipped: disabled) (it did turn on the light)':
+    an action that is gone is an action change, whatever took its place."""
+    _, source, words, _ = was
+    skipped = next(
+        (
+            e.get("reason")
+            for e in new
+            if e.get("step") == Step.SOURCE_SKIPPED and e.get("source") == source
+        ),
+        None,
+    )
+    asked = any(e.get("step") == Step.SOURCE_INVOKED and e.get("source") == source for e in new)
+    why = (
+        f"{source} skipped: {skipped}"
+        if skipped
+        else ("no longer read as a command" if asked else f"{source} not asked")
+    )
+    return f"{source} would {_acting(('action', source, words, why))} (it {_acting(was, True)})"
+
+
+def _action_change(old: PartOutcome, new: PartOutcome, events: list[dict[str, Any]]) -> str:
+    """The first action that differs, as `_describe` words a changed one."""
+    for was, now in zip(old.actions, new.actions, strict=False):
+        if was != now:
+            return f"{now[1]} would {_acting(now)} (it {_acting(was, True)})"
+    if len(old.actions) > len(new.actions):
+        return _lost_action(old.actions[len(new.actions)], events)
+    now = new.actions[len(old.actions)]
+    return f"{now[1]} would {_acting(now)} (it did not act)"
+
+
+def _outcome_change(
+    old: PartOutcome, new: PartOutcome, events: list[dict[str, Any]]
+) -> tuple[str, str, str] | None:
+    """(what moved, kind, words) for how the part's outcome moved, the most telling first;
+    None if it did not."""
+    if old.actions != new.actions:
+        return "action", "action", _action_change(old, new, events)
+    if old.decision != new.decision:
+        return "decision", "decision", f"decision changed: {old.decision} -> {new.decision}"
+    if old.route != new.route:
+        return "route", "route", f"route changed: {old.route} -> {new.route}"
+    if old.sources != new.sources:
+        words = f"sources asked changed: {_names(old.sources)} -> {_names(new.sources)}"
+        return "sources", "route", words
+    if old.status != new.status:
+        return "status", "decision", f"status changed: {old.status} -> {new.status}"
+    return None
+
+
+# Where the side-by-side shows what moved: the kinds of step, the likeliest first.
+_SHOWN_IN: dict[str, tuple[str, ...]] = {
+    "action": ("action",),
+    "decision": ("intent", "planned"),
+    "route": (Step.TIME_SENSITIVE, Step.TIME_STABLE, "planned", "intent", "answer"),
+    "sources": ("fallback", "fusion", "answer"),
+    "status": ("intent", "planned"),
+}
+
+
+def _differing_rows(
+    rows: list[tuple[dict[str, Any] | None, dict[str, Any] | None]],
+) -> list[int]:
+    """Rows whose events differ (a stage that merely looked never does)."""
+    return [
+        index
+        for index, (left, right) in enumerate(rows)
+        if not any(e is not None and is_attempt(e) for e in (left, right))
+        and (left is None or right is None or signature(left) != signature(right))
+    ]
+
+
+def _row_kind(row: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> str:
+    """The kind of step a row aligned (its events share it when both are there)."""
+    event = row[0] if row[0] is not None else row[1]
+    return "" if event is None else str(signature(event)[0])
+
+
+def _row_showing(
+    moved: str, rows: list[tuple[dict[str, Any] | None, dict[str, Any] | None]], after: int
+) -> int:
+    """The first differing row from `after` on that shows what moved (else `after`)."""
+    differing = [index for index in _differing_rows(rows) if index >= after]
+    for kind in _SHOWN_IN[moved]:
+        for index in differing:
+            if _row_kind(rows[index]) == kind:
+                return index
+    return after
+
+
+def _first_divergence(
+    path: str,
+    rows: list[tuple[dict[str, Any] | None, dict[str, Any] | None]],
+    new: list[dict[str, Any]],
+) -> Divergence | None:
+    """The first pair of events that differ, named and classified."""
+    for index in _differing_rows(rows):
+        left, right = rows[index]
+        kind, words = _describe(left, right)
+        if kind == "action" and left is not None and right is None:
+            words = _lost_action(signature(left), new)
+        return Divergence(path, kind, words, index)
+    return None
+
+
+def _compare_part(
+    path: str,
+    old: list[dict[str, Any]],
+    new: list[dict[str, Any]],
+    rows: list[tuple[dict[str, Any] | None, dict[str, Any] | None]],
+) -> tuple[Divergence | None, Divergence | None]:
+    """(the verdict, the first divergence) of a part both chains have.
+
+    A first divergence that is no routing change (a redirect, a rewrite, a source's
+    outcome) may come before one: the part's outcome decides, and the verdict then says
+    both, the first divergence first."""
+    first = _first_divergence(path, rows, new)
+    if first is None or first.routing:
+        return first, first
+    change = _outcome_change(PartOutcome.of(old), PartOutcome.of(new), new)
+    if change is None:
+        return first, first
+    moved, kind, words = change
+    row = _row_showing(moved, rows, first.row)
+    if moved == "sources" and _row_kind(rows[row]) == "fallback":
+        words = _describe(*rows[row])[1]  # "fallback now fires (ha -> web)" says it best
+    return Divergence(path, kind, f"{first.description}, then {words}", row), first
+
+
+def _one_sided(path: str, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Divergence:
+    """A part only one chain has."""
+    if path == "":
+        # The request's own events (a split, a condition, a request-wide error) came or
+        # went: say which; an error is an outcome, not a routing decision.
+        only = (old or new)[0]
+        kind, words = _describe(None, only) if not old else _describe(only, None)
+        return Divergence(path, kind, words, 0)
+    if not new:
+        return Divergence(path, "part_gone", "part no longer exists", 0)
+    return Divergence(path, "part_new", "new part", 0)
+
+
 def compare(
     old_chain: list[dict[str, Any]], new_chain: list[dict[str, Any]]
 ) -> list[PartComparison]:
-    """Per part (in part order): aligned rows and the first divergence, if any."""
+    """Per part (in part order): aligned rows, the first divergence, and the verdict (the
+    part's routing change if any, else that first divergence)."""
     old_parts, new_parts = _by_part(old_chain), _by_part(new_chain)
     comparisons: list[PartComparison] = []
     for path in sorted(set(old_parts) | set(new_parts), key=part_key):
         old, new = old_parts.get(path, []), new_parts.get(path, [])
         rows = _align(old, new)
         query = next((e["query"] for e in old + new if isinstance(e.get("query"), str)), None)
-        divergence = None
-        if (not old or not new) and path == "":
-            # The request's own events (a split, a condition, a request-wide error) came or
-            # went: say which; an error is an outcome, not a routing decision.
-            first = (old or new)[0]
-            kind, words = _describe(None, first) if not old else _describe(first, None)
-            divergence = Divergence(path, kind, words, 0)
-        elif not old or not new:
-            kind = "part_gone" if not new else "part_new"
-            words = "part no longer exists" if not new else "new part"
-            divergence = Divergence(path, kind, words, 0)
+        if old and new:
+            divergence, first = _compare_part(path, old, new, rows)
         else:
-            for index, (left, right) in enumerate(rows):
-                if any(e is not None and is_attempt(e) for e in (left, right)):
-                    continue
-                if left is None or right is None or signature(left) != signature(right):
-                    kind, words = _describe(left, right)
-                    divergence = Divergence(path, kind, words, index)
-                    break
-        comparisons.append(PartComparison(path, query, rows, divergence))
+            divergence = first = _one_sided(path, old, new)
+        comparisons.append(PartComparison(path, query, rows, divergence, first))
     return comparisons
 
 
@@ -407,6 +584,22 @@ class ReplayOutcome:
 
 
 MAX_SESSION_TURNS = 20
+SESSION_PAGE = 100  # earlier turns read per look-up
+
+
+def _session_kept(turn: dict[str, Any], original: dict[str, Any]) -> bool:
+    """Whether the live session kept this earlier turn, so its replay must meet it.
+
+    A dry run plans and changes nothing, the session included (the router does not
+    `remember` it); a request over `max_parts` (422) was refused before routing; a redacted
+    turn's words are not stored, so there is nothing to route again."""
+    return (
+        turn["trace_id"] != original.get("trace_id")
+        and turn["started_at"] < original["started_at"]
+        and not turn.get("dry_run")
+        and not turn.get("redacted")
+        and turn.get("status_code") != 422
+    )
 
 
 @runtime_checkable
@@ -450,35 +643,44 @@ class Replayer:
         )
 
     def _earlier_turns(self, original: dict[str, Any]) -> list[str]:
+        """The queries of the turns before `original` that its live session kept, oldest
+        first (at most `MAX_SESSION_TURNS`, the latest)."""
         session, started = original.get("session_id"), original.get("started_at")
         if not session or self.history is None or not isinstance(started, (int, float)):
             return []
         from search.traces.store import TraceFilter
 
         ttl = self.config.routing.session_ttl_s
-        page = self.history.list_traces(
-            TraceFilter(
-                session=str(session),
-                since=started - ttl,
-                until=started,
-                originals_only=True,
-                limit=MAX_SESSION_TURNS + 1,
+        kept: list[str] = []
+        cursor: int | None = None
+        while len(kept) < MAX_SESSION_TURNS:  # newest first, page by page: dry runs are skipped
+            page = self.history.list_traces(
+                TraceFilter(
+                    session=str(session),
+                    since=started - ttl,
+                    until=started,
+                    originals_only=True,
+                    limit=SESSION_PAGE,
+                    cursor=cursor,
+                )
             )
-        )
-        turns = [
-            t
-            for t in page["traces"]
-            if t["trace_id"] != original.get("trace_id") and t["started_at"] < started
-        ]
-        return [t["query"] for t in reversed(turns[:MAX_SESSION_TURNS])]
+            kept.extend(t["query"] for t in page["traces"] if _session_kept(t, original))
+            if not page.get("next_cursor"):
+                break
+            cursor = int(page["next_cursor"])
+        return list(reversed(kept[:MAX_SESSION_TURNS]))
 
     async def _rebuild_session(self, session: str, turns: list[str]) -> None:
-        """Route the earlier turns (dry run, nothing recorded) to refill the session."""
+        """Route the earlier turns (dry run, nothing recorded) to refill the session. A turn
+        this config's `max_parts` refuses is one its session would not have kept."""
         for query in turns:
             with route_log(factory=NullRouteLog):
-                await self.service.router.run(
-                    query, dry_run=True, session_id=session, remember=True
-                )
+                try:
+                    await self.service.router.run(
+                        query, dry_run=True, session_id=session, remember=True
+                    )
+                except TooManyParts:
+                    continue
 
     async def __aenter__(self) -> Self:
         await self.service.start()

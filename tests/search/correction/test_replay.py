@@ -278,9 +278,16 @@ def test_divergences_are_named_and_classified() -> None:
         ev(4, "intent_keyword", part="1", query="y", decision="web"),
     ]
     first, second = compare(old, new)
-    assert first.divergence is not None and not first.divergence.routing
-    assert first.divergence.description == "ha outcome changed: ok -> error/connection_refused"
-    assert first.divergence.row == 1
+    # The first divergence is an outcome; the fallback it set off is the part's routing
+    # change (web answered, not ha), and the verdict says both.
+    assert first.first is not None and not first.first.routing
+    assert first.first.description == "ha outcome changed: ok -> error/connection_refused"
+    assert first.first.row == 1
+    assert first.divergence is not None and first.divergence.routing
+    assert first.divergence.description == (
+        "ha outcome changed: ok -> error/connection_refused, then fallback now fires (ha -> web)"
+    )
+    assert first.divergence.row == 2  # the fallback's row is the one marked
     assert second.divergence is not None and second.divergence.kind == "part_new"
     assert second.divergence.routing
 
