@@ -653,9 +653,7 @@ class HomeAssistantSource(ActingSource):
         best = matches[0]
         known = _words(f"{best.name} {best.area or ''}")
         return tuple(
-            word
-            for word in request.names
-            if max(fuzz.ratio(word, k) for k in known) < WORD_MATCH
+            word for word in request.names if max(fuzz.ratio(word, k) for k in known) < WORD_MATCH
         )
 
     async def _control(

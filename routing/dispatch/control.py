@@ -100,9 +100,7 @@ _NUMBER = (
     r"a couple|several|half an?)"
 )
 _UNIT = r"(?:sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hours?|days?|weeks?|months?)"
-_WEEKDAY = (
-    r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|weekday|workday)"
-)
+_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|weekday|workday)"
 _PART_OF_DAY = r"(?:morning|afternoon|evening|night|noon|midnight|sunrise|sunset|dawn|dusk)"
 _CLOCK = r"\d{1,4}(?:[:.]\d{2})?\s*(?:am|pm|a\.m\.|p\.m\.|o'?clock|h|hrs|hours)?"
 _SPOKEN_CLOCK = (

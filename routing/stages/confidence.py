@@ -87,7 +87,6 @@ class Ranked:
             for route, p in self.routes[:shown]
         ]
 
-
     def candidates_for(self, route: str, shown: int = CANDIDATES_SHOWN) -> list[dict[str, Any]]:
         """For a decision that did not win on confidence (the default): `route` first, as
         decided, then the best of the others with their margin to it, negative when they

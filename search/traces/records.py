@@ -8,7 +8,6 @@ last N in memory.
 from __future__ import annotations
 
 import itertools
-
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Protocol

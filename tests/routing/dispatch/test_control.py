@@ -281,12 +281,15 @@ async def test_a_command_whose_words_came_from_an_earlier_turn_is_withheld() -> 
     [
         ("unlock the front door and the lights in 10 minutes", "deferred", "when", "in 10 minutes"),
         ("tomorrow, the lights and unlock the front door", "deferred", "when", "tomorrow"),
-        ("do not, under any circumstances, unlock the front door", "low_confidence", "doubt",
-         "do not"),
+        (
+            "do not, under any circumstances, unlock the front door",
+            "low_confidence",
+            "doubt",
+            "do not",
+        ),
         ("unlock the front door, actually don't", "low_confidence", "doubt", "actually"),
         ("unlock the front door. never mind", "low_confidence", "doubt", "never mind"),
-        ("unlock the front door given that nobody is in", "conditional", "condition",
-         "given that"),
+        ("unlock the front door given that nobody is in", "conditional", "condition", "given that"),
     ],
 )
 async def test_words_elsewhere_in_the_request_withhold_the_command(
