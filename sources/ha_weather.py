@@ -15,6 +15,7 @@ than `max_days` from today.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Literal
@@ -82,12 +83,19 @@ class Day:
 
 
 def _number(entry: dict[str, Any], key: str) -> float | None:
+    """A finite number, or None when absent; NaN and infinities would break `round()`."""
     value = entry.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SourceBadResponse(f"forecast field {key!r} is not a number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too big for a float
+        raise SourceBadResponse(f"forecast field {key!r} is out of range") from None
+    if not math.isfinite(number):
+        raise SourceBadResponse(f"forecast field {key!r} is out of range")
+    return number
 
 
 def parse_days(result: Any, entity_id: str) -> tuple[list[Day], date]:
@@ -173,6 +181,8 @@ class HAWeatherSource(Source):
     def __init__(self, name: str, config: Config) -> None:
         super().__init__(name, config.timeout_s)
         self.url = config.url
+        # Item URLs never carry credentials the configured URL may hold (user:pass@).
+        self.public_base = http.public_url(config.url)
         self.entity_id = config.entity_id
         self.max_days = config.max_days
         self._token = config.token
@@ -253,7 +263,7 @@ class HAWeatherSource(Source):
         ahead = [d for d in days if d.date >= today][: self.max_days]
         wanted = set(pick_days(query, today, [d.date for d in ahead]))
         chosen = [d for d in ahead if d.date in wanted]
-        url = f"{self.url}/history?entity_id={quote(self.entity_id)}"
+        url = f"{self.public_base}/history?entity_id={quote(self.entity_id)}"
         return [
             Item(
                 title=f"{name}: {d.date.strftime('%A')} {d.date.isoformat()}",

@@ -5,6 +5,8 @@ socket (on a LAN one handshake costs less than reconnect logic): `auth_required`
 `auth` → `auth_ok`, then one command with an id, and the `result` message that answers
 it. The token is only ever sent in the auth message. Every transport failure becomes a
 typed `SourceError`; what a failed result (`success: false`) means is the caller's to say.
+Redirects are never followed: the token would go in the auth message to wherever the
+redirect pointed. Credentials in the URL (user:pass@) are not sent either.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.frames import CloseCode
 
+from sources import http
 from sources.base import (
     SourceBadResponse,
     SourceError,
@@ -30,16 +35,38 @@ CALL_ID = 1
 
 
 def websocket_url(url: str) -> str:
-    """HA's websocket endpoint under its base URL (`https` → `wss`)."""
-    scheme = "wss://" if url.startswith("https://") else "ws://"
-    return scheme + url.split("://", 1)[1].rstrip("/") + "/api/websocket"
+    """HA's websocket endpoint under its base URL (`https` → `wss`), without user:pass@
+    (websockets would send it as Basic auth; HA takes the token in the auth message)."""
+    public = http.public_url(url)
+    scheme = "wss://" if public.startswith("https://") else "ws://"
+    return scheme + public.split("://", 1)[1] + "/api/websocket"
+
+
+class _connect(connect):  # noqa: N801 - websockets' own `connect`, one behaviour changed
+    """websockets' `connect` follows redirects, to any host, and the auth message (the
+    token) would then go wherever they point. This one refuses every redirect: the 3xx
+    surfaces as `InvalidStatus`, which `call` maps to an error."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
+def _redirect_target(location: str | None) -> str:
+    """Where a redirect pointed, scheme and host only (never a path or credentials)."""
+    try:
+        parts = urlsplit(location or "")
+        host = parts.hostname or "?"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "?"
+    return http.shown(f"{parts.scheme}://{host}{port}" if parts.scheme else host)
 
 
 async def _receive(ws: ClientConnection, what: str) -> dict[str, Any]:
     raw = await ws.recv()
     try:
-        message = json.loads(raw)
-    except (TypeError, ValueError):
+        message = http.decode_json(raw, what)
+    except SourceBadResponse:
         raise SourceBadResponse(f"{what} sent a websocket message that is not JSON") from None
     if not isinstance(message, dict):
         raise SourceBadResponse(f"{what} sent a websocket message that is not an object")
@@ -47,7 +74,7 @@ async def _receive(ws: ClientConnection, what: str) -> dict[str, Any]:
 
 
 async def _exchange(url: str, token: str, command: dict[str, Any], what: str) -> dict[str, Any]:
-    async with connect(
+    async with _connect(
         websocket_url(url),
         proxy=None,
         open_timeout=None,  # the caller's deadline covers the whole exchange
@@ -63,7 +90,7 @@ async def _exchange(url: str, token: str, command: dict[str, Any], what: str) ->
         if verdict == "auth_invalid":
             raise SourceUnauthorized(f"{what} websocket refused our token (auth_invalid)")
         if verdict != "auth_ok":
-            raise SourceBadResponse(f"{what} answered auth with {verdict!r}")
+            raise SourceBadResponse(f"{what} answered auth with {http.shown(verdict)!r}")
         await ws.send(json.dumps({"id": CALL_ID, **command}))
         while True:  # events and pings may come first
             message = await _receive(ws, what)
@@ -83,6 +110,12 @@ async def call(
         raise SourceTimeout(f"{what} did not answer in time") from exc
     except InvalidStatus as exc:
         status = exc.response.status_code
+        if 300 <= status < 400:
+            target = _redirect_target(exc.response.headers.get("Location"))
+            raise SourceBadResponse(
+                f"{what} redirected its websocket to {target} (HTTP {status}), which is not "
+                "followed: set `url` to where Home Assistant answers"
+            ) from exc
         if status in (401, 403):
             raise SourceUnauthorized(f"{what} refused the websocket (HTTP {status})") from exc
         if status >= 500:
@@ -90,12 +123,18 @@ async def call(
         raise SourceError(f"{what} websocket rejected (HTTP {status})") from exc
     except InvalidURI as exc:
         raise SourceError(f"{what}: bad websocket URL") from exc
-    except (InvalidHandshake, ConnectionClosed, OSError) as exc:
+    except ConnectionClosed as exc:
+        if exc.sent is not None and exc.sent.code == CloseCode.MESSAGE_TOO_BIG:
+            raise SourceBadResponse(
+                f"{what} sent a websocket message over {MAX_MESSAGE_BYTES} bytes"
+            ) from exc
+        raise SourceUnavailable(f"{what} websocket is unreachable ({type(exc).__name__})") from exc
+    except (InvalidHandshake, OSError) as exc:
         raise SourceUnavailable(f"{what} websocket is unreachable ({type(exc).__name__})") from exc
 
 
 def failure(message: dict[str, Any]) -> tuple[str, str]:
-    """(code, message) of a failed result; the message cut to 200 characters."""
+    """(code, message) of a failed result, each cut to `http.SHOWN_CHARS`."""
     raw = message.get("error")
     error: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    return str(error.get("code", "unknown")), str(error.get("message", ""))[:200]
+    return http.shown(error.get("code", "unknown")), http.shown(error.get("message", ""))

@@ -25,7 +25,6 @@ kept in the result cache (`cache_ttl_s: 0`); a user who sets a lifetime opts in.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -49,6 +48,8 @@ from sources.base import (
 from sources.registry import HttpUrl, SourceConfig
 
 AREA_CACHE_S = 300.0
+# `/api/states` of a large home runs to a few MiB; anything far past that is not HA.
+MAX_STATES_BYTES = 16 * 1024 * 1024
 WORD_MATCH = 80  # rapidfuzz ratio at which a query word counts as naming an entity word
 
 # Renders [[entity_id, area name], ...] for every entity that has an area.
@@ -476,6 +477,8 @@ class HomeAssistantSource(ActingSource):
     def __init__(self, name: str, config: Config) -> None:
         super().__init__(name, config.timeout_s)
         self.url = config.url
+        # Item URLs never carry credentials the configured URL may hold (user:pass@).
+        self.public_base = http.public_url(config.url)
         self.allow_control = config.allow_control
         self.max_results = config.max_results
         self.recognizer = config.recognizer
@@ -498,7 +501,9 @@ class HomeAssistantSource(ActingSource):
         await self._api.aclose()
 
     async def _states(self) -> list[dict[str, Any]]:
-        body = await http.get_json(self._http(), "/api/states", what=self._what)
+        body = await http.get_json(
+            self._http(), "/api/states", what=self._what, max_bytes=MAX_STATES_BYTES
+        )
         if not isinstance(body, list) or not all(
             isinstance(s, dict) and isinstance(s.get("entity_id"), str) and "state" in s
             for s in body
@@ -527,7 +532,7 @@ class HomeAssistantSource(ActingSource):
                 what=self._what,
                 json={"template": AREA_TEMPLATE},
             )
-            pairs = json.loads(response.text)
+            pairs = http.parse_json(response, self._what)
             self._areas = {str(e): str(a) for e, a in pairs}
         except (SourceError, ValueError, TypeError):
             self._areas = {}  # areas are an extra: status answers work without them
@@ -542,7 +547,7 @@ class HomeAssistantSource(ActingSource):
         return self._temp_unit
 
     def _history_url(self, entity_id: str) -> str:
-        return f"{self.url}/history?entity_id={quote(entity_id)}"
+        return f"{self.public_base}/history?entity_id={quote(entity_id)}"
 
     # -- the interface --
 

@@ -6,9 +6,14 @@ fallback chain sees the same `reason` codes whichever backend failed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import re
+import reprlib
+import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -17,11 +22,22 @@ from pydantic import SecretStr
 from sources.base import (
     SourceBadResponse,
     SourceError,
+    SourceRateLimited,
     SourceServerError,
     SourceTimeout,
     SourceUnauthorized,
     SourceUnavailable,
 )
+
+# A backend answer is read up to this many bytes (decoded), then refused: a hostile or
+# broken server must not be able to fill the router's memory. Sources with bigger
+# legitimate answers pass their own `max_bytes`.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+# What an event hook reads of an error body to find the backend's own explanation.
+MAX_ERROR_BODY_BYTES = 64 * 1024
+# Backend text quoted in an error message is cut to this: messages reach events, traces
+# and every client, so one huge field must not grow them all.
+SHOWN_CHARS = 200
 
 # Query parameters that carry credentials (Open-Meteo's customer API takes `apikey`).
 _SECRET_PARAMS = re.compile(
@@ -43,6 +59,26 @@ class MaskSecretParams(logging.Filter):
 logging.getLogger("httpx").addFilter(MaskSecretParams())
 
 
+def public_url(url: str) -> str:
+    """`url` without user:password, for item URLs, `info()` and as a client's base URL
+    where the credentials must not be sent (httpx would send them as Basic auth)."""
+    return str(httpx.URL(url).copy_with(username=None, password=None)).rstrip("/")
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = SHOWN_CHARS
+_SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxtuple = 6
+_SHOWN.maxlevel = 3
+
+
+def shown(value: Any) -> str:
+    """Backend text for an error message: a string cut to SHOWN_CHARS, anything else a
+    bounded repr (never the full repr of a huge list)."""
+    if isinstance(value, str):
+        return value[:SHOWN_CHARS]
+    return _SHOWN.repr(value)[:SHOWN_CHARS]
+
+
 def make_client(
     base_url: str, timeout_s: float, headers: dict[str, str] | None = None
 ) -> httpx.AsyncClient:
@@ -50,7 +86,9 @@ def make_client(
     return httpx.AsyncClient(
         base_url=base_url,
         timeout=httpx.Timeout(timeout_s),
-        headers=headers or {},
+        # Only encodings `_decoded` can inflate within a bound (never br or zstd, which
+        # httpx would ask for once their packages are installed).
+        headers={"Accept-Encoding": "gzip, deflate", **(headers or {})},
         limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),
         follow_redirects=False,
         trust_env=False,
@@ -72,7 +110,8 @@ class BearerClient:
     def get(self) -> httpx.AsyncClient:
         if self._client is None:
             headers = {"Authorization": f"Bearer {self._token.get_secret_value()}"}
-            self._client = make_client(self.base_url, self.timeout_s, headers)
+            # user:pass@ in the base URL would make httpx send Basic auth in its place.
+            self._client = make_client(public_url(self.base_url), self.timeout_s, headers)
         return self._client
 
     async def aclose(self) -> None:
@@ -84,10 +123,109 @@ class BearerClient:
 def _check_status(response: httpx.Response, what: str) -> None:
     if response.status_code in (401, 403):
         raise SourceUnauthorized(f"{what} refused our credentials (HTTP {response.status_code})")
+    if response.status_code == 429:
+        raise SourceRateLimited(f"{what} is rate limiting us (HTTP 429)")
+    if 300 <= response.status_code < 400:  # clients never follow them (make_client)
+        raise SourceBadResponse(
+            f"{what} answered with a redirect (HTTP {response.status_code}), which is not "
+            "followed: configure the URL it answers on"
+        )
     if response.status_code >= 500:
         raise SourceServerError(f"{what} failed with HTTP {response.status_code}")
     if response.status_code >= 400:
         raise SourceError(f"{what} rejected the request (HTTP {response.status_code})")
+
+
+def _inflater(response: httpx.Response, what: str) -> Any | None:
+    """A decompressor for the body's Content-Encoding (None: sent as is). Only what
+    `make_client` asks for is taken; anything else cannot be read within a bound."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 32)  # a gzip or zlib header
+    raise SourceBadResponse(f"{what} sent a body in an encoding not asked for ({shown(encoding)})")
+
+
+async def _decoded(response: httpx.Response, what: str, limit: int) -> AsyncIterator[bytes]:
+    """The decoded body, ending once it is past `limit` bytes (limit + 1 at most).
+
+    Decompressed here rather than by httpx, with a bound on each chunk's output: httpx
+    inflates each network chunk whole, and 64 KiB of gzip can inflate to 64 MiB.
+    """
+    inflater = _inflater(response, what)
+    room = limit + 1
+    async for raw in response.aiter_raw():
+        if inflater is None:
+            chunk = raw[:room]
+        else:
+            try:
+                chunk = inflater.decompress(raw, room)
+            except zlib.error:
+                raise SourceBadResponse(f"{what} sent a body that does not decompress") from None
+        room -= len(chunk)
+        yield chunk
+        if room <= 0:
+            return
+    if inflater is not None and response.num_bytes_downloaded:  # an empty body is empty
+        yield inflater.flush(room)
+        if not inflater.eof:
+            raise SourceBadResponse(f"{what} sent a compressed body that is cut short")
+
+
+async def read_body(response: httpx.Response, what: str, max_bytes: int) -> bytes:
+    """The decoded body of a streamed response, refused once it is over `max_bytes`:
+    the read stops there, so an endless or huge answer never sits in memory whole."""
+    declared = response.headers.get("content-length", "")
+    encoded = response.headers.get("content-encoding", "identity") != "identity"
+    if declared.isdigit() and int(declared) > max_bytes and not encoded:
+        raise SourceBadResponse(f"{what} answer is over {max_bytes} bytes")
+    body = bytearray()
+    async for chunk in _decoded(response, what, max_bytes):
+        body += chunk
+    if len(body) > max_bytes:
+        raise SourceBadResponse(f"{what} answer is over {max_bytes} bytes")
+    return bytes(body)
+
+
+async def read_prefix(
+    response: httpx.Response, what: str, max_bytes: int = MAX_ERROR_BODY_BYTES
+) -> bytes:
+    """At most `max_bytes` of a streamed body (an error page's explanation), the rest
+    left unread: enough to quote, never the whole of a huge page."""
+    body = bytearray()
+    async for chunk in _decoded(response, what, max_bytes):
+        body += chunk
+    return bytes(body[:max_bytes])
+
+
+def _with_body(response: httpx.Response, body: bytes) -> httpx.Response:
+    """A plain response holding `body` (already decoded, so no Content-Encoding)."""
+    dropped = {"content-encoding", "content-length", "transfer-encoding"}
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in dropped]
+    return httpx.Response(
+        response.status_code,
+        headers=headers,
+        content=body,
+        request=response.request,
+        extensions=response.extensions,
+    )
+
+
+async def _send(
+    client: httpx.AsyncClient, request: httpx.Request, what: str, max_bytes: int
+) -> httpx.Response:
+    """One request and its body, read up to `max_bytes`, within the client's read timeout
+    for the whole call: the per-read timeout alone lets a trickling body go on forever."""
+    deadline = client.timeout.read
+    async with asyncio.timeout(deadline):
+        response = await client.send(request, stream=True)
+        try:
+            if response.status_code >= 300:  # only the status matters (_check_status)
+                return response
+            return _with_body(response, await read_body(response, what, max_bytes))
+        finally:
+            await response.aclose()
 
 
 async def request(
@@ -97,19 +235,23 @@ async def request(
     *,
     what: str,
     retries: int = 0,
+    max_bytes: int = MAX_BODY_BYTES,
     **kwargs: Any,
 ) -> httpx.Response:
     """Send one request, mapping transport failures to typed `SourceError`s.
 
     `retries` is only for idempotent calls (GETs): a refused connection, a dropped
     connection or a 502/503/504 is tried again; a timeout is not, because the time budget
-    is already spent.
+    is already spent. The body is read up to `max_bytes`; a longer one is
+    `SourceBadResponse` (an error status's body is not read at all).
     """
     attempt = 0
     while True:
         try:
-            response = await client.request(method, url, **kwargs)
-        except httpx.TimeoutException as exc:
+            response = await _send(
+                client, client.build_request(method, url, **kwargs), what, max_bytes
+            )
+        except (httpx.TimeoutException, TimeoutError) as exc:
             raise SourceTimeout(f"{what} did not answer in time") from exc
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
             if attempt < retries:
@@ -125,17 +267,43 @@ async def request(
         return response
 
 
-def parse_json(response: httpx.Response, what: str) -> Any:
-    """The body as JSON, or `SourceBadResponse` naming the source."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as infinity
+        raise ValueError("a number out of range")
+    return value
+
+
+def decode_json(data: str | bytes, what: str) -> Any:
+    """Strict JSON: no NaN or Infinity (which no backend's documented format has, and which
+    break the arithmetic of whoever reads them), no nesting deeper than the parser can
+    take, every failure `SourceBadResponse` naming the source."""
     try:
-        return response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise SourceBadResponse(f"{what} sent a body that is not JSON") from exc
 
 
+def parse_json(response: httpx.Response, what: str) -> Any:
+    """The body as JSON, or `SourceBadResponse` naming the source."""
+    return decode_json(response.content, what)
+
+
 async def get_json(
-    client: httpx.AsyncClient, url: str, *, what: str, retries: int = 1, **kwargs: Any
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    what: str,
+    retries: int = 1,
+    max_bytes: int = MAX_BODY_BYTES,
+    **kwargs: Any,
 ) -> Any:
     """GET and decode JSON; idempotent, so retried once on a dropped connection."""
-    response = await request(client, "GET", url, what=what, retries=retries, **kwargs)
+    response = await request(
+        client, "GET", url, what=what, retries=retries, max_bytes=max_bytes, **kwargs
+    )
     return parse_json(response, what)

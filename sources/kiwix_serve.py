@@ -18,7 +18,6 @@ suggestions answer instead, with the first paragraphs of each suggested article 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -163,8 +162,7 @@ async def _map_error_status(response: httpx.Response) -> None:
     path = response.request.url.path
     if response.status_code not in (400, 404) or not path.endswith(("/search", "/suggest")):
         return
-    await response.aread()
-    text = response.content[:4096].decode("utf-8", "replace")
+    text = (await http.read_prefix(response, WHAT, 4096)).decode("utf-8", "replace")
     details = [_clean(_TAG.sub("", d)) for d in _DETAIL.findall(text)]
     detail = "; ".join(d for d in details if d and "is not a valid request" not in d)
     if "No such book" in text or (path.endswith("/suggest") and response.status_code == 404):
@@ -250,7 +248,13 @@ class KiwixServeSource(Source):
         }
         try:
             response = await http.request(
-                self.client, "GET", "/search", what=WHAT, retries=1, params=params
+                self.client,
+                "GET",
+                "/search",
+                what=WHAT,
+                retries=1,
+                max_bytes=MAX_BODY,
+                params=params,
             )
         except _NoFullText:
             return None
@@ -262,14 +266,15 @@ class KiwixServeSource(Source):
         for term in terms:
             params = {"content": book, "term": term, "count": str(self.config.max_results)}
             response = await http.request(
-                self.client, "GET", "/suggest", what=WHAT, retries=1, params=params
+                self.client,
+                "GET",
+                "/suggest",
+                what=WHAT,
+                retries=1,
+                max_bytes=MAX_BODY,
+                params=params,
             )
-            if len(response.content) > MAX_BODY:
-                raise SourceBadResponse(f"{WHAT} suggestion answer is over {MAX_BODY} bytes")
-            try:
-                entries = json.loads(response.content)
-            except (ValueError, UnicodeDecodeError):
-                raise SourceBadResponse(f"{WHAT} suggestions are not JSON") from None
+            entries = http.decode_json(response.content, f"{WHAT} /suggest")
             if not isinstance(entries, list):
                 raise SourceBadResponse(f"{WHAT} suggestions are not a JSON list")
             found = [
@@ -299,11 +304,7 @@ class KiwixServeSource(Source):
             async with self.client.stream("GET", url) as response:
                 if response.status_code != 200:
                     return ""
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) >= MAX_ARTICLE_BYTES:
-                        break
+                body = await http.read_prefix(response, WHAT, MAX_ARTICLE_BYTES)
         except (httpx.HTTPError, SourceError):
             return ""
         return article_excerpt(body.decode(response.encoding or "utf-8", "replace"))

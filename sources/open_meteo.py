@@ -10,6 +10,7 @@ https://open-meteo.com/en/docs; errors come back as HTTP 400 `{"error": true, "r
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -119,11 +120,29 @@ class Forecast:
 
 
 def _number(value: Any, where: str) -> float | None:
+    """A finite number, or None for null; NaN and infinities would break `round()`."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SourceBadResponse(f"{WHAT} sent a non-number in {where}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too big for a float
+        raise SourceBadResponse(f"{WHAT} sent a number out of range in {where}") from None
+    if not math.isfinite(number):
+        raise SourceBadResponse(f"{WHAT} sent a number out of range in {where}")
+    return number
+
+
+def _finite(value: Any) -> float | None:
+    """`value` as a finite float, or None: for optional detail that is never fatal."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def parse_forecast(body: Any, now: datetime | None = None) -> Forecast:
@@ -131,7 +150,7 @@ def parse_forecast(body: Any, now: datetime | None = None) -> Forecast:
     if not isinstance(body, dict):
         raise SourceBadResponse(f"{WHAT} answer is not a JSON object")
     if body.get("error") is True:
-        raise SourceError(f"{WHAT} error: {str(body.get('reason', 'unknown'))[:200]}")
+        raise SourceError(f"{WHAT} error: {http.shown(str(body.get('reason', 'unknown')))}")
     daily = body.get("daily")
     if not isinstance(daily, dict) or not isinstance(daily.get("time"), list):
         raise SourceBadResponse(f"{WHAT} answer has no `daily.time` array")
@@ -151,7 +170,9 @@ def parse_forecast(body: Any, now: datetime | None = None) -> Forecast:
         try:
             day = date.fromisoformat(raw)
         except (TypeError, ValueError):
-            raise SourceBadResponse(f"{WHAT} sent a bad date in `daily.time`: {raw!r}") from None
+            raise SourceBadResponse(
+                f"{WHAT} sent a bad date in `daily.time`: {http.shown(raw)!r}"
+            ) from None
         code = _number(columns["weather_code"][i], "daily.weather_code")
         days.append(
             Day(
@@ -207,8 +228,7 @@ def _parse_hourly(hourly: Any) -> dict[date, list[tuple[int, float | None]]]:
             moment = datetime.fromisoformat(stamp)
         except (TypeError, ValueError):
             return {}
-        value = prob if isinstance(prob, (int, float)) and not isinstance(prob, bool) else None
-        out.setdefault(moment.date(), []).append((moment.hour, value))
+        out.setdefault(moment.date(), []).append((moment.hour, _finite(prob)))
     return out
 
 
@@ -309,13 +329,14 @@ def answer_precipitation(
 
 
 def summarise_current(current: dict[str, Any], units: dict[str, str]) -> str | None:
-    temp, code, wind = (current.get(k) for k in CURRENT)
-    if not isinstance(temp, (int, float)) or isinstance(temp, bool):
+    raw_temp, code, raw_wind = (current.get(k) for k in CURRENT)
+    temp, wind = _finite(raw_temp), _finite(raw_wind)
+    if temp is None:
         return None
     text = f"Now {temp:.1f} {units.get('temperature_2m_max', '°C')}"
     if isinstance(code, int) and not isinstance(code, bool):
         text += f", {describe(code).lower()}"
-    if isinstance(wind, (int, float)) and not isinstance(wind, bool):
+    if wind is not None:
         text += f", wind {round(wind)} {units.get('wind_speed_10m_max', 'km/h')}"
     return text + "."
 
@@ -352,13 +373,14 @@ def build_items(forecast: Forecast, query: str, place: str | None, url: str | No
 # ---------------------------------------------------------------------------------------
 
 
-def _reason(response: httpx.Response) -> str:
+async def _reason(response: httpx.Response) -> str:
+    """The `reason` of Open-Meteo's error body, read from its first bytes only."""
     try:
-        body = response.json()
-    except ValueError:
+        body = http.decode_json(await http.read_prefix(response, WHAT), WHAT)
+    except SourceBadResponse:
         return ""
     reason = body.get("reason") if isinstance(body, dict) else None
-    return reason[:200] if isinstance(reason, str) else ""
+    return http.shown(reason) if isinstance(reason, str) else ""
 
 
 class OpenMeteoSource(Source):
@@ -404,8 +426,7 @@ class OpenMeteoSource(Source):
         status = response.status_code
         if status not in (400, 401, 403, 429):
             return
-        await response.aread()
-        reason = self._redact(_reason(response)) or f"HTTP {status}"
+        reason = self._redact(await _reason(response)) or f"HTTP {status}"
         if status == 429:
             raise SourceRateLimited(f"{WHAT} rate limit reached: {reason}")
         if status in (401, 403):

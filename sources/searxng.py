@@ -63,18 +63,31 @@ async def _map_error_status(response: httpx.Response) -> None:
     if status == 429:
         raise SourceRateLimited(f"{WHAT} is rate limiting us (HTTP 429, its limiter is on)")
     if status in (400, 500):  # the JSON format's own error body: {"error": "..."}
-        await response.aread()
         message = ""
         try:
-            body = response.json()
+            body = http.decode_json(await http.read_prefix(response, WHAT), WHAT)
             if isinstance(body, dict):
-                message = _clean(body.get("error"))[:200]
-        except ValueError:
-            pass
+                message = http.shown(_clean(body.get("error")))
+        except SourceBadResponse:
+            pass  # not SearXNG's JSON error body: the status alone says it
         detail = f": {message}" if message else ""
         if status == 500:
             raise SourceServerError(f"{WHAT} failed with HTTP 500{detail}")
         raise SourceError(f"{WHAT} rejected the request (HTTP 400){detail}")
+
+
+def _engines(unresponsive: Any) -> str:
+    """SearXNG's `[[engine, reason], ...]` as "wikipedia (timeout), ...", cut to
+    `http.SHOWN_CHARS`: the names are the backend's text, and go into every trace."""
+    if not isinstance(unresponsive, list):
+        return http.shown(unresponsive)
+    named = (
+        f"{http.shown(e[0])} ({http.shown(e[1])})"
+        if isinstance(e, list) and len(e) >= 2
+        else http.shown(e)
+        for e in unresponsive[:5]
+    )
+    return http.shown(", ".join(named))
 
 
 def parse_results(body: Any, max_results: int) -> list[Item]:
@@ -96,11 +109,9 @@ def parse_results(body: Any, max_results: int) -> list[Item]:
     if not items and body["results"] == [] and body.get("unresponsive_engines"):
         # Every engine failed: SearXNG still says 200 with no results. That is an
         # upstream failure, not "nothing found", so the fallback chain should know.
-        engines = ", ".join(
-            f"{e[0]} ({e[1]})" if isinstance(e, list) and len(e) >= 2 else str(e)
-            for e in body["unresponsive_engines"][:5]
+        raise SourceServerError(
+            f"{WHAT} engines did not answer: {_engines(body['unresponsive_engines'])}"
         )
-        raise SourceServerError(f"{WHAT} engines did not answer: {engines}")
     return items
 
 

@@ -2,9 +2,11 @@
 
 HA is started once per session by `tests/support/homeassistant.py` (the `home_assistant`
 fixture); every expectation is checked against the states HA itself reports, read back
-over its REST API independently of the source. Only the 5xx and malformed-body cases use
-a loopback stub (`HaRestStub`), because a real HA cannot be made to send those: it speaks
-HA's `/api/states` wire format (a JSON list of state objects).
+over its REST API independently of the source. Only what a real HA cannot be made to
+send (5xx, 429, malformed or endless bodies, NaN) uses loopback servers: `HaRestStub`
+speaks HA's `/api/states` wire format (a JSON list of state objects), `HomeAssistantApi`
+(tests/support/faulty.py) HA's bearer-token REST API, and `BodyServer`
+(tests/sources/hostile.py) plain HTTP with a body that never ends.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ from sources.base import (
     ControlNotAllowed,
     Item,
     SourceBadResponse,
+    SourceRateLimited,
     SourceServerError,
     SourceTimeout,
     SourceUnauthorized,
     SourceUnavailable,
 )
 from sources.homeassistant import HomeAssistantSource, parse_control, parse_request
+from tests.sources.hostile import BodyServer
 from tests.support import homeassistant as ha_harness
+from tests.support.faulty import HomeAssistantApi
 from tests.support.homeassistant import HA_VERSION, HomeAssistant
 from tests.support.wire_servers import Fault, WireServer, closed_port_url
 
@@ -357,11 +362,16 @@ async def test_a_server_that_never_answers_times_out(silent_port: str) -> None:
 
 
 class HaRestStub(WireServer):
-    """HA's `/api/states` wire format (a JSON list of states), for injected faults only."""
+    """HA's `/api/states` wire format (a JSON list of states), for injected faults only;
+    `/api/template` renders `template` (HA answers a rendered template as text/plain)."""
 
     STATES: ClassVar[list[dict[str, Any]]] = [
         {"entity_id": "light.porch", "state": "on", "attributes": {"friendly_name": "Porch Light"}},
     ]
+
+    def __init__(self, template: str = "[]") -> None:
+        super().__init__()
+        self.template = template
 
     def routes(self) -> list[Route]:
         return [
@@ -378,16 +388,25 @@ class HaRestStub(WireServer):
         return await self.serve(request, answer)
 
     async def _template(self, request: Request) -> Response:
-        return Response("[]", media_type="text/plain")
+        return Response(self.template, media_type="text/plain")
+
+
+PORCH = '[{"entity_id": "light.porch", "state": "on", "attributes": {"brightness": %s}}]'
 
 
 @pytest.mark.parametrize(
     ("fault", "error"),
     [
         (Fault.status(500), SourceServerError),
+        (Fault.status(429), SourceRateLimited),
         (Fault.not_json(), SourceBadResponse),
         (Fault.wrong_shape(), SourceBadResponse),
+        (Fault.custom(200, PORCH % "NaN"), SourceBadResponse),
+        (Fault.custom(200, PORCH % "Infinity"), SourceBadResponse),
+        (Fault.custom(200, PORCH % "1e999"), SourceBadResponse),
+        (Fault.custom(200, "[" * 100_000 + "]" * 100_000), SourceBadResponse),
     ],
+    ids=["500", "429", "html", "shape", "nan", "infinity", "1e999", "deep"],
 )
 async def test_server_errors_and_malformed_bodies_are_typed(fault: Fault, error: type) -> None:
     with HaRestStub() as stub:
@@ -409,3 +428,56 @@ async def test_stub_sanity_the_same_query_answers_without_a_fault() -> None:
         finally:
             await src.aclose()
     assert [i.text for i in items] == ["Porch Light is on"]
+
+
+async def test_429_is_rate_limited_not_a_plain_error() -> None:
+    with HaRestStub() as stub:
+        stub.set_fault(Fault.status(429))
+        src = make_source(stub.url, "token")
+        try:
+            with pytest.raises(SourceRateLimited) as caught:
+                await src.search("porch light")
+        finally:
+            await src.aclose()
+    assert caught.value.reason == "rate_limited"
+    assert len(stub.requests) == 1  # a 429 is not retried into the limit
+
+
+async def test_an_area_template_too_deep_to_parse_leaves_areas_out() -> None:
+    """Areas are an extra: a template answer no parser can take must not fail the search."""
+    with HaRestStub(template="[" * 100_000 + "]" * 100_000) as stub:
+        src = make_source(stub.url, "token")
+        try:
+            items = await src.search("porch light")
+        finally:
+            await src.aclose()
+    assert [i.text for i in items] == ["Porch Light is on"]
+
+
+async def test_an_endless_states_answer_is_cut_off() -> None:
+    """`BodyServer` (tests/sources/hostile.py) stands in for an HA whose /api/states never
+    ends; it counts what it wrote before the router hung up."""
+    async with BodyServer(None) as server:
+        src = make_source(server.url, "token")
+        try:
+            with pytest.raises(SourceBadResponse, match=f"over {ha.MAX_STATES_BYTES} bytes"):
+                await src.search("porch light")
+        finally:
+            await src.aclose()
+        await server.finished()
+    assert server.client_left
+    assert server.written < ha.MAX_STATES_BYTES + 24 * 1024 * 1024
+
+
+async def test_credentials_in_the_url_are_neither_sent_nor_shown() -> None:
+    """`HomeAssistantApi` (tests/support/faulty.py) speaks HA's REST API and answers 401 to
+    anything but the bearer token, as HA does: Basic auth made of user:pass@ is refused."""
+    with HomeAssistantApi("the-token") as api:
+        src = make_source(api.url.replace("http://", "http://admin:hunter2@"), "the-token")
+        try:
+            items = await src.search("kitchen lights")
+        finally:
+            await src.aclose()
+    assert [i.url for i in items] == [f"{api.url}/history?entity_id=light.kitchen_lights"]
+    assert all(r.headers["authorization"] == "Bearer the-token" for r in api.requests)
+    assert "hunter2" not in str([i.to_dict() for i in items])

@@ -3,6 +3,9 @@
 Nothing here is replayed: the ZIMs are written by libzim's Creator with a full-text index
 (and one without), kiwix-serve serves them on 127.0.0.1, and the source talks to it.
 Skipped only when the kiwix-serve binary is not installed (`.ci/run` installs it).
+What a real kiwix-serve cannot be made to send (NaN in /suggest, endless or huge bodies,
+a proxy's 429) comes from loopback servers at the end: `KiwixWire`, speaking kiwix-serve
+3.3.0's /search and /suggest formats, and tests/sources/hostile.py's `BodyServer`.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from sources import kiwix_serve
-from sources.base import SourceBadResponse, SourceUnavailable
+from sources.base import SourceBadResponse, SourceError, SourceRateLimited, SourceUnavailable
 from sources.kiwix_serve import KiwixServeSource, KiwixUnknownBook, article_excerpt, parse_rss
 from sources.zim_build import ensure_zim
+from tests.sources.hostile import BodyServer
 from tests.support.kiwix_serve import TINY_ARTICLES, KiwixServe, available, build_zim
 from tests.support.require import require_service
-from tests.support.wire_servers import closed_port_url
+from tests.support.wire_servers import WireServer, closed_port_url
 
 CORPUS = Path(__file__).resolve().parents[2] / "sources" / "corpus" / "articles.jsonl"
 needs_kiwix = pytest.mark.usefixtures("kiwix_installed")
@@ -289,3 +296,102 @@ async def test_credentials_in_url_never_reach_items_or_info(kiwix: KiwixServe) -
         await source.aclose()
     assert item.url == f"{kiwix.url}/tiny/Alan_Turing"
     assert "s3cret" not in str(info)
+
+
+# -- what a real kiwix-serve cannot be made to send -----------------------------------------
+
+EMPTY_RSS = b"""<?xml version="1.0" encoding="UTF-8"?>
+<rss version="2.0" xmlns:opensearch="http://a9.com/-/spec/opensearch/1.1/">
+  <channel>
+    <title>Search: nothing</title>
+    <opensearch:totalResults>0</opensearch:totalResults>
+  </channel>
+</rss>
+"""
+
+
+class KiwixWire(WireServer):
+    """kiwix-serve 3.3.0's `/search` (RSS that finds nothing) and `/suggest` (JSON), the
+    latter answering `suggest`: for the suggestion bodies a real kiwix-serve never sends."""
+
+    def __init__(self, suggest: str) -> None:
+        super().__init__()
+        self.suggest = suggest
+
+    def routes(self) -> list[Route]:
+        async def search(request: Request) -> Response:
+            return await self.serve(request, lambda _r, _s: Response(EMPTY_RSS, 200))
+
+        async def suggest(request: Request) -> Response:
+            body = Response(self.suggest, media_type="application/json; charset=utf-8")
+            return await self.serve(request, lambda _r, _s: body)
+
+        return [Route("/search", search), Route("/suggest", suggest)]
+
+
+@pytest.mark.parametrize(
+    "suggest",
+    [
+        '[{"value": "A", "label": "A", "kind": "path", "path": "A", "n": NaN}]',
+        '[{"value": "A", "label": "A", "kind": "path", "path": "A", "n": 1e999}]',
+        "[" * 100_000 + "]" * 100_000,
+    ],
+    ids=["nan", "1e999", "deep"],
+)
+async def test_suggestions_no_parser_takes_are_malformed(suggest: str) -> None:
+    with KiwixWire(suggest) as server:
+        source = make(server.url, ["wiki"])
+        try:
+            with pytest.raises(SourceBadResponse, match="not JSON") as caught:
+                await source.search("volcano")
+        finally:
+            await source.aclose()
+    assert caught.value.reason == "malformed_response"
+
+
+async def test_kiwix_wire_sanity_a_plain_suggestion_answers() -> None:
+    with KiwixWire('[{"value": "Lava", "label": "Lava", "kind": "path", "path": "A/Lava"}]') as srv:
+        source = make(srv.url, ["wiki"])
+        try:
+            [item] = await source.search("lava")
+        finally:
+            await source.aclose()
+    assert item.title == "Lava" and item.url == f"{srv.url}/wiki/A/Lava"
+
+
+async def test_429_is_rate_limited() -> None:
+    """`BodyServer` (tests/sources/hostile.py): a proxy before kiwix-serve that rate-limits."""
+    async with BodyServer(20, status=429, content_type="text/plain") as server:
+        source = make(server.url, ["wiki"])
+        try:
+            with pytest.raises(SourceRateLimited) as caught:
+                await source.search("volcano")
+        finally:
+            await source.aclose()
+    assert caught.value.reason == "rate_limited"
+
+
+@pytest.mark.parametrize("size", [300 * 1024 * 1024, None], ids=["300MiB", "endless"])
+async def test_a_search_answer_over_the_limit_is_cut_off(size: int | None) -> None:
+    async with BodyServer(size, content_type="application/rss+xml") as server:
+        source = make(server.url, ["wiki"])
+        try:
+            with pytest.raises(SourceBadResponse, match=f"over {kiwix_serve.MAX_BODY} bytes"):
+                await source.search("volcano")
+        finally:
+            await source.aclose()
+        await server.finished()
+    assert server.client_left and server.written < kiwix_serve.MAX_BODY + 24 * 1024 * 1024
+
+
+async def test_an_endless_error_page_is_read_only_in_part() -> None:
+    """kiwix-serve's 400 details are looked for in the first bytes of the page only."""
+    async with BodyServer(None, status=400, content_type="text/html") as server:
+        source = make(server.url, ["wiki"])
+        try:
+            with pytest.raises(SourceError, match="HTTP 400"):
+                await source.search("volcano")
+        finally:
+            await source.aclose()
+        await server.finished()
+    assert server.client_left and server.written < 24 * 1024 * 1024

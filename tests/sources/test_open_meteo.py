@@ -27,6 +27,7 @@ from sources.base import (
     SourceUnavailable,
 )
 from sources.open_meteo import OpenMeteoSource, parse_forecast
+from tests.sources.hostile import BodyServer
 from tests.support.wire_servers import Fault, OpenMeteoServer, closed_port_url
 
 
@@ -354,3 +355,111 @@ def test_config_validation() -> None:
     ):
         with pytest.raises(ValueError):
             open_meteo.Config.model_validate(base | bad)
+
+
+# -- answers Open-Meteo never sends ------------------------------------------------------------
+
+
+def test_a_huge_bad_date_is_cut_in_the_message() -> None:
+    huge = VALID_DAILY | {"time": ["x" * 3_000_000, "2026-11-29"]}
+    with pytest.raises(SourceBadResponse, match="bad date") as caught:
+        parse_forecast({"daily": huge})
+    assert len(str(caught.value)) < 300
+
+
+def test_a_huge_error_reason_is_cut_in_the_message() -> None:
+    with pytest.raises(SourceError) as caught:
+        parse_forecast({"error": True, "reason": "r" * 3_000_000})
+    assert len(str(caught.value)) < 300
+
+
+def test_a_bad_date_that_is_a_huge_list_is_cut_too() -> None:
+    huge = VALID_DAILY | {"time": [["y" * 100_000] * 10_000, "2026-11-29"]}
+    with pytest.raises(SourceBadResponse, match="bad date") as caught:
+        parse_forecast({"daily": huge})
+    assert len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize("column", ["weather_code", "temperature_2m_max", "wind_speed_10m_max"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 10**400])
+def test_parse_refuses_numbers_no_arithmetic_can_take(column: str, value: float) -> None:
+    daily = VALID_DAILY | {column: [value, VALID_DAILY[column][1]]}
+    with pytest.raises(SourceBadResponse, match="out of range"):
+        parse_forecast({"daily": daily})
+
+
+def test_current_and_hourly_numbers_out_of_range_are_left_out() -> None:
+    """Both are optional detail: an impossible value drops the detail, not the answer."""
+    current = {"time": "2026-11-28T12:00", "temperature_2m": 10**400, "wind_speed_10m": 3.0}
+    assert open_meteo.summarise_current(current, {}) is None
+    current = {"time": "2026-11-28T12:00", "temperature_2m": 4.0, "wind_speed_10m": 10**400}
+    assert open_meteo.summarise_current(current, {}) == "Now 4.0 °C."
+    hourly = {"time": ["2026-11-28T01:00"], "precipitation_probability": [float("nan")]}
+    assert open_meteo._parse_hourly(hourly) == {date(2026, 11, 28): [(1, None)]}
+
+
+def _daily_body(value: str, first_day: str | None = None) -> str:
+    """Open-Meteo's daily block for today and tomorrow (UTC), spelt as raw JSON, with the
+    first `temperature_2m_max` spelt `value`."""
+    today = datetime.now(UTC).date()
+    days = [first_day or today.isoformat(), (today + timedelta(days=1)).isoformat()]
+    columns = ", ".join(
+        f'"{name}": [1, 2]' for name in open_meteo.DAILY if name != "temperature_2m_max"
+    )
+    return (
+        f'{{"utc_offset_seconds": 0, "daily": {{"time": ["{days[0]}", "{days[1]}"], '
+        f'"temperature_2m_max": [{value}, 2], {columns}}}}}'
+    )
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
+async def test_json_numbers_no_api_sends_are_malformed(
+    forecast: OpenMeteoSource, server: OpenMeteoServer, value: str
+) -> None:
+    server.set_fault(Fault.custom(200, _daily_body(value)))
+    with pytest.raises(SourceBadResponse) as caught:
+        await forecast.search("weather")
+    assert caught.value.reason == "malformed_response"
+
+
+async def test_sanity_the_same_raw_body_with_a_number_answers(
+    forecast: OpenMeteoSource, server: OpenMeteoServer
+) -> None:
+    server.set_fault(Fault.custom(200, _daily_body("7.5")))
+    [item] = await forecast.search("weather today")
+    assert "1–8 °C" in item.text
+
+
+async def test_a_bad_date_from_the_server_is_short_in_the_message(
+    forecast: OpenMeteoSource, server: OpenMeteoServer
+) -> None:
+    server.set_fault(Fault.custom(200, _daily_body("1", first_day="x" * 3_000_000)))
+    with pytest.raises(SourceBadResponse, match="bad date") as caught:
+        await forecast.search("weather")
+    assert len(str(caught.value)) < 300
+
+
+async def test_an_endless_error_body_is_read_only_in_part() -> None:
+    """`BodyServer` (tests/sources/hostile.py) stands in for an Open-Meteo, or a proxy,
+    whose 400 never ends: the `reason` is looked for in its first bytes only."""
+    async with BodyServer(None, status=400) as endless:
+        source = make(endless.url)
+        try:
+            with pytest.raises(SourceError, match="HTTP 400"):
+                await source.search("weather")
+        finally:
+            await source.aclose()
+        await endless.finished()
+    assert endless.client_left and endless.written < 32 * 1024 * 1024
+
+
+async def test_an_endless_forecast_is_cut_off() -> None:
+    async with BodyServer(None) as endless:
+        source = make(endless.url)
+        try:
+            with pytest.raises(SourceBadResponse, match="over"):
+                await source.search("weather")
+        finally:
+            await source.aclose()
+        await endless.finished()
+    assert endless.client_left and endless.written < 32 * 1024 * 1024

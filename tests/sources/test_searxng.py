@@ -23,6 +23,7 @@ from sources.base import (
     SourceUnavailable,
 )
 from sources.searxng import SearxngSource
+from tests.sources.hostile import BodyServer
 from tests.support.wire_servers import Fault, SearxngServer, closed_port_url, searxng_result
 
 
@@ -111,6 +112,54 @@ async def test_all_engines_failing_is_a_server_error_not_empty(
     server.unresponsive_engines = [["duckduckgo", "timeout"], ["brave", "CAPTCHA"]]
     with pytest.raises(SourceServerError, match="duckduckgo \\(timeout\\)"):
         await web.search("anything")
+
+
+@pytest.mark.parametrize(
+    "engines",
+    [
+        [["x" * 3_000_000, "timeout"]],
+        [["google", "y" * 3_000_000]],
+        [["e" * 100_000, "r" * 100_000]] * 5,
+        ["z" * 3_000_000],
+    ],
+    ids=["name", "reason", "many", "not-a-pair"],
+)
+async def test_a_huge_engine_name_is_cut_in_the_message(
+    web: SearxngSource, server: SearxngServer, engines: list[list[str]]
+) -> None:
+    server.results = []
+    server.unresponsive_engines = engines
+    with pytest.raises(SourceServerError) as caught:
+        await web.search("anything")
+    assert str(caught.value).startswith("SearXNG engines did not answer: ")
+    assert len(str(caught.value)) < 300
+
+
+async def test_an_endless_answer_is_cut_off() -> None:
+    """`BodyServer` (tests/sources/hostile.py) stands in for a SearXNG, or a proxy before
+    it, whose answer never ends; it counts what it wrote before the router hung up."""
+    async with BodyServer(None) as endless:
+        source = make(endless.url)
+        try:
+            with pytest.raises(SourceBadResponse, match="over"):
+                await source.search("anything")
+        finally:
+            await source.aclose()
+        await endless.finished()
+    assert endless.client_left and endless.written < 32 * 1024 * 1024
+
+
+async def test_an_endless_error_page_is_read_only_in_part() -> None:
+    """A 500 whose body never ends: SearXNG's `{"error"}` is looked for in its first bytes."""
+    async with BodyServer(None, status=500) as endless:
+        source = make(endless.url)
+        try:
+            with pytest.raises(SourceServerError, match="HTTP 500"):
+                await source.search("anything")
+        finally:
+            await source.aclose()
+        await endless.finished()
+    assert endless.client_left and endless.written < 32 * 1024 * 1024
 
 
 async def test_json_format_disabled_says_how_to_fix_it() -> None:
