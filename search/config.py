@@ -22,20 +22,25 @@ from pydantic import (
 )
 
 from routing.config import RoutingConfig, Strict
-from routing.stages.route_data import RouteDataError, resolve_routes
+from routing.stages.route_data import (
+    NONE,
+    RouteDataError,
+    refuse_booleans_as_numbers,
+    resolve_routes,
+)
+from search.client_settings import ENV_REFERENCE, ConfigLoader, DuplicateKeyError, env_reference
 from search.errors import ConfigError
 from sources.registry import KINDS, SourceConfig, kind_module
 
 DEFAULT_CONFIG_PATH = "config.yaml"
 # libyaml where PyYAML has it: it refuses nesting past 1000 levels with a YAMLError, where
-# the pure-Python loader recurses until a RecursionError.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# the pure-Python loader recurses until a RecursionError. It refuses a key given twice.
+_LOADER: type[Any] = ConfigLoader
 # Bounds on the loaded data, so that a hostile or broken file is refused before it costs
 # memory: values counted as `*alias` expansion copies them (an alias bomb of 450 bytes
 # expands to 10^8 values), and levels of nesting (a config needs a handful).
 MAX_CONFIG_VALUES = 100_000
 MAX_CONFIG_DEPTH = 64
-_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def default_data_dir() -> str:
@@ -178,8 +183,10 @@ class Config(Strict):
             if kind not in KINDS:
                 known = ", ".join(sorted(KINDS))
                 raise ValueError(f"sources.{name}.type: unknown type {kind!r} (known: {known})")
+            model = kind_module(kind).Config
             try:
-                typed[name] = kind_module(kind).Config.model_validate(entry)
+                refuse_booleans_as_numbers(model, entry)  # SourceConfig is not `Strict`
+                typed[name] = model.model_validate(entry)
             except ValidationError as exc:
                 raise ValueError(f"sources.{name}.{_describe(exc)}") from None
         return {**data, "sources": typed}
@@ -188,6 +195,12 @@ class Config(Strict):
     def _references(self) -> Config:
         """Every name a route or fallback mentions exists, and no fallback chain loops."""
         routes = set(self.sources) | set(self.routing.fusion)
+        for section, names in (("sources", self.sources), ("routing.fusion", self.routing.fusion)):
+            if NONE in names:
+                raise ValueError(
+                    f"{section}.{NONE}: the name {NONE!r} is reserved for requests no source "
+                    "serves (routing.routes.none); no query can be routed to it"
+                )
         for name in self.routing.fusion:
             if name in self.sources:
                 raise ValueError(f"routing.fusion.{name}: a fusion route may not shadow a source")
@@ -275,6 +288,9 @@ def _describe(exc: ValidationError) -> str:
 def expand_env(value: Any, where: str = "") -> Any:
     """Replace `${VAR}` (or `${VAR:-default}`) in every string; a missing VAR is an error.
 
+    As in the shell, `${VAR:-default}` is the default when VAR is unset or empty, and
+    `${VAR}` of a VAR set empty is the empty string.
+
     The result is a copy, each alias expanded, so a file whose copy would pass
     MAX_CONFIG_VALUES values or MAX_CONFIG_DEPTH levels (an alias bomb, a list that
     contains itself) is a ConfigError as soon as the walk gets there.
@@ -296,14 +312,14 @@ def _expand(value: Any, where: str, depth: int, budget: list[int]) -> Any:
     if isinstance(value, str):
 
         def sub(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in os.environ:
-                return os.environ[name]
-            if default is not None:
-                return default
-            raise ConfigError(f"{where or '(root)'}: environment variable ${{{name}}} is not set")
+            found = env_reference(match)
+            if found is None:
+                raise ConfigError(
+                    f"{where or '(root)'}: environment variable ${{{match.group(1)}}} is not set"
+                )
+            return found
 
-        return _ENV_PATTERN.sub(sub, value)
+        return ENV_REFERENCE.sub(sub, value)
     if isinstance(value, dict):
         return {
             k: _expand(v, f"{where}.{k}" if where else str(k), depth + 1, budget)
@@ -350,13 +366,31 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 def _parse_yaml(text: str, path: Path) -> Any:
     """The YAML document in `text`; ConfigError, never a traceback, when it is not one.
 
-    Besides YAMLError, PyYAML lets a ValueError out of a bad implicit or tagged scalar
-    (`2024-13-45`, `!!int x`), and the pure-Python loader a RecursionError from deep
-    nesting.
+    A syntax error, or a key given twice, is one line: the problem and the line and column
+    where it was found. Besides YAMLError, PyYAML lets a ValueError out of a bad implicit or
+    tagged scalar (`2024-13-45`, `!!int x`), and the pure-Python loader a RecursionError
+    from deep nesting.
     """
     try:
         return yaml.load(text, Loader=_LOADER)
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}: {_marked(exc)}") from None
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {_marked(exc)}") from None
     except (yaml.YAMLError, ValueError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(str(exc))}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid YAML: nested too deep") from None
+
+
+def _marked(exc: yaml.MarkedYAMLError) -> str:
+    """'line L, column C: problem', where PyYAML found it: its own text is several lines
+    and names first the construct it was reading (`while scanning a plain scalar`)."""
+    mark, problem = exc.problem_mark or exc.context_mark, exc.problem or exc.context
+    if mark is None or problem is None:
+        return _one_line(str(exc))
+    return f"line {mark.line + 1}, column {mark.column + 1}: {_one_line(problem)}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

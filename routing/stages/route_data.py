@@ -43,11 +43,12 @@ nothing instead of the shipped files (for a fully hand-made rule set, and for te
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -61,10 +62,50 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 DECIDED_BY_CONFIDENCE = "no longer used: the fitted confidence decides (routing.min_confidence)"
 
 
+def _number_kind(annotation: Any) -> str | None:
+    """'an integer' or 'a number' when a field of `annotation` takes an int or a float
+    (alone or in a union, `int | None`) and not a bool; else None."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        members = get_args(annotation)
+    else:
+        members = (annotation,)
+    members = tuple(get_args(m)[0] if get_origin(m) is Annotated else m for m in members)
+    if bool in members:
+        return None
+    if float in members:
+        return "a number"
+    if int in members:
+        return "an integer"
+    return None
+
+
+def refuse_booleans_as_numbers(model: type[BaseModel], data: Any) -> None:
+    """ValidationError naming each key of `data` that gives `model` a boolean where it
+    takes a number: pydantic's lax mode reads `port: true` (or `yes`) as 1. A string of
+    digits (from `${VAR}`) and an int for a float are still converted as before."""
+    if not isinstance(data, Mapping):
+        return
+    errors = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = data.get(key)
+        kind = _number_kind(field.annotation)
+        if isinstance(value, bool) and kind is not None:
+            message = f"Input should be {kind}, not a boolean ({str(value).lower()})"
+            errors.append(
+                InitErrorDetails(
+                    type=PydanticCustomError("bool_not_number", message), loc=(key,), input=value
+                )
+            )
+    if errors:
+        raise ValidationError.from_exception_data(model.__name__, errors)
+
+
 class Strict(BaseModel):
     """A config section that refuses keys it does not know (a typo is an error), and keys
     it no longer uses (`retired`: key -> why), each named with what decides instead: a
-    key that is accepted and then ignored reads as a knob that works."""
+    key that is accepted and then ignored reads as a knob that works. A boolean where a
+    number belongs (`port: true`) is refused too, not read as 1."""
 
     model_config = ConfigDict(extra="forbid")
     retired: ClassVar[Mapping[str, str]] = {}
@@ -82,6 +123,12 @@ class Strict(BaseModel):
             ]
             if errors:
                 raise ValidationError.from_exception_data(cls.__name__, errors)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_booleans_as_numbers(cls, data: Any) -> Any:
+        refuse_booleans_as_numbers(cls, data)
         return data
 
 

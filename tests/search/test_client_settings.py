@@ -75,3 +75,31 @@ def test_the_rest_of_the_file_is_not_judged(tmp_path: Path) -> None:
     text = "server: {port: 9192}\nsources: {kiwix: {type: zim, paths: ['${CLIENT_TEST_UNSET}']}}\n"
     settings = read_client_settings(write(tmp_path, text))
     assert settings is not None and settings.port == 9192
+
+
+def test_a_default_applies_when_the_variable_is_set_but_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`${VAR:-default}` as the shell reads it, and as the full config does."""
+    monkeypatch.setenv("CLIENT_TEST_EMPTY", "")
+    text = (
+        "sources: {kiwix: {type: zim, paths: [a.zim]}}\n"
+        "server: {host: '${CLIENT_TEST_EMPTY:-127.0.0.2}', port: 9193}\n"
+    )
+    light = read_client_settings(write(tmp_path, text))
+    import yaml
+
+    assert light is not None and light.host == "127.0.0.2"
+    assert light == settings_of(parse_config(yaml.safe_load(text)))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "server: {port: 9000, port: 9001}\n",  # the full config refuses a key given twice
+        "server: {host: localhost}\nrouting: {}\nserver: {port: 9001}\n",
+        "server: {port: 9000}\nwhen: 2024-13-45\n",  # PyYAML's ValueError, not a traceback
+    ],
+)
+def test_a_file_the_full_config_refuses_is_left_to_it(tmp_path: Path, text: str) -> None:
+    assert read_client_settings(write(tmp_path, text)) is None
