@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from search.client_settings import ClientSettings, read_client_settings, settings_of
 from search.errors import ConfigError
-from search.query_text import encodable, has_visible_text, query_problem
+from search.query_text import encodable, query_problem
 from search.terminal import say
 
 if TYPE_CHECKING:
@@ -28,6 +28,11 @@ EXIT_BROKEN_PIPE = 141
 
 class UsageError(Exception):
     """Bad arguments or input file: exit 2."""
+
+
+class CommandFailed(Exception):
+    """A failure said in one line (a source that cannot start, a server that took the
+    request and did not answer): exit 1."""
 
 
 # The commands defined in this module; any other needs the full parser (trace, label, fit:
@@ -200,13 +205,18 @@ def _before_loading_model() -> None:
 
 def _ask_server(settings: ClientSettings, payload: dict[str, Any]) -> Any:
     """The running server's answer, or None when this router does not answer at the
-    configured address (something else that answers there is named on stderr)."""
-    from search.remote import NotThisRouter, RemoteRefused, ask
+    configured address (something else that answers there is named on stderr).
+
+    A server that took the request and then did not answer fails the command (exit 1):
+    the request may have run there, and a command must not be carried out twice."""
+    from search.remote import NotThisRouter, RemoteFailed, RemoteRefused, ask
 
     try:
         return ask(settings, payload)
     except RemoteRefused as exc:
         raise UsageError(str(exc)) from None
+    except RemoteFailed as exc:
+        raise CommandFailed(str(exc)) from None
     except NotThisRouter as exc:
         say(f"search: {exc}; answering in-process", file=sys.stderr)
         return None
@@ -249,7 +259,7 @@ def _query_locally(config: Config, text: str, explain: bool) -> Any:
         service = Service(config)
         try:
             _check_parts(service, text)
-            await service.start()
+            await _start(service)
             # the person at this machine's terminal: as a loopback client may
             return await service.search(text, explain=explain, authorized=True)
         finally:
@@ -260,10 +270,23 @@ def _query_locally(config: Config, text: str, explain: bool) -> Any:
     return asyncio.run(run())
 
 
-def _read_queries(path: str, max_chars: int) -> Iterator[str]:
-    """Queries from a file: plain lines, or JSONL objects with a 'text' field; a line with
-    nothing visible on it is skipped like a blank one. Each query must pass the check one
-    TEXT gets (`query_problem`), or the file is bad input naming the line.
+async def _start(service: Any) -> None:
+    """Start the service; a source the config names that cannot start (a ZIM file not
+    found...) is one line, as `search serve` says it, not a traceback (exit 1)."""
+    from sources.base import SourceError
+
+    try:
+        await service.start()
+    except SourceError as exc:
+        message = service.scrubber.text(f"{type(exc).__name__}: {exc}")
+        raise CommandFailed(f"start-up failed: {message}") from None
+
+
+def _read_queries(path: str, max_chars: int) -> Iterator[tuple[int, str]]:
+    """Queries from a file, each with its line number: plain lines, or JSONL objects with
+    a 'text' field; a blank line is skipped. Each query must pass the check one TEXT gets
+    (`query_problem`: one with nothing visible, such as `{"text": "  "}` or a line of
+    zero-width spaces, is bad input too), or the file is bad input naming the line.
 
     Read as `utf-8-sig` (an editor's byte order mark is not part of the first query) with
     `surrogateescape`, so bytes that are not UTF-8 are found on their line, not mid-read.
@@ -289,12 +312,10 @@ def _read_queries(path: str, max_chars: int) -> Iterator[str]:
                 if not isinstance(text, str):
                     raise UsageError(f"--input: line {number} has no string 'text' field")
                 line = text
-            if not has_visible_text(line):
-                continue
             problem = query_problem(line, max_chars)
             if problem is not None:
                 raise UsageError(f"--input: line {number}: {problem}")
-            yield line
+            yield number, line
 
 
 def _plan_parts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -316,7 +337,7 @@ def _print_plan(
         say(json.dumps({"query": query, "parts": parts}, ensure_ascii=False), json_text=True)
     else:
         for part in parts:
-            say(f"{part['query']!r} -> {part['source']} ({part['stage']})")
+            say(f"{part['query']!r} -> {part['source'] or 'no source'} ({part['stage']})")
         say()
         say(chain_table(chain))
 
@@ -344,10 +365,11 @@ def cmd_route(args: argparse.Namespace) -> int:
                 return EXIT_FAILED
             _print_plan(args, args.text, _plan_parts(answer.body["results"]), answer.chain)
             return EXIT_OK
-    return _route_locally(maybe_config or _load(args.config), args, [args.text])
+    return _route_locally(maybe_config or _load(args.config), args, [(0, args.text)])
 
 
-def _route_locally(config: Config, args: argparse.Namespace, queries: list[str]) -> int:
+def _route_locally(config: Config, args: argparse.Namespace, queries: list[tuple[int, str]]) -> int:
+    """Dry runs in-process; `queries`: each with its line of `--input` (0 for TEXT)."""
     from search.service import Service
     from search.traces.records import NullTraceSink
 
@@ -357,10 +379,10 @@ def _route_locally(config: Config, args: argparse.Namespace, queries: list[str])
     async def run() -> int:
         service = Service(config, traces=None if keep_traces else NullTraceSink())
         try:
-            for number, query in enumerate(queries, start=1):
-                _check_parts(service, query, f"--input: query {number}: " if args.input else "")
+            for number, query in queries:
+                _check_parts(service, query, f"--input: line {number}: " if args.input else "")
             await service.start(sources=False)
-            for query in queries:
+            for _, query in queries:
                 outcome = await service.search(query, dry_run=True)
                 parts = _plan_parts([result.to_dict() for result in outcome.results])
                 _print_plan(args, query, parts, outcome.chain)
@@ -430,6 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, UsageError) as exc:
         say(f"search: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except CommandFailed as exc:
+        say(f"search: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_FAILED
     except BrokenPipeError:

@@ -57,7 +57,9 @@ from search import __version__
 from search.config import Config
 from search.query_text import query_problem
 from search.service import Service
+from search.terminal import say
 from search.traces.narrative import narrative
+from sources.base import SourceError
 
 log = logging.getLogger("search.mcp")
 
@@ -336,14 +338,25 @@ def divert_std_fds() -> tuple[int, int]:
     return wire_in, wire_out
 
 
+class StartFailed(Exception):
+    """A source the config names cannot start: `search mcp` says so in one line, exit 1."""
+
+
 async def serve_stdio(config: Config, wire_in: int, wire_out: int) -> None:
-    """Start the service (sources, models), then speak MCP on the wire until stdin closes."""
+    """Start the service (sources, models), then speak MCP on the wire until stdin closes.
+
+    A source that cannot start (a ZIM file not found...) is `StartFailed`, its message
+    as `search serve` words it: "start-up failed: ZimUnavailable: ..."."""
     from search.observability.telemetry import telemetry_observers
 
     observers = telemetry_observers(config)
     service = Service(config, observers=list(observers))
-    await service.start()
     try:
+        try:
+            await service.start()
+        except SourceError as exc:
+            message = service.scrubber.text(f"{type(exc).__name__}: {exc}")
+            raise StartFailed(f"start-up failed: {message}") from None
         server = build_mcp_server(service)
         reader = io.TextIOWrapper(os.fdopen(wire_in, "rb"), encoding="utf-8", errors="replace")
         writer = io.TextIOWrapper(os.fdopen(wire_out, "wb"), encoding="utf-8", newline="\n")
@@ -371,4 +384,7 @@ def run_stdio(config: Config) -> int:
         asyncio.run(serve_stdio(config, wire_in, wire_out))
     except KeyboardInterrupt:
         pass
+    except StartFailed as exc:
+        say(f"search: mcp: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -7,10 +7,14 @@ standard library's HTTP client is used, so asking costs no heavy import either.
 The server is the one at `server.host:server.port` of the CLI's config, with its
 `server.api_token` (read by `search.client_settings`, which validates only those keys).
 Nothing listening there means "run in-process". Anything else that answers, but not as
-this API does (not JSON, no `trace_id`, a body not of the shape this router sends: another
-program on the port, or a broken server), is `NotThisRouter`: the CLI says so and answers
-in-process too. Its answer is checked for every field the CLI prints, so nothing it sends
-makes the CLI fail on a missing key.
+this API does (not HTTP, not JSON, no `trace_id`, a body not of the shape this router
+sends: another program on the port, or a broken server), is `NotThisRouter`: the CLI says
+so and answers in-process too. Its answer is checked for every field the CLI prints, so
+nothing it sends makes the CLI fail on a missing key.
+
+Once the whole request went out, a server that does not answer in time, or whose
+connection breaks before its answer is whole, is `RemoteFailed`: the request may have run
+there (a command carried out), so the CLI must not run it a second time in-process.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 from search.client_settings import ClientSettings
 
 CONNECT_TIMEOUT_S = 0.5
+# How much longer than the request deadline an answer may take (the server's own work).
+READ_MARGIN_S = 5.0
 # The most of an answer read: this router's largest (8 parts, an explained chain of
 # `routing.max_events`, items and all) is a few MB; whatever sends more is not it.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
@@ -37,6 +43,11 @@ class RemoteRefused(Exception):
 
 class NotThisRouter(Exception):
     """Something answered at the configured address, but not as this router answers."""
+
+
+class RemoteFailed(Exception):
+    """The server took the whole request but its answer never came whole (no answer in
+    time, the connection broke): it may have run there, so it is not run again (exit 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +76,19 @@ def server_address(settings: ClientSettings) -> tuple[str, int]:
 
 
 def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | None:
-    """`POST /search` to the configured server; None when nothing answers there,
-    `NotThisRouter` when what answers is not this router.
+    """`POST /search` to the configured server; None when nothing there can have taken
+    the request, `NotThisRouter` when what answers is not this router, `RemoteFailed` when
+    the request went out but no whole answer came back.
 
     Connecting waits at most `CONNECT_TIMEOUT_S` (a local server accepts at once); the
     answer may take up to the request deadline, plus a margin for the server's own work.
     """
     host, port = server_address(settings)
-    read_timeout_s = settings.request_deadline_s + 5.0
+    read_timeout_s = settings.request_deadline_s + READ_MARGIN_S
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if settings.api_token:
         headers["Authorization"] = f"Bearer {settings.api_token}"
+    not_this = f"the server at {host}:{port} does not answer as this router"
     connection = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT_S)
     try:
         try:
@@ -85,14 +98,30 @@ def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | Non
         assert connection.sock is not None
         connection.sock.settimeout(read_timeout_s)
         try:
+            # One send (http.client joins headers and a bytes body): when it fails, the
+            # request did not go out whole, and no server acts on part of one.
             connection.request("POST", "/search", json.dumps(payload).encode(), headers)
+        except OSError:
+            return None
+        try:
             response = connection.getresponse()
             raw = response.read(MAX_ANSWER_BYTES + 1)
-        except (OSError, http.client.HTTPException):
-            return None  # it went away or is not speaking HTTP: answer in-process
+        except TimeoutError:
+            raise _failed(host, port, f"did not answer within {read_timeout_s:g} s") from None
+        except http.client.RemoteDisconnected:  # before it must: it is an OSError too
+            raise _failed(host, port, "closed the connection without answering") from None
+        except http.client.IncompleteRead:
+            raise _failed(host, port, "closed the connection in the middle of its answer") from None
+        except OSError as exc:
+            raise _failed(host, port, f"broke the connection ({type(exc).__name__})") from None
+        except http.client.HTTPException:  # what came back is not HTTP
+            raise NotThisRouter(f"{not_this} (its answer is not HTTP)") from None
     finally:
         connection.close()
-    not_this = f"the server at {host}:{port} does not answer as this router"
+    # `read(n)` returns what came when the connection closes before `Content-Length`
+    # bytes did (only a chunked answer raises `IncompleteRead`): the rest is still owed.
+    if response.length and len(raw) <= MAX_ANSWER_BYTES:
+        raise _failed(host, port, "closed the connection in the middle of its answer")
     if len(raw) > MAX_ANSWER_BYTES:
         raise NotThisRouter(f"{not_this} (its answer is over {MAX_ANSWER_BYTES:,} bytes)")
     try:
@@ -111,6 +140,13 @@ def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | Non
     if problem is not None:
         raise NotThisRouter(f"{not_this} ({problem})")
     return RemoteAnswer(response.status, body)
+
+
+def _failed(host: str, port: int, what: str) -> RemoteFailed:
+    return RemoteFailed(
+        f"the server at {host}:{port} took the request but {what}; it may have run there "
+        "(see `search trace list`), so it is not run again here"
+    )
 
 
 # What `POST /search` answers (search/api/schemas.py: SearchResponse, FailedSearch), as

@@ -2,8 +2,8 @@
 
 Exit status: 0 on success; 1 when a replay changed a routing decision (one trace or any
 in `--all`), or when `trace show` finds no trace with the id given (a failed lookup); 2 on
-bad usage, a bad filter, a replay of an unknown id, or a trace that cannot be replayed
-(stored redacted).
+bad usage (an id prefix under 6 characters, or one several traces start with), a bad
+filter, a replay of an unknown id, or a trace that cannot be replayed (stored redacted).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def add_commands(commands: Any) -> dict[str, Handler]:
     _store_options(listing)
 
     show = actions.add_parser("show", help="one trace: its chain and a diagnosis")
-    show.add_argument("id", help="trace id (or a unique prefix of 6+ characters)")
+    show.add_argument("id", help=f"trace id (or a unique prefix of {MIN_ID_PREFIX}+ characters)")
     show.add_argument("--json", action="store_true", help="print the stored trace as JSON")
     show.add_argument(
         "--decision-only",
@@ -125,13 +125,41 @@ def _existing_store(trace: TraceConfig) -> SQLiteTraceStore:
 
 def _find(store: SQLiteTraceStore, trace_id: str, *, replaying: bool = False) -> dict[str, Any]:
     """The trace; an unknown id fails the lookup (exit 1), but not a replay, whose 1 means
-    "routing changed": a mistyped id must not read as a regression (exit 2)."""
+    "routing changed": a mistyped id must not read as a regression (exit 2). A prefix too
+    short to look up, or one several traces start with, is bad usage (exit 2), said so."""
     full = store.resolve_id(trace_id)
     trace = store.get_trace(full) if full else None
     if trace is None:
+        _why_not_a_prefix(store, trace_id)
         error = TraceUsageError if replaying else TraceNotFound
         raise error(f"trace {trace_id}: no such trace in {store.path}")
     return trace
+
+
+# `SQLiteTraceStore.resolve_id` takes a prefix of this many hex digits or more.
+MIN_ID_PREFIX = 6
+_HEX = frozenset("0123456789abcdef")
+
+
+def _why_not_a_prefix(store: SQLiteTraceStore, trace_id: str) -> None:
+    """What is wrong with `trace_id` as a prefix `resolve_id` did not resolve: too short,
+    or shared by several traces (TraceUsageError); nothing when no trace starts with it.
+
+    `resolve_id` answers None for all three; until the store says which itself, the
+    traces the prefix starts are counted here (two are enough)."""
+    if not trace_id or not set(trace_id) <= _HEX or len(trace_id) >= 32:
+        return  # not a prefix of any id this router makes (32 hex digits)
+    if len(trace_id) < MIN_ID_PREFIX:
+        raise TraceUsageError(
+            f"trace {trace_id}: a trace id prefix needs at least {MIN_ID_PREFIX} characters"
+        )
+    rows = store._query(
+        "SELECT trace_id FROM traces WHERE trace_id LIKE ? LIMIT 2", (trace_id + "%",)
+    )
+    if len(rows) > 1:
+        raise TraceUsageError(
+            f"trace {trace_id}: the prefix matches several traces; give more of the id"
+        )
 
 
 # --- trace list / show ---------------------------------------------------------------

@@ -71,6 +71,9 @@ _STRUCTURAL = frozenset(
 )
 # A stage's calibrated confidence and why it declined are numbers, never query text.
 _STRUCTURAL = _STRUCTURAL | {"confidence", "declined"}
+# What a semantic match was to (routing/stages/semantic.py): kept when it is one of these
+# words, so the narrative of a decision-only trace can say it too.
+_ORIGINS = frozenset({"exemplar", "user_label", "llm"})
 
 
 def _ms(value: Any) -> str:
@@ -178,19 +181,26 @@ def _conditional(event: dict[str, Any], with_text: bool) -> str:
 
 
 def _semantic(event: dict[str, Any], with_text: bool) -> str:
-    """A semantic decision: how near, and to what (an exemplar, or the user's label)."""
+    """A semantic decision: how near, and to what (by the event's `origin`: a shipped
+    exemplar, the user's label, or an earlier query the LLM routed)."""
     similarity = event.get("similarity")
     how = "similarity"
     if isinstance(similarity, (int, float)):
         how += f" {similarity:.2f}"
-    if event.get("origin") == "user_label":
+    matched = _quote(event.get("matched_query"))
+    origin = event.get("origin")
+    if origin == "user_label":
+        like = f"the user's label {matched}" if with_text else "a query the user labelled"
+    elif origin == "exemplar":
+        like = f"the exemplar {matched}" if with_text else "an exemplar"
+    elif origin == "llm":
         like = (
-            f"the user's label {_quote(event.get('matched_query'))}"
+            f"the earlier query {matched} (an LLM decision)"
             if with_text
-            else "a query the user labelled"
+            else "an earlier LLM decision"
         )
-    else:
-        like = _quote(event.get("matched_query")) if with_text else "an earlier query"
+    else:  # a chain recorded before events named their origin
+        like = matched if with_text else "an earlier query"
     return f"went to {event.get('decision')} by {how} to {like}"
 
 
@@ -348,7 +358,7 @@ def narrative(
 def _structural(event: dict[str, Any]) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     for key, value in event.items():
-        if key in _STRUCTURAL:
+        if key in _STRUCTURAL or (key == "origin" and isinstance(value, str) and value in _ORIGINS):
             kept[key] = value
         elif key == "parts" and isinstance(value, list):
             kept["part_count"] = len(value)

@@ -115,6 +115,9 @@ def trace_list_table(traces: list[dict[str, Any]], with_query: bool = True) -> s
     return "\n".join(_aligned(rows))
 
 
+NO_SOURCE = "no source"  # where an unserved or withheld part went, in text
+
+
 def results_text(results: list[dict[str, Any]]) -> str:
     """Each part with where it went and its first items (source text kept to one line)."""
     lines: list[str] = []
@@ -123,11 +126,12 @@ def results_text(results: list[dict[str, Any]]) -> str:
         if condition:
             lines.append(
                 f"[{index}] if {condition['query']!r}: {condition['status']} "
-                f"from {condition['source']}"
+                f"from {condition['source'] or NO_SOURCE}"
             )
             for item in condition["items"][:1]:
                 lines.append(f"      {_one(item['title'])}: {_one(item['text'][:160])}")
-        lines.append(f"[{index}] {result['query']!r} -> {result['source']} ({result['status']})")
+        where = result["source"] or NO_SOURCE
+        lines.append(f"[{index}] {result['query']!r} -> {where} ({result['status']})")
         if result.get("error"):
             error = result["error"]
             lines.append(f"    error: {_one(error['type'])}: {_one(error['message'])}")

@@ -172,5 +172,5 @@ def test_route_input_names_the_query_over_the_cap(tmp_path: Path, demo_zim: Path
     queries.write_text("who wrote hamlet\n" + json.dumps({"text": parts_query(9)}) + "\n")
     done = run_cli("route", "--input", str(queries), "--config", str(config))
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "--input: query 2: query: 9 parts" in done.stderr
+    assert "--input: line 2: query: 9 parts" in done.stderr
     assert done.stdout == ""  # refused before any line was answered

@@ -246,3 +246,70 @@ def test_a_source_that_cannot_start_is_one_line_not_a_traceback(
     assert f"start-up failed: ZimUnavailable: ZIM file not found: {tmp_path}" in done.stderr
     assert "Traceback" not in done.stderr
     assert "the server did not start" in done.stderr
+
+
+def test_a_source_that_cannot_start_in_process_is_one_line_too(
+    tmp_path: Path, demo_zim: Path
+) -> None:
+    """`search query` with no server running starts the sources itself: a ZIM that is
+    not there is said as `search serve` says it, exit 1, not a traceback."""
+    config = write_config(tmp_path, demo_zim)
+    data = yaml.safe_load(config.read_text())
+    data["sources"]["kiwix"]["paths"] = [str(tmp_path / "absent.zim")]
+    config.write_text(yaml.safe_dump(data))
+    done = run("query", "who wrote hamlet", "--config", str(config))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.splitlines() == [
+        f"search: start-up failed: ZimUnavailable: ZIM file not found: {tmp_path}/absent.zim"
+    ]
+    # a dry run starts no source: it plans as ever
+    done = run("route", "who wrote hamlet", "--local", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+
+
+def test_route_input_names_the_line_of_a_query_with_too_many_parts(
+    tmp_path: Path, demo_zim: Path
+) -> None:
+    """Blank lines are skipped, but they still count: the error names the file's line."""
+    config = write_config(tmp_path, demo_zim)
+    queries = tmp_path / "queries.txt"
+    queries.write_text("who wrote hamlet\n\n\na; b; c; d; e; f; g; h; i; j\n")
+    done = run("route", "--input", str(queries), "--config", str(config))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("search: --input: line 4: "), done.stderr
+    assert "routing.max_parts" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['{"text": "   "}', '{"text": ""}', "\u200b\u200b", '{"text": "\\u200b"}'],
+    ids=["jsonl-spaces", "jsonl-empty", "zero-width-line", "jsonl-zero-width"],
+)
+def test_route_input_refuses_an_invisible_only_query_naming_its_line(
+    tmp_path: Path, demo_zim: Path, line: str
+) -> None:
+    """An invisible-only query is bad input (exit 2), as one TEXT is; only a blank line
+    of a plain-text file is skipped."""
+    config = write_config(tmp_path, demo_zim)
+    queries = tmp_path / "queries.txt"
+    queries.write_text(f"who wrote hamlet\n\n{line}\n", encoding="utf-8")
+    done = run("route", "--input", str(queries), "--config", str(config))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert "search: --input: line 3: query: must not be empty" in done.stderr
+
+
+def test_text_output_names_no_source_in_words(tmp_path: Path, demo_zim: Path) -> None:
+    """A part no source serves reads "no source", not Python's None; --json keeps null."""
+    config = write_config(tmp_path, demo_zim, routes={"none": {"keywords": ["alarm"]}})
+    done = run("query", "set an alarm for 7", "--local", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "[0] 'set an alarm for 7' -> no source (unserved)" in done.stdout
+    assert "None" not in done.stdout
+
+    done = run("route", "set an alarm for 7", "--local", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "'set an alarm for 7' -> no source (intent_default)" in done.stdout
+    assert "None" not in done.stdout
+
+    done = run("route", "set an alarm for 7", "--json", "--local", "--config", str(config))
+    assert json.loads(done.stdout)["parts"][0]["source"] is None

@@ -324,3 +324,32 @@ def test_mcp_with_a_bad_config_exits_2_and_says_why(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert "routing.default_source" in proc.stderr
+
+
+def test_mcp_whose_source_cannot_start_exits_1_in_one_line(tmp_path: Path) -> None:
+    """A ZIM that is not there (and no `build_from`): one line, as `search serve` says it,
+    not a traceback; nothing on the protocol's stdout."""
+    import subprocess
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "routing": {"default_source": "kiwix", "semantic": {"enabled": False}},
+                "trace": {"enabled": False},
+                "sources": {"kiwix": {"type": "zim", "paths": [str(tmp_path / "absent.zim")]}},
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "search", "mcp", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr.splitlines() == [
+        f"search: mcp: start-up failed: ZimUnavailable: ZIM file not found: {tmp_path}/absent.zim"
+    ]

@@ -9,6 +9,7 @@ wrong; the CLI then says so on stderr and answers in-process, never with a trace
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,8 +20,9 @@ import pytest
 import yaml
 
 from search.client_settings import ClientSettings
-from search.remote import NotThisRouter, RemoteAnswer, ask
+from search.remote import NotThisRouter, RemoteAnswer, RemoteFailed, ask
 from tests.search.test_cli import run, write_config
+from tests.support.ports import free_port
 
 
 class FakeServer(ThreadingHTTPServer):
@@ -200,3 +202,150 @@ def test_an_answer_larger_than_any_this_router_sends_is_not_read_whole(
         ask_fake(fake)
     fake.answer(200, GOOD)
     assert ask_fake(fake) is not None
+
+
+# --- a server that took the request and did not answer ------------------------------
+# A raw listener stands for a hung or crashing server (this router's, for all the client
+# can tell): once the whole request went out, it may have run there. Answering it again
+# in-process could carry out a command twice, so the CLI fails (exit 1) instead.
+
+
+class RawListener:
+    """Accepts on a loopback port; each connection: read the request, then `behaviour`."""
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.requests: list[bytes] = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = int(self.sock.getsockname()[1])
+        self.done = threading.Event()
+        self.open: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.open.append(conn)
+            self.requests.append(_read_request(conn))
+            if self.behaviour == "silent":
+                continue  # holds the connection open, answers nothing
+            if self.behaviour == "mid-answer":
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b'Content-Length: 1000\r\n\r\n{"query": "q", "trace_id": "x", "res'
+                )
+            elif self.behaviour == "mid-chunk":
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b'Transfer-Encoding: chunked\r\n\r\n100\r\n{"query": "q"'
+                )
+            elif self.behaviour == "not-http":
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            conn.close()  # "close": without a word
+
+    def close(self) -> None:
+        self.done.set()
+        self.sock.close()
+        for conn in self.open:
+            conn.close()
+        self.thread.join(timeout=5)
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """The whole request (headers, then Content-Length bytes of body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += conn.recv(65536)
+    return data
+
+
+@pytest.fixture
+def listener(request: pytest.FixtureRequest) -> Iterator[RawListener]:
+    server = RawListener(request.param)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def ask_listener(listener: RawListener, deadline_s: float = 0.1) -> RemoteAnswer | None:
+    settings = ClientSettings(host="127.0.0.1", port=listener.port, request_deadline_s=deadline_s)
+    return ask(settings, {"query": "unlock the front door", "explain": False})
+
+
+@pytest.mark.parametrize(
+    ("listener", "needle"),
+    [
+        ("silent", "did not answer within 0.3 s"),
+        ("close", "closed the connection without answering"),
+        ("mid-answer", "closed the connection in the middle of its answer"),
+        ("mid-chunk", "closed the connection in the middle of its answer"),
+    ],
+    indirect=["listener"],
+)
+def test_a_request_the_server_took_and_did_not_answer_is_a_failure(
+    listener: RawListener, needle: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from search import remote
+
+    monkeypatch.setattr(remote, "READ_MARGIN_S", 0.2)
+    with pytest.raises(RemoteFailed) as raised:
+        ask_listener(listener)
+    message = str(raised.value)
+    assert f"the server at 127.0.0.1:{listener.port} took the request but {needle}" in message
+    assert "it may have run there (see `search trace list`)" in message
+    assert [r.split(b"\r\n", 1)[0] for r in listener.requests] == [b"POST /search HTTP/1.1"]
+
+
+@pytest.mark.parametrize("listener", ["not-http"], indirect=True)
+def test_an_answer_that_is_not_http_is_not_this_router(listener: RawListener) -> None:
+    with pytest.raises(NotThisRouter, match="its answer is not HTTP"):
+        ask_listener(listener)
+
+
+def test_nothing_listening_is_answered_in_process() -> None:
+    settings = ClientSettings(host="127.0.0.1", port=free_port())
+    assert ask(settings, {"query": "who wrote hamlet"}) is None
+
+
+@pytest.mark.parametrize(
+    ("listener", "deadline_s", "needle"),
+    [
+        ("silent", 0.1, "did not answer within 5.1 s"),  # the deadline plus the margin
+        ("mid-answer", 15, "closed the connection in the middle of its answer"),
+    ],
+    indirect=["listener"],
+)
+def test_the_cli_does_not_run_again_what_the_server_took(
+    tmp_path: Path, demo_zim: Path, listener: RawListener, deadline_s: float, needle: str
+) -> None:
+    """`search query "unlock the front door"` against a server that took it and then hung
+    (or broke off its answer): one line naming the server, exit 1 ("the server failed",
+    as a failed search), and nothing answered in-process."""
+    path = write_config(tmp_path, demo_zim, request_deadline_s=deadline_s)
+    data = yaml.safe_load(path.read_text())
+    data["server"]["port"] = listener.port
+    path.write_text(yaml.safe_dump(data))
+    done = run("query", "unlock the front door", "--config", str(path))
+    assert (done.returncode, done.stdout) == (1, "")
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"search: the server at 127.0.0.1:{listener.port} took the request")
+    assert needle in line and "may have run there (see `search trace list`)" in line
+    assert len(listener.requests) == 1

@@ -264,3 +264,28 @@ def test_a_store_that_cannot_be_opened_is_one_line_naming_trace_path_and_exit_2(
     assert out.splitlines() == [
         f"search: trace.path: cannot open {tmp_path / 'traces.db'}: unable to open database file"
     ]
+
+
+def test_show_says_why_a_prefix_names_no_one_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefix too short to look up, or shared by several traces, is bad usage (exit 2)
+    said as such; one no trace starts with is a failed lookup (exit 1)."""
+    import search.service
+
+    ids = iter(["a7ec2f00" + "0" * 24, "a7ec2f11" + "1" * 24])
+    monkeypatch.setattr(search.service, "new_trace_id", lambda: next(ids))
+    db = tmp_path / "traces.db"
+    config = write_config(tmp_path / "c.yaml", db, sources=SOURCES, keywords={"ha": ["lights"]})
+    record(config, ["lights status", "history of rome"])
+
+    code, out = cli(capsys, "trace", "show", "a7ec2", "--config", str(config))
+    assert code == 2 and "trace a7ec2: a trace id prefix needs at least 6 characters" in out
+    code, out = cli(capsys, "trace", "show", "a7ec2f", "--config", str(config))
+    assert code == 2 and "trace a7ec2f: the prefix matches several traces" in out
+    code, out = cli(capsys, "trace", "show", "a7ec2f1", "--config", str(config), "--json")
+    assert code == 0 and json.loads(out)["trace_id"] == "a7ec2f11" + "1" * 24
+    code, out = cli(capsys, "trace", "show", "c0ffee", "--config", str(config))
+    assert code == 1 and "trace c0ffee: no such trace" in out
+    code, out = cli(capsys, "replay", "a7ec2f", "--config", str(config))
+    assert code == 2 and "the prefix matches several traces" in out
