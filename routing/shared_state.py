@@ -14,7 +14,8 @@ often before every worker's circuit opens.
 - `SharedCache`: the Redis tier behind a local `TTLCache` (two tiers: local in front).
   A local miss asks Redis; a hit is kept locally for the entry's remaining lifetime.
   Writes go to the local cache at once and to Redis in the background (JSON values, the
-  Redis TTL is the entry's TTL), so a write never delays a response.
+  Redis TTL is the entry's TTL), so a write never delays a response. An entry that
+  cannot be used (another version's, too big, too deep to parse) is a miss.
 - `SharedBreaker`: a circuit breaker whose state lives in Redis (consecutive failures by
   INCR, open-until by SET PX, the half-open probe by SET NX as a lock so one worker in
   all probes), keeping its local `CircuitBreaker` up to date as the fallback.
@@ -50,6 +51,12 @@ MAX_PENDING_WRITES: Final = 1000  # background writes beyond this are dropped, n
 # Breaker keys that only matter while a source keeps failing expire this long after the
 # last failure, so a source nobody asks about again leaves nothing behind in Redis.
 STALE_AFTER_S: Final = 3600.0
+# What a shared entry may hold. Redis is shared with whoever can reach it: an entry larger
+# than anything this code writes is refused as a miss, not parsed and served. A result
+# entry is one source's items, and no source returns more than its `max_results` (at most
+# 200, Home Assistant's bound); decisions and turns are small objects.
+MAX_VALUE_ITEMS: Final = 200
+MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
 
 
 class _Unavailable:
@@ -269,11 +276,8 @@ class SharedCache(Generic[K, V]):
         if isinstance(got, _Unavailable) or got[0] is None:
             return None
         raw, ttl_ms = got
-        try:
-            value = self._decode(json.loads(raw))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            # Written by another version, or for a route this process does not have.
-            log.debug("shared state: unusable %s entry ignored", self.namespace)
+        value = self._decoded(raw)
+        if value is None:
             return None
         if not keep_locally:
             return value
@@ -283,13 +287,38 @@ class SharedCache(Generic[K, V]):
         self.local.set(key, value, min(left, limit))
         return value
 
+    def _decoded(self, raw: Any) -> V | None:
+        """The value an entry holds, or None when it is unusable: written by another
+        version, for a route this process does not have, or by no process of ours (too
+        big, too long a list, nested too deep to parse). Any failure is a miss, never an
+        error: whatever is in Redis must not fail a request, and the miss's fresh answer
+        overwrites the entry."""
+        try:
+            if len(raw) > MAX_VALUE_BYTES:
+                raise ValueError(f"{len(raw)} bytes")
+            data = json.loads(raw)
+            if isinstance(data, list) and len(data) > MAX_VALUE_ITEMS:
+                raise ValueError(f"{len(data)} items")
+            return self._decode(data)
+        except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError, a bad shape...
+            log.debug(
+                "shared state: unusable %s entry ignored (%s)", self.namespace, type(exc).__name__
+            )
+            return None
+
     def publish(self, key: K, value: V, ttl_s: float | None = None) -> None:
         """Write the entry to Redis in the background, to live `ttl_s` (default: the cache's)."""
         if not self.caches(ttl_s):
             return
         ttl = self.local.ttl_s if ttl_s is None else ttl_s
         name = self.redis_key(key)
-        payload = json.dumps(self._encode(value), ensure_ascii=False, separators=(",", ":"))
+        data = self._encode(value)
+        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        too_long = isinstance(data, list) and len(data) > MAX_VALUE_ITEMS
+        if too_long or len(payload.encode("utf-8")) > MAX_VALUE_BYTES:
+            # Every reader would refuse it: kept locally only.
+            log.debug("shared state: %s entry too big to share", self.namespace)
+            return
         ttl_ms = max(1, int(ttl * 1000))
         self.link.spawn(self.component, lambda client: client.set(name, payload, px=ttl_ms))
 

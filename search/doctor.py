@@ -28,6 +28,7 @@ SAMPLE_QUERIES = {
     "searxng": "weather",
 }
 DEFAULT_SAMPLE = "status"
+TIMEOUT = "timeout"  # the sample call's outcome when no answer came in the source's time
 LLM_SAMPLE = "what is the weather today"
 
 
@@ -41,7 +42,7 @@ class Finding:
     status: str = "disabled"  # ok | down | disabled | not configured
     reachable: bool | None = None
     version: str | None = None
-    auth: str = "-"  # ok | refused | - (nothing to authenticate)
+    auth: str = "-"  # ok | refused | - (nothing to authenticate, or no answer to tell)
     sample: str = ""  # "ok, 3 items" | "empty" | an error reason
     sample_ms: float | None = None
     detail: str = ""
@@ -70,12 +71,18 @@ async def _sample(source: Source, query: str) -> tuple[str, float, Exception | N
         async with asyncio.timeout(source.timeout_s):
             items = await source.search(query)
     except TimeoutError:
-        return "timeout", (time.perf_counter() - started) * 1000.0, None
+        return TIMEOUT, (time.perf_counter() - started) * 1000.0, None
     except Exception as exc:  # noqa: BLE001 - every failure is a finding
         reason = str(getattr(exc, "reason", type(exc).__name__))
         return reason, (time.perf_counter() - started) * 1000.0, exc
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     return (f"ok, {len(items)} items" if items else "empty"), elapsed_ms, None
+
+
+def _auth(outcome: str, error: Exception | None) -> str:
+    """`ok` only when the source answered the sample call: a source that never answered
+    (a timeout) accepted nothing, so its credentials are unknown (`-`)."""
+    return "ok" if error is None and outcome != TIMEOUT else "-"
 
 
 async def check_one(name: str, entry: Any) -> Finding:
@@ -104,8 +111,8 @@ async def check_one(name: str, entry: Any) -> Finding:
         if refused:
             finding.auth = "refused"
         elif _has_credentials(entry):
-            finding.auth = "ok" if error is None else "-"
-        failed = error is not None or outcome == "timeout"
+            finding.auth = _auth(outcome, error)
+        failed = error is not None or outcome == TIMEOUT
         if error is not None:
             finding.detail = str(error)
         finding.status = "down" if (failed or not health.reachable or refused) else "ok"

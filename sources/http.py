@@ -45,12 +45,17 @@ _SECRET_PARAMS = re.compile(
 )
 
 
+# user:password@ in a URL (the user kept, the password masked); linear: no nested repeats.
+_URL_USERINFO = re.compile(r"(://[^/@:\s]*):[^/@\s]*@")
+
+
 class MaskSecretParams(logging.Filter):
-    """httpx logs every request's full URL at INFO; mask credential parameters in it."""
+    """httpx logs every request's full URL at INFO; mask credential parameters and a
+    URL's password in it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = _SECRET_PARAMS.sub(r"\1***", message)
+        masked = _URL_USERINFO.sub(r"\1:***@", _SECRET_PARAMS.sub(r"\1***", message))
         if masked != message:
             record.msg, record.args = masked, None
         return True

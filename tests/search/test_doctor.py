@@ -208,3 +208,50 @@ async def test_health_is_cached_and_a_hanging_source_does_not_hang_the_probe() -
     assert loop.time() - started < 2
     assert snapshot["probed"]["reachable"] is None  # not known yet: said so, not guessed
     await hanging.aclose()
+
+
+class Silent:
+    """A TCP server on loopback that accepts every connection and never answers: a
+    source behind it is reachable, yet no call it makes ever gets a reply."""
+
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+        self._held: list[asyncio.StreamWriter] = []
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "not started"
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._held.append(writer)  # kept open, never written to
+
+    async def __aenter__(self) -> Silent:
+        self._server = await asyncio.start_server(self._hold, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._held:
+            writer.close()
+        await self._server.wait_closed()
+
+
+@pytest.mark.parametrize("kind", ["homeassistant", "ha_weather"])
+async def test_a_source_that_never_answers_has_no_auth_verdict(demo_zim: Path, kind: str) -> None:
+    """A token nobody answered was not accepted: auth is unknown (`-`), never `ok`."""
+    async with Silent() as silent:
+        entry: dict[str, Any] = {
+            "type": kind,
+            "url": silent.url,
+            "token": "tok-Y7",
+            "timeout_s": 0.3,
+        }
+        if kind == "ha_weather":
+            entry["entity_id"] = "weather.home"
+        config = parse_config(config_data(demo_zim, forecast=entry))
+        found = by_name([f.to_dict() for f in await diagnose(config)])["forecast"]
+    assert found["status"] == "down"
+    assert found["sample"] == "timeout", found
+    assert found["auth"] == "-", found
