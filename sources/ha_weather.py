@@ -15,7 +15,6 @@ than `max_days` from today.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Literal
@@ -83,19 +82,7 @@ class Day:
 
 
 def _number(entry: dict[str, Any], key: str) -> float | None:
-    """A finite number, or None when absent; NaN and infinities would break `round()`."""
-    value = entry.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SourceBadResponse(f"forecast field {key!r} is not a number")
-    try:
-        number = float(value)
-    except OverflowError:  # an int too big for a float
-        raise SourceBadResponse(f"forecast field {key!r} is out of range") from None
-    if not math.isfinite(number):
-        raise SourceBadResponse(f"forecast field {key!r} is out of range")
-    return number
+    return http.finite_number(entry.get(key), f"forecast field {key!r}")
 
 
 def parse_days(result: Any, entity_id: str) -> tuple[list[Day], date]:

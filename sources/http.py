@@ -84,6 +84,23 @@ def shown(value: Any) -> str:
     return _SHOWN.repr(value)[:SHOWN_CHARS]
 
 
+def finite_number(value: Any, what: str) -> float | None:
+    """A backend's number as a finite float, None for null; `what` names it in the error
+    (a bool, a string, NaN, an infinity or an int too big for a float is malformed: each
+    would break the rounding and arithmetic that describe it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SourceBadResponse(f"{what} is not a number")
+    try:
+        number = float(value)
+    except OverflowError:  # an int too big for a float
+        raise SourceBadResponse(f"{what} is out of range") from None
+    if not math.isfinite(number):
+        raise SourceBadResponse(f"{what} is out of range")
+    return number
+
+
 def make_client(
     base_url: str, timeout_s: float, headers: dict[str, str] | None = None
 ) -> httpx.AsyncClient:

@@ -120,18 +120,7 @@ class Forecast:
 
 
 def _number(value: Any, where: str) -> float | None:
-    """A finite number, or None for null; NaN and infinities would break `round()`."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SourceBadResponse(f"{WHAT} sent a non-number in {where}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int too big for a float
-        raise SourceBadResponse(f"{WHAT} sent a number out of range in {where}") from None
-    if not math.isfinite(number):
-        raise SourceBadResponse(f"{WHAT} sent a number out of range in {where}")
-    return number
+    return http.finite_number(value, f"{WHAT}'s {where}")
 
 
 def _finite(value: Any) -> float | None:
