@@ -441,27 +441,17 @@ class LLMStage:
             context.ranked = stated.ranked
             context.default_reason = "low_confidence"
             return None
-        if answer.route is None:
-            record(
-                Step.INTENT_LLM,
-                query=query,
-                decision=None,
-                discourse_escalated=escalated,
-                matched=False,
-                outcome="no_source",
-                **stated.fields(),
-                **fields,
-            )
-        else:
-            record(
-                Step.INTENT_LLM,
-                query=query,
-                decision=answer.route,
-                discourse_escalated=escalated,
-                matched=True,
-                **stated.fields(),
-                **fields,
-            )
+        unserved = {"outcome": "no_source"} if answer.route is None else {}
+        record(
+            Step.INTENT_LLM,
+            query=query,
+            decision=answer.route,
+            discourse_escalated=escalated,
+            matched=answer.route is not None,
+            **unserved,
+            **stated.fields(),
+            **fields,
+        )
         return answer, stated
 
     def _record_cut_off(self, query: str, escalated: bool, started: float) -> None:
