@@ -32,7 +32,7 @@ from search.correction.check import (
 )
 from search.correction.labels import Label, LabelError, effective_labels, is_pseudonym
 from search.terminal import say
-from search.traces.store import SQLiteTraceStore
+from search.traces.store import SQLiteTraceStore, TraceIdError
 
 EXIT_OK, EXIT_MISS, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND = 1
@@ -98,7 +98,10 @@ def cmd_label(args: argparse.Namespace) -> int:
         raise LabelUsageError("label: give TRACE_ID and ROUTE (or --export FILE)")
     store = _store(config, args.store)
     try:
-        full = store.resolve_id(args.trace_id)
+        try:
+            full = store.resolve_id(args.trace_id)
+        except TraceIdError as exc:
+            raise LabelUsageError(str(exc)) from None
         if full is None:
             say(f"search: trace {args.trace_id}: no such trace in {store.path}", file=sys.stderr)
             return EXIT_NOT_FOUND

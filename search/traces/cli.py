@@ -13,12 +13,20 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from search.config import Config, ConfigError, TraceConfig, load_config
 from search.terminal import escape_controls, say
 from search.traces.narrative import decision_only, narrative
-from search.traces.store import FilterError, SQLiteTraceStore, TraceFilter, parse_filters
+from search.traces.store import (
+    MIN_ID_PREFIX,
+    FilterError,
+    SQLiteTraceStore,
+    TraceFilter,
+    TraceIdError,
+    parse_filters,
+)
 
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND = 1
@@ -127,39 +135,15 @@ def _find(store: SQLiteTraceStore, trace_id: str, *, replaying: bool = False) ->
     """The trace; an unknown id fails the lookup (exit 1), but not a replay, whose 1 means
     "routing changed": a mistyped id must not read as a regression (exit 2). A prefix too
     short to look up, or one several traces start with, is bad usage (exit 2), said so."""
-    full = store.resolve_id(trace_id)
+    try:
+        full = store.resolve_id(trace_id)
+    except TraceIdError as exc:
+        raise TraceUsageError(str(exc)) from None
     trace = store.get_trace(full) if full else None
     if trace is None:
-        _why_not_a_prefix(store, trace_id)
         error = TraceUsageError if replaying else TraceNotFound
         raise error(f"trace {trace_id}: no such trace in {store.path}")
     return trace
-
-
-# `SQLiteTraceStore.resolve_id` takes a prefix of this many hex digits or more.
-MIN_ID_PREFIX = 6
-_HEX = frozenset("0123456789abcdef")
-
-
-def _why_not_a_prefix(store: SQLiteTraceStore, trace_id: str) -> None:
-    """What is wrong with `trace_id` as a prefix `resolve_id` did not resolve: too short,
-    or shared by several traces (TraceUsageError); nothing when no trace starts with it.
-
-    `resolve_id` answers None for all three; until the store says which itself, the
-    traces the prefix starts are counted here (two are enough)."""
-    if not trace_id or not set(trace_id) <= _HEX or len(trace_id) >= 32:
-        return  # not a prefix of any id this router makes (32 hex digits)
-    if len(trace_id) < MIN_ID_PREFIX:
-        raise TraceUsageError(
-            f"trace {trace_id}: a trace id prefix needs at least {MIN_ID_PREFIX} characters"
-        )
-    rows = store._query(
-        "SELECT trace_id FROM traces WHERE trace_id LIKE ? LIMIT 2", (trace_id + "%",)
-    )
-    if len(rows) > 1:
-        raise TraceUsageError(
-            f"trace {trace_id}: the prefix matches several traces; give more of the id"
-        )
 
 
 # --- trace list / show ---------------------------------------------------------------
@@ -167,6 +151,12 @@ def _why_not_a_prefix(store: SQLiteTraceStore, trace_id: str) -> None:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     _, trace_config = _trace_config(args)
+    if args.trace_command == "list" and not args.store:
+        # The config's own store, before the first request wrote it: nothing stored yet
+        # is an empty list, not an error (a --store FILE that is missing is a typo: exit 2).
+        unopened = SQLiteTraceStore(trace_config.model_copy(update={"enabled": True}))
+        if not unopened.path.exists():
+            return _list(None, args, empty_at=unopened.path)
     store = _existing_store(trace_config)
     try:
         if args.trace_command == "list":
@@ -176,7 +166,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
         store.close_sync()
 
 
-def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
+def _list(
+    store: SQLiteTraceStore | None, args: argparse.Namespace, *, empty_at: Path | None = None
+) -> int:
     from search.traces.render import trace_list_table
 
     params = {
@@ -205,7 +197,16 @@ def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
         filters = parse_filters(params)
     except FilterError as exc:
         raise TraceUsageError(f"--{exc.field if exc.field != 'q' else 'text'}: {exc}") from None
-    page = store.list_traces(filters)
+    if store is None:
+        page: dict[str, Any] = {
+            "traces": [],
+            "total": 0,
+            "limit": filters.limit,
+            "offset": filters.offset,
+            "next_cursor": None,
+        }
+    else:
+        page = store.list_traces(filters)
     if args.json:
         say(json.dumps(page, indent=2, ensure_ascii=False), json_text=True)
         return EXIT_OK
@@ -213,6 +214,8 @@ def _list(store: SQLiteTraceStore, args: argparse.Namespace) -> int:
         say(trace_list_table(page["traces"]))
     shown = len(page["traces"])
     footer = f"{shown} of {page['total']} traces"
+    if empty_at is not None:
+        footer += f" (none stored yet at {empty_at})"
     if page["next_cursor"]:
         footer += f"; next page: --cursor {page['next_cursor']}"
     say(footer)

@@ -82,6 +82,15 @@ class TraceStoreError(ConfigError):
     """The store cannot be opened (bad `trace.path`, permissions): names the key."""
 
 
+class TraceIdError(ValueError):
+    """An id prefix that names no one trace for a reason other than absence: too short to
+    look up, or shared by several traces (HTTP 422, CLI exit 2)."""
+
+
+# `resolve_id` takes a prefix of this many hex digits or more.
+MIN_ID_PREFIX = 6
+
+
 class FilterError(ValueError):
     """A bad filter value; `field` names the parameter (HTTP 422, CLI exit 2)."""
 
@@ -865,15 +874,27 @@ class SQLiteTraceStore:
                 conn.close()
 
     def resolve_id(self, prefix: str) -> str | None:
-        """The full id for an id or a unique prefix of one (at least 6 characters)."""
+        """The full id for an id or a unique prefix of one; None when no trace has it.
+
+        Raises TraceIdError for a hex prefix shorter than MIN_ID_PREFIX or one several
+        traces start with, so a caller can say which instead of "no such trace".
+        """
         if self.get_trace(prefix) is not None:
             return prefix
-        if len(prefix) < 6 or not re.fullmatch(r"[0-9a-f]+", prefix):
-            return None
+        if not re.fullmatch(r"[0-9a-f]{1,31}", prefix):
+            return None  # not a prefix of any id this router makes (32 hex digits)
+        if len(prefix) < MIN_ID_PREFIX:
+            raise TraceIdError(
+                f"trace {prefix}: a trace id prefix needs at least {MIN_ID_PREFIX} characters"
+            )
         rows = self._query(
             "SELECT trace_id FROM traces WHERE trace_id LIKE ? LIMIT 2", (prefix + "%",)
         )
-        return rows[0][0] if len(rows) == 1 else None
+        if len(rows) > 1:
+            raise TraceIdError(
+                f"trace {prefix}: the prefix matches several traces; give more of the id"
+            )
+        return rows[0][0] if rows else None
 
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM traces")[0][0])

@@ -152,6 +152,25 @@ def test_list_prints_a_table_and_bad_filters_exit_2(
     assert not (tmp_path / "missing.db").exists()
 
 
+def test_list_before_the_first_request_is_empty_not_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh data directory: the config's store is not written yet, and nothing in it is
+    an empty list (exit 0) in text and JSON; the file is not created by looking."""
+    db = tmp_path / "traces.db"
+    config = write_config(tmp_path / "c.yaml", db, sources=SOURCES, keywords={"ha": ["lights"]})
+    code, out = cli(capsys, "trace", "list", "--config", str(config))
+    assert code == 0, out
+    assert out.splitlines()[0] == f"0 of 0 traces (none stored yet at {db})"
+    code, out = cli(capsys, "trace", "list", "--config", str(config), "--json")
+    assert code == 0 and json.loads(out)["traces"] == [] and json.loads(out)["total"] == 0
+    code, out = cli(capsys, "trace", "list", "--config", str(config), "--since", "whenever")
+    assert code == 2 and "--since" in out
+    code, out = cli(capsys, "trace", "show", "c0ffee", "--config", str(config))
+    assert code == 2 and "no trace store" in out
+    assert not db.exists()
+
+
 def test_the_narrative_reads_stages_that_passed_and_follow_ups() -> None:
     from search.traces.narrative import narrative
 
@@ -289,3 +308,9 @@ def test_show_says_why_a_prefix_names_no_one_trace(
     assert code == 1 and "trace c0ffee: no such trace" in out
     code, out = cli(capsys, "replay", "a7ec2f", "--config", str(config))
     assert code == 2 and "the prefix matches several traces" in out
+    code, out = cli(capsys, "label", "a7ec2f", "web", "--config", str(config))
+    assert code == 2 and "trace a7ec2f: the prefix matches several traces" in out
+    code, out = cli(capsys, "label", "a7ec2", "web", "--config", str(config))
+    assert code == 2 and "needs at least 6 characters" in out
+    code, out = cli(capsys, "label", "c0ffee", "web", "--config", str(config))
+    assert code == 1 and "trace c0ffee: no such trace" in out
