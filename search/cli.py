@@ -420,7 +420,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         for finding in findings:
             if finding.detail:
                 say(f"{finding.name}: {escape_controls(finding.detail)}")
-    return EXIT_FAILED if any(f.down for f in findings if f.name in config.sources) else EXIT_OK
+    # A configured LLM that does not answer is down too: routing would pass every unsure
+    # part over it to the default, which the user configured the LLM to avoid.
+    return EXIT_FAILED if any(f.down for f in findings) else EXIT_OK
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

@@ -145,6 +145,19 @@ def test_the_llm_is_asked_one_routing_question(demo_zim: Path) -> None:
     assert findings["bad"]["status"] == "down" and findings["bad"]["auth"] == "refused"
 
 
+def test_a_configured_llm_that_does_not_answer_fails_the_doctor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], demo_zim: Path
+) -> None:
+    """Exit 1 and the row says why: every unsure part would pass over it to the default."""
+    data = config_data(demo_zim)
+    data["routing"]["llm"] = {"base_url": closed_port_url(), "model": "m", "timeout_s": 2}
+    code, out = doctor(tmp_path, capsys, data, "--json")
+    found = by_name(json.loads(out))
+    assert code == 1, out
+    assert found["llm"]["status"] == "down" and found["llm"]["reachable"] is False
+    assert found["kiwix"]["status"] == "ok"
+
+
 async def test_healthz_lists_each_source_with_its_reachability(demo_zim: Path) -> None:
     config = parse_config(config_data(demo_zim, web=DOWN_WEB, ha=OFF_HA))
     async with asgi_client(build_app(config)) as client:
