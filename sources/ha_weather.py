@@ -35,8 +35,6 @@ from sources.base import (
 from sources.dates import pick_days
 from sources.registry import HttpUrl, SourceConfig
 
-CALL_ID = 1
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 CONDITIONS = {
     "clear-night": "clear night",
     "cloudy": "cloudy",
