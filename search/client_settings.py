@@ -61,6 +61,10 @@ class ConfigLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: igno
     deep file with long keys would make quadratic) and the path is spelled only on error.
     """
 
+    # Whether keys are named quoted (a check file's keys are queries: 'lights on' reads
+    # as one key) or bare (a config's keys are names: routing.max_parts).
+    quote_keys = False
+
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
         self._parent: dict[int, tuple[int, str]] = {}  # id(node) -> (id(parent), ".key")
@@ -90,7 +94,8 @@ class ConfigLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: igno
                 except TypeError:
                     continue  # unhashable: the constructor refuses it itself
                 shown = str(key)[:_SHOWN_KEY_CHARS]
-                label = "." + (shown if shown.isprintable() else repr(shown))
+                bare = shown.isprintable() and not self.quote_keys
+                label = "." + (shown if bare else repr(shown))
                 self._parent.setdefault(id(value_node), (id(node), label))
                 if earlier is not key_node:
                     raise DuplicateKeyError(

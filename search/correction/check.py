@@ -16,48 +16,25 @@ from typing import Any
 
 import yaml
 
+from search.client_settings import ConfigLoader, DuplicateKeyError
 from search.config import MAX_CONFIG_DEPTH, MAX_CONFIG_VALUES
 from search.correction.labels import INTENT_STEPS, NONE
 from search.query_text import query_problem
 
 # A value shown in a message is cut to this many characters: a file's entry may be huge.
 SHOWN_CHARS = 80
-_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class CheckFileError(ValueError):
     """The file cannot be read as expectations (exit 2); the message says where."""
 
 
-class _DuplicateKey(Exception):
-    """A mapping names one key twice (YAML keeps the last silently)."""
+class _CheckLoader(ConfigLoader):
+    """The config's loader (safe, libyaml, refuses a key given twice), naming keys quoted:
+    a check file's keys are queries, and `a: web` then `a: ha` is two expectations of
+    which YAML would silently keep one."""
 
-    def __init__(self, key: Any, line: int, first: int) -> None:
-        super().__init__(key, line, first)
-        self.key, self.line, self.first = key, line, first
-
-
-# libyaml where PyYAML has it (it refuses nesting past 1000 levels with a YAMLError, where
-# the pure-Python loader recurses), as config.yaml is read.
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """Safe YAML that refuses a key given twice in one mapping: `a: web` then `a: ha` is
-    two expectations of which YAML would silently keep one."""
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: dict[Any, int] = {}
-        if isinstance(node, yaml.MappingNode):
-            for key_node, _ in node.value:
-                if key_node.tag == _MERGE_TAG:
-                    continue  # `<<: *base` merges; an explicit key may override it
-                key = self.construct_object(key_node, deep=False)
-                line = key_node.start_mark.line + 1
-                try:
-                    if key in seen:
-                        raise _DuplicateKey(key, line, seen[key])
-                    seen[key] = line
-                except TypeError:
-                    continue  # unhashable: the constructor refuses it itself
-        return super().construct_mapping(node, deep=deep)
+    quote_keys = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +97,10 @@ def _load(text: str, name: str) -> Any:
     Besides YAMLError, PyYAML lets a ValueError out of a bad implicit or tagged scalar
     (`2024-13-45`, `!!int x`), and the pure-Python loader a RecursionError."""
     try:
-        data = yaml.load(text, Loader=_Loader)
-    except _DuplicateKey as dup:
-        raise CheckFileError(
-            f"{name}: line {dup.line}: {shown(dup.key)} is given twice in one mapping "
-            f"(first on line {dup.first}): YAML would keep only the last"
-        ) from None
+        data = yaml.load(text, Loader=_CheckLoader)  # noqa: S506 - a safe loader
+    except DuplicateKeyError as dup:
+        line = dup.problem_mark.line + 1 if dup.problem_mark else 0
+        raise CheckFileError(f"{name}: line {line}: {dup.problem}") from None
     except (yaml.YAMLError, ValueError) as exc:
         raise CheckFileError(
             f"{name}: not valid YAML: {_cut(' '.join(str(exc).split()), 300)}"
