@@ -12,9 +12,13 @@ import re
 import sys
 from typing import TextIO
 
-# C0, DEL and C1 controls, and the bidi embedding, override and isolate controls (and the
-# marks that steer them).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0, DEL and C1 controls, the bidi embedding, override and isolate controls and the marks
+# that steer them, and the invisible characters that make two texts
+# look the same (zero-width space, word joiner and invisible operators, BOM). The zero-width
+# (non-)joiners stay: scripts and emoji sequences need them.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
 
 
 def _escape(char: str) -> str:

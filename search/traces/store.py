@@ -223,6 +223,12 @@ def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceF
     if since is not None and until is not None and since > until:
         raise FilterError("until", "is before since")
     cursor = params.get("cursor")
+    # Both would apply at once, the offset counted from the cursor: every page after the
+    # first would skip `offset` rows without saying so.
+    if cursor is not None and "offset" in params:
+        raise FilterError(
+            "cursor", "cannot be combined with offset (give offset or cursor, not both)"
+        )
     return TraceFilter(
         step=step,
         source=source,

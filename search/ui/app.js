@@ -9,19 +9,59 @@
 
   // --- small helpers ---------------------------------------------------------------
 
+  // Stored text (queries, source answers, messages) comes from whoever asked or answered.
+  // A bidi override in it would reorder the rest of its line, a C0/C1 control hide itself:
+  // each such character is shown as a visible escape, the set and spelling the CLI uses
+  // (search/terminal.py: C0 but tab and newline, DEL, C1, the bidi controls and marks, and
+  // the invisible zero-width space, word joiner, invisible operators and BOM).
+  const UNSAFE = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/;
+  const UNSAFE_ALL = new RegExp(UNSAFE.source, "g");
+
+  function escapeChar(char) {
+    const code = char.charCodeAt(0);
+    return code <= 0xff ? "\\x" + code.toString(16).padStart(2, "0")
+                        : "\\u" + code.toString(16).padStart(4, "0");
+  }
+
+  // The text as a string with every such character escaped (for attributes: a title).
+  function escapedString(text) {
+    return String(text).replace(UNSAFE_ALL, escapeChar);
+  }
+
+  // The text as nodes: plain text, each escape in a muted span of its own.
+  function escaped(text) {
+    const value = String(text);
+    if (!UNSAFE.test(value)) return document.createTextNode(value);
+    const nodes = document.createDocumentFragment();
+    let last = 0;
+    for (const match of value.matchAll(UNSAFE_ALL)) {
+      if (match.index > last) nodes.append(value.slice(last, match.index));
+      nodes.append(el("span", { class: "esc" }, document.createTextNode(escapeChar(match[0]))));
+      last = match.index + match[0].length;
+    }
+    if (last < value.length) nodes.append(value.slice(last));
+    return nodes;
+  }
+
+  // Every text a node is given goes through `escaped`: `text`, string children, title.
+  function setText(node, text) {
+    node.replaceChildren(escaped(text));
+  }
+
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) {
       if (value === undefined || value === null || value === false) continue;
       if (key === "class") node.className = value;
-      else if (key === "text") node.textContent = value;
-      else if (key.startsWith("data-") || key.startsWith("aria-") || key === "href" || key === "title" || key === "role" ||
+      else if (key === "text") setText(node, value);
+      else if (key === "title") node.setAttribute(key, escapedString(value));
+      else if (key.startsWith("data-") || key.startsWith("aria-") || key === "href" || key === "role" ||
                key === "type" || key === "colspan") node.setAttribute(key, String(value));
       else node[key] = value;
     }
     for (const child of children) {
       if (child === null || child === undefined) continue;
-      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+      node.append(child instanceof Node ? child : escaped(child));
     }
     return node;
   }
@@ -345,15 +385,38 @@
     return { target: result.source || "no source", detail: ` ${result.status}` };
   }
 
-  function renderResults(results) {
+  // Whether each conditional result's condition was an "unless", as its
+  // conditional_detected event recorded it (`negated`). A result carries no part path: it
+  // is matched to the event with its condition and consequence, in part order. null where
+  // the chain does not say (the event was dropped past routing.max_events, or no chain).
+  function conditionWords(results, chain) {
+    const detected = (chain || []).filter((e) => e.step === "conditional_detected")
+      .sort((a, b) => comparePaths(String(a.part || ""), String(b.part || "")) || a.seq - b.seq);
+    const used = new Set();
+    return (results || []).map((result) => {
+      const condition = result.condition;
+      if (!condition) return null;
+      const event = detected.find((e) => !used.has(e) && e.condition === condition.query &&
+        (typeof e.consequence !== "string" || e.consequence === result.query));
+      if (event) {
+        used.add(event);
+        return event.negated ? "unless" : "if";
+      }
+      if (typeof condition.negated === "boolean") return condition.negated ? "unless" : "if";
+      return null;
+    });
+  }
+
+  function renderResults(results, chain) {
     const list = el("ul", { class: "results" });
-    const add = (result, prefix) => {
+    const add = (result, prefix, kind) => {
       const count = Array.isArray(result.items) ? result.items.length : result.item_count;
       const words = statusWords(result);
       const quiet = result.status === "unserved" || result.status === "withheld";
       const item = el("li", { class: `result status-${result.status}`, "data-source": result.source,
-                              "data-status": result.status },
-        el("span", { class: "q", text: prefix + result.query }), " → ",
+                              "data-status": result.status, "data-condition": kind },
+        prefix ? el("span", { class: "cond-word", text: prefix.text, title: prefix.title }) : null,
+        el("span", { class: "q", text: result.query }), " → ",
         el("strong", { text: words.target }),
         el("span", { class: "status-word", text: words.detail }),
         !quiet && count !== undefined ? ` · ${count} item${count === 1 ? "" : "s"}` : "",
@@ -368,10 +431,17 @@
       }
       list.append(item);
     };
-    for (const result of results || []) {
-      if (result.condition) add(result.condition, "if ");
-      add(result, "");
-    }
+    const words = conditionWords(results, chain);
+    (results || []).forEach((result, i) => {
+      if (result.condition) {
+        const word = words[i];
+        add(result.condition, word
+          ? { text: word + " " }
+          : { text: "if/unless ", title: "the chain does not say which: its conditional_detected event was not recorded" },
+          word || "unknown");
+      }
+      add(result, null, null);
+    });
     return list;
   }
 
@@ -424,7 +494,7 @@
         });
         button.disabled = false;
         if (result.status !== 201) {
-          status.textContent = errorText(result);
+          setText(status, errorText(result));
           status.classList.add("error");
           return;
         }
@@ -518,11 +588,15 @@
     const body = document.querySelector("#trace-list tbody");
     const query = new URLSearchParams(params);
     query.set("limit", "50");
-    if (append && nextCursor) query.set("cursor", nextCursor);
+    // The cursor says where the next page starts; an offset beside it is refused (422).
+    if (append && nextCursor) {
+      query.delete("offset");
+      query.set("cursor", nextCursor);
+    }
     status.textContent = "loading…";
     const result = await api(`traces?${query}`);
     if (result.status !== 200) {
-      status.textContent = errorText(result);
+      setText(status, errorText(result));
       status.classList.add("error");
       if (!append) body.replaceChildren();
       document.getElementById("more").hidden = true;
@@ -538,18 +612,31 @@
     status.textContent = page.total === 0 ? "no traces match" : `${shown} of ${page.total} traces`;
   }
 
+  function traceProblem(text) {
+    document.getElementById("trace-body").replaceChildren();
+    document.getElementById("trace-head").replaceChildren(el("p", { class: "status error", text: text }));
+  }
+
   async function loadTrace(traceId) {
     const head = document.getElementById("trace-head");
     const body = document.getElementById("trace-body");
     hideTooltip();
+    if (!traceId) {
+      traceProblem("no trace id in this link: it should read #/trace/ and the trace's id");
+      return;
+    }
     head.replaceChildren(el("p", { class: "status", text: "loading…" }));
     body.replaceChildren();
     const result = await api(`traces/${encodeURIComponent(traceId)}`);
     if (result.status !== 200) {
-      head.replaceChildren(el("p", { class: "status error", text: errorText(result) }));
+      traceProblem(errorText(result));
       return;
     }
     const t = result.body;
+    if (!t || typeof t !== "object" || !Array.isArray(t.chain) || !Array.isArray(t.results)) {
+      traceProblem(`trace ${traceId}: the server's answer is not a trace`);
+      return;
+    }
     const flags = [t.failed && "failed", t.fallback && "fallback", t.cached && "cached",
                    t.dry_run && "dry run", t.redacted && "redacted"].filter(Boolean);
     head.replaceChildren(
@@ -560,7 +647,7 @@
         t.dropped_events ? ` · ${t.dropped_events} events dropped` : "",
         " · ", el("code", { text: t.trace_id })),
       t.error ? el("p", { class: "status error", text: `${t.error.type}: ${t.error.message}` }) : "",
-      renderResults(t.results));
+      renderResults(t.results, t.chain));
     body.append(renderLabels(t));
     renderChain(body, t.chain, t.duration_ms, t.narrative);
   }
@@ -571,7 +658,7 @@
     const out = document.getElementById("search-result");
     const query = document.getElementById("query").value;
     const dryRun = document.getElementById("dry-run").checked;
-    status.textContent = "searching…";
+    setText(status, "searching…");
     status.classList.remove("error");
     out.replaceChildren();
     const started = performance.now();
@@ -583,19 +670,38 @@
     const took = performance.now() - started;
     const body = result.body || {};
     if (result.status !== 200) {
-      status.textContent = errorText(result);
+      setText(status, errorText(result));
       status.classList.add("error");
     } else {
       const flags = [body.fallback_occurred && "fallback", body.cached && "cached"].filter(Boolean);
-      status.textContent = `${body.results.length} part${body.results.length === 1 ? "" : "s"} in ${fmtMs(took)} ms` +
-        (flags.length ? ` · ${flags.join(" · ")}` : "");
+      // As the trace page says it: events past routing.max_events were not recorded.
+      if (body.dropped_events) flags.push(`${body.dropped_events} events dropped (routing.max_events)`);
+      setText(status, `${body.results.length} part${body.results.length === 1 ? "" : "s"} in ${fmtMs(took)} ms` +
+        (flags.length ? ` · ${flags.join(" · ")}` : ""));
     }
     if (body.trace_id) {
-      out.append(el("p", {}, el("a", { href: `#/trace/${body.trace_id}`, class: "trace-link", text: "open the stored trace" }),
-        " ", el("code", { text: body.trace_id })));
+      const where = el("p", { class: "trace-where" }, el("code", { text: body.trace_id }));
+      out.append(where);
+      offerStoredTrace(where, body.trace_id);
     }
-    if (body.results) out.append(renderResults(body.results));
+    if (body.results) out.append(renderResults(body.results, body.explanation));
     if (Array.isArray(body.explanation)) renderChain(out, body.explanation, null, null);
+  }
+
+  // The link to the stored trace only once the store has it: with trace.enabled off
+  // (or a trace it did not keep) GET /traces/{id} is a 404, and a link there would lead
+  // to nothing. A HEAD asks without the body; only a refusal is fetched, for its reason.
+  async function offerStoredTrace(where, traceId) {
+    const path = `traces/${encodeURIComponent(traceId)}`;
+    let found = await api(path, { method: "HEAD" });
+    if (found.status !== 200 && found.status !== 401) found = await api(path);
+    if (!where.isConnected) return;
+    if (found.status === 200) {
+      where.prepend(el("a", { href: `#/trace/${encodeURIComponent(traceId)}`, class: "trace-link",
+                              text: "open the stored trace" }), " ");
+    } else {
+      where.append(el("span", { class: "muted trace-unstored", text: ` · not stored: ${errorText(found)}` }));
+    }
   }
 
   function route() {
@@ -604,7 +710,14 @@
     const [path, query] = hash.slice(1).split("?");
     if (path.startsWith("/trace/")) {
       show("trace");
-      loadTrace(decodeURIComponent(path.slice("/trace/".length)));
+      let traceId;
+      try {
+        traceId = decodeURIComponent(path.slice("/trace/".length));
+      } catch (err) {
+        traceProblem("this trace link is malformed: its id is not valid percent-encoding");
+        return;
+      }
+      loadTrace(traceId);
     } else if (path === "/search") {
       show("search");
       document.getElementById("query").focus();

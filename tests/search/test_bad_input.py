@@ -178,3 +178,16 @@ def test_query_output_escapes_what_sources_and_queries_hold(
         assert code == 0, out
         assert_no_raw_controls(out)
         assert "\\x1b[2J" in out or "\\u001b[2J" in out
+
+
+def test_invisible_characters_that_make_texts_look_alike_are_shown_as_escapes() -> None:
+    """A zero-width space, word joiner or BOM inside a word would make two stored queries
+    print the same; the joiners that scripts and emoji need are kept as they are."""
+    from search.terminal import escape_controls, escape_json_text
+
+    assert escape_controls("ti\u200bdes\u2060 now\ufeff") == "ti\\u200bdes\\u2060 now\\ufeff"
+    assert escape_json_text('"ti\u200bdes"') == '"ti\\u200bdes"'
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    assert escape_controls(family + " \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == (
+        family + " \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+    )

@@ -578,3 +578,294 @@ def test_an_unserved_request_reads_so_in_the_list(page: Any, site: dict[str, Any
     page.goto(site["base"] + "/ui")
     cell = page.locator("#trace-list tbody tr td.parts")
     expect(cell).to_have_text("— unserved · ha withheld")
+
+
+def _live(page: Any, base: str, query: str) -> None:
+    """Runs `query` in the live form and waits for its chain."""
+    page.goto(base + "/ui#/search")
+    page.fill("#query", query)
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector("#search-result .waterfall")
+
+
+def test_an_unless_condition_reads_unless_as_the_chain_records_it(
+    page: Any, site: dict[str, Any]
+) -> None:
+    query = "unless it rains tomorrow, tell me about tides; if it rains tomorrow, what's the news"
+    _live(page, site["base"], query)
+    chain = page.evaluate("""() => [...document.querySelectorAll(
+        '#search-result table.events tr[data-step=conditional_detected]')].length""")
+    assert chain == 2
+    for where in ("#search-result", "#trace-head"):
+        if where == "#trace-head":
+            page.click("#search-result .trace-link")
+            page.wait_for_selector("#view-trace .waterfall")
+        conditions = page.locator(f"{where} .results li[data-condition]")
+        expect(conditions).to_have_count(2)
+        assert conditions.nth(0).get_attribute("data-condition") == "unless"
+        assert conditions.nth(0).inner_text().startswith("unless it rains tomorrow →")
+        assert conditions.nth(1).get_attribute("data-condition") == "if"
+        assert conditions.nth(1).inner_text().startswith("if it rains tomorrow →")
+
+
+def test_a_condition_whose_event_was_not_recorded_says_neither_if_nor_unless(
+    page: Any, site: dict[str, Any]
+) -> None:
+    """Past routing.max_events a conditional_detected event may be missing: the page does
+    not guess. A result's own `negated` (should the server add one) is read too."""
+    condition = {"query": "it rains", "source": "forecast", "status": "ok", "item_count": 1}
+    trace = fake_trace(
+        results=[
+            {
+                "query": "tell me about tides",
+                "source": "kiwix",
+                "status": "ok",
+                "item_count": 1,
+                "condition": condition,
+            },
+            {
+                "query": "what's the news",
+                "source": "web",
+                "status": "ok",
+                "item_count": 1,
+                "condition": {**condition, "negated": True},
+            },
+        ],
+    )
+    page.goto(f"{site['base']}/ui#/traces")
+    page.route("**/traces/fake*", lambda route: route.fulfill(json=trace))
+    page.evaluate("location.hash = '#/trace/fake'")
+    conditions = page.locator("#trace-head .results li[data-condition]")
+    expect(conditions).to_have_count(2)
+    assert conditions.nth(0).get_attribute("data-condition") == "unknown"
+    assert conditions.nth(0).inner_text().startswith("if/unless it rains →")
+    assert conditions.nth(1).get_attribute("data-condition") == "unless"
+
+
+def fake_trace(**fields: Any) -> dict[str, Any]:
+    """A trace as GET /traces/{id} serves it, for what a real store will not hold."""
+    return {
+        "trace_id": "fake",
+        "started_at": 1.0,
+        "query": "a fake trace",
+        "status_code": 200,
+        "duration_ms": 1.0,
+        "failed": False,
+        "fallback": False,
+        "cached": False,
+        "dry_run": False,
+        "redacted": False,
+        "dropped_events": 0,
+        "error": None,
+        "chain": [],
+        "narrative": [],
+        "labels": [],
+        "label_routes": [],
+        "results": [],
+        **fields,
+    }
+
+
+# Where the page holds stored text in elements of its own: each is bidi-isolated.
+ISOLATED = [
+    ".results .q",
+    ".results .items b",
+    ".results .item-text",
+    "table.events .field",
+    ".narrative li",
+    ".head .query",
+]
+UNSAFE_IN_PAGE = """() => {
+    const unsafe = /[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]/;
+    const found = [];
+    if (unsafe.test(document.body.textContent)) found.push('text');
+    for (const node of document.querySelectorAll('[title]')) {
+        if (unsafe.test(node.getAttribute('title'))) found.push('title of ' + node.tagName);
+    }
+    return found;
+}"""
+
+
+def test_bidi_and_control_characters_in_stored_text_are_shown_as_escapes(
+    page: Any, site: dict[str, Any]
+) -> None:
+    """An unterminated U+202E in a query (and in the items the source echoes it into)
+    would mirror everything after it on its line; it reads `\\u202e`, as in the CLI."""
+    query = "tell me about tides \u202eevil\u202c \u2066x"
+    _live(page, site["base"], query)
+    assert page.evaluate(UNSAFE_IN_PAGE) == []
+    shown = page.locator("#search-result .results .q").first
+    assert shown.text_content() == "tell me about tides \\u202eevil\\u202c \\u2066x"
+    assert shown.locator(".esc").count() == 3
+    title = page.locator("#search-result .results .items b").first.text_content()
+    assert "\\u202eevil\\u202c" in title
+    trace_id = page.locator("#search-result code").first.inner_text()
+
+    page.click("#search-result .trace-link")
+    page.wait_for_selector("#view-trace .waterfall")
+    assert page.evaluate(UNSAFE_IN_PAGE) == []
+    assert page.locator("#trace-head h2.query").text_content() == shown.text_content()
+    for selector in ISOLATED:
+        nodes = page.locator(f"#view-trace {selector}")
+        if "item" in selector:  # a stored trace keeps no items: the live answer has them
+            nodes = page.locator(f"#search-result {selector}")
+        assert nodes.count() > 0, selector
+        bidi = nodes.first.evaluate("n => getComputedStyle(n).unicodeBidi")
+        assert bidi == "isolate", selector
+    # The results line reads left to right: the route stands right of the query.
+    line = page.locator("#trace-head .results > li").first
+    assert box(line.locator("strong"))["x"] > box(line.locator(".q"))["x"]
+
+    # The list shows the escape too; the filter takes the text as typed (the real U+202E).
+    page.goto(site["base"] + "/ui#/traces")
+    link = page.locator(f"#trace-list tr[data-trace-id='{trace_id}'] td.query a")
+    expect(link).to_have_text("tell me about tides \\u202eevil\\u202c \\u2066x")
+    assert link.evaluate("n => getComputedStyle(n).unicodeBidi") == "isolate"
+    assert page.evaluate(UNSAFE_IN_PAGE) == []
+    page.fill("#filters input[name=q]", "tides \u202eevil")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#list-status")).to_contain_text("1 of 1")
+    assert page.locator("#trace-list tbody tr").first.get_attribute("data-trace-id") == trace_id
+    assert page.input_value("#filters input[name=q]") == "tides \u202eevil"
+
+
+def test_the_viewer_escapes_the_same_characters_as_the_cli(page: Any, site: dict[str, Any]) -> None:
+    from search.terminal import escape_controls
+
+    text = "".join(chr(c) for c in range(0x3000) if c != 0xFEFF)
+    page.goto(f"{site['base']}/ui#/traces")
+    page.route(
+        "**/traces/fake*",
+        lambda route: route.fulfill(json=fake_trace(query=text, narrative=[text])),
+    )
+    page.evaluate("location.hash = '#/trace/fake'")
+    page.wait_for_selector("#trace-head h2.query")
+    # The CLI prints stored text through `say`: its own tabs and line breaks stay.
+    expected = escape_controls(text, keep="\n\t")
+    assert page.locator("#trace-head h2.query").text_content() == expected
+    assert page.locator(".narrative li").first.text_content() == expected
+
+
+def test_odd_trace_links_say_what_is_wrong(page: Any, site: dict[str, Any]) -> None:
+    page.goto(f"{site['base']}/ui#/trace/")
+    expect(page.locator("#trace-head .status.error")).to_contain_text("no trace id")
+    page.evaluate("location.hash = '#/trace/%E0%A4%A'")
+    expect(page.locator("#trace-head .status.error")).to_contain_text("malformed")
+    # An answer that is no trace (here: a page of the list) is said so, not drawn.
+    page.route(
+        "**/traces/odd*",
+        lambda route: route.fulfill(
+            json={"traces": [], "total": 0, "limit": 50, "offset": 0, "next_cursor": None}
+        ),
+    )
+    page.evaluate("location.hash = '#/trace/odd'")
+    expect(page.locator("#trace-head .status.error")).to_contain_text("is not a trace")
+    assert page.locator("#trace-body *").count() == 0
+    # ... and a good link still works afterwards.
+    page.evaluate(f"location.hash = '#/trace/{site['ids']['plain']}'")
+    page.wait_for_selector("#view-trace .waterfall")
+    # `page` asserts no uncaught exception.
+
+
+def _page_width(page: Any) -> tuple[int, int]:
+    return page.evaluate(
+        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+
+
+def test_long_values_wrap_and_the_page_is_no_wider_than_the_window(
+    browser: Any, site: dict[str, Any]
+) -> None:
+    word = "pneumonoultramicroscopicsilicovolcanoconiosis" * 6
+    query = f"what's the news about {word}; if it rains tomorrow, tell me about {word}"
+    for width in (1400, 800):
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        _live(page, site["base"], query)
+        scroll, client = _page_width(page)
+        assert scroll <= client, f"live form {scroll} px wide in a {client} px window"
+        page.click("#search-result .trace-link")
+        page.wait_for_selector("#view-trace .waterfall")
+        for trace_id in (None, site["ids"]["parts"]):
+            if trace_id:
+                page.evaluate(f"location.hash = '#/trace/{trace_id}'")
+                page.wait_for_selector(f"#trace-head code:text('{trace_id}')")
+            scroll, client = _page_width(page)
+            assert scroll <= client, f"trace page {scroll} px wide in a {client} px window"
+        # The long candidates value wraps inside its field; the key stays whole.
+        field = page.locator("table.events .field", has_text="candidates=").first
+        assert box(field)["height"] > 20
+        page.goto(site["base"] + "/ui#/traces")
+        page.locator("#trace-list tbody tr").first.wait_for()
+        scroll, client = _page_width(page)
+        assert scroll <= client, f"trace list {scroll} px wide in a {client} px window"
+        context.close()
+
+
+def test_paging_follows_the_cursor_without_the_offset(browser: Any, tmp_path: Path) -> None:
+    """From #/traces?offset=10 "Older traces" gives the rest, none skipped; the API
+    refuses cursor and offset together (422 naming both) rather than skip rows."""
+    with uvicorn_server(create_app(ui_config(tmp_path))) as base:
+        with httpx.Client(base_url=base, timeout=30) as http:
+            ids = [
+                http.post("/search", json={"query": f"tides number {n}"}).json()["trace_id"]
+                for n in range(62)
+            ]
+            first = http.get("/traces", params={"limit": 50, "offset": 10}).json()
+            refused = http.get(
+                "/traces", params={"limit": 50, "offset": 10, "cursor": first["next_cursor"]}
+            )
+        assert refused.status_code == 422
+        error = refused.json()["error"]
+        assert error["field"] == "cursor" and "offset" in error["message"]
+
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        lists: list[str] = []
+        page.on("request", lambda r: lists.append(r.url) if "/traces?" in r.url else None)
+        page.goto(f"{base}/ui#/traces?offset=10")
+        expect(page.locator("#list-status")).to_contain_text("50 of 62 traces")
+        page.click("#more")
+        expect(page.locator("#list-status")).to_contain_text("52 of 62 traces")
+        rows = page.locator("#trace-list tbody tr")
+        shown = [rows.nth(i).get_attribute("data-trace-id") for i in range(rows.count())]
+        assert shown == ids[::-1][10:]
+        expect(page.locator("#more")).to_be_hidden()
+        assert "offset=10" in lists[0] and "cursor=" in lists[-1]
+        assert "offset" not in lists[-1]
+        context.close()
+
+
+def small_config(tmp: Path):
+    """ui_config with no trace store and the fewest events a request may record."""
+    data = ui_config(tmp).model_dump(mode="json")
+    data["routing"]["max_events"] = 10
+    data["trace"]["enabled"] = False
+    return parse_config({k: data[k] for k in ("routing", "trace", "sources")})
+
+
+def test_the_live_form_says_what_was_dropped_and_links_no_trace_without_a_store(
+    browser: Any, tmp_path: Path
+) -> None:
+    with uvicorn_server(create_app(small_config(tmp_path))) as base:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        query = "; ".join(f"tell me about topic {n}" for n in range(6))
+        page.goto(base + "/ui#/search")
+        page.fill("#query", query)
+        with page.expect_response("**/search") as answer:
+            page.click("#search-form button[type=submit]")
+        dropped = answer.value.json()["dropped_events"]
+        assert dropped > 0
+        page.wait_for_selector("#search-result .waterfall")
+        expect(page.locator("#search-status")).to_contain_text(
+            f"{dropped} events dropped (routing.max_events)"
+        )
+        assert page.locator("#search-result table.events tbody tr").count() == 10
+        expect(page.locator("#search-result .trace-unstored")).to_contain_text("switched off")
+        assert page.locator("#search-result .trace-link").count() == 0
+        assert page.locator("#search-result code").first.inner_text()  # the id is still shown
+        context.close()

@@ -112,6 +112,25 @@ async def test_paging_by_offset_and_by_cursor_covers_everything_once(tmp_path: P
         assert page["next_cursor"] is None
 
 
+async def test_a_cursor_with_an_offset_is_refused_not_combined(tmp_path: Path) -> None:
+    """Applied together, the offset would count from the cursor: the page after
+    `offset=5` would silently skip 5 more rows. The 422 names both parameters."""
+    config = home_config(tmp_path / "traces.db")
+    async with asgi_client(app_for(config)) as client:
+        ids = await run_queries(client, [f"history {n}" for n in range(12)])
+        first = (await client.get("/traces", params={"limit": 4, "offset": 5})).json()
+        assert [t["trace_id"] for t in first["traces"]] == ids[::-1][5:9]
+        cursor = first["next_cursor"]
+        for offset in ("5", "0"):
+            both = await client.get("/traces", params={"offset": offset, "cursor": cursor})
+            assert both.status_code == 422
+            error = both.json()["error"]
+            assert error["field"] == "cursor"
+            assert "cursor" in error["message"] and "offset" in error["message"]
+        rest = (await client.get("/traces", params={"limit": 4, "cursor": cursor})).json()
+        assert [t["trace_id"] for t in rest["traces"]] == ids[::-1][9:]
+
+
 @pytest.mark.parametrize(
     ("query", "field"),
     [

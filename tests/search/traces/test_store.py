@@ -538,6 +538,7 @@ async def test_concurrent_readers_see_a_consistent_store_while_writing(tmp_path:
         ({"failed": "maybe"}, "failed"),
         ({"step": "Drop Table"}, "step"),
         ({"cursor": "abc"}, "cursor"),
+        ({"cursor": "5", "offset": "0"}, "cursor"),  # both: the offset would skip rows
         ({"color": "red"}, "color"),
     ],
 )
