@@ -12,8 +12,14 @@ the whole server, whichever worker answers it.
 
 What a truncated chain means here: events past `routing.max_events` are not kept in the
 chain, but what they did is (`TraceRecord.dropped`: their step, source and outcome), so
-source calls, fallbacks and cache hits are counted all the same; a dropped intent event
-names no stage's confidence, and `search_dropped_events_total` says how many were dropped.
+source calls, fallbacks, cache hits, withheld commands and unserved parts are counted all
+the same; a dropped intent event names no stage's confidence, a dropped source call no
+duration (it is counted in `search_source_calls_untimed_total` instead of the latency
+histogram), and `search_dropped_events_total` says how many were dropped.
+
+Only requests that reached the router are counted: input the HTTP layer refuses (bad JSON
+or fields, an empty query, a foreign Origin or Host, a missing token) is answered before
+there is a chain; a query with too many parts reaches it, and is counted as its 422.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -31,7 +37,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from routing.chain.events import FIELDS, PART, STEP
 from routing.chain.steps import Step
+from routing.dispatch.control import Withheld
 from search.traces.records import TraceRecord
 
 __all__ = ["INTENT_STEPS", "MULTIPROCESS_ENV", "MetricsObserver", "metrics_route"]
@@ -68,6 +76,12 @@ LATENCY_BUCKETS_S = (
     30.0,
 )
 REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# The stages whose verdict can be "no configured source serves this" (the LLM says it as
+# `outcome: no_source`); `intent_default` then ends the part unserved, once per part.
+UNSERVED_STAGES = (Step.INTENT_LABEL, Step.INTENT_KEYWORD, Step.INTENT_SEMANTIC, Step.INTENT_LLM)
+_UNSERVED_VERDICTS = frozenset({"unserved", "no_source"})
+# A withheld command's reason, from the gate's closed set (anything else: "other").
+WITHHELD_REASONS = frozenset(reason.value for reason in Withheld)
 
 
 class MetricsObserver:
@@ -79,7 +93,10 @@ class MetricsObserver:
         r = self.registry
         self.requests = Counter(
             "search_requests",
-            "Finished /search requests (any surface), by HTTP status.",
+            "Requests that reached the router (/search, MCP tools), by the HTTP status they "
+            "ended with (200; 422 more parts than routing.max_parts; 502 every part failed; "
+            "504 deadline). Input the HTTP layer refuses (bad JSON or fields, an empty query, "
+            "403, 413, 415, a missing token) never reaches it and is not counted here.",
             ["status"],
             registry=r,
         )
@@ -97,9 +114,18 @@ class MetricsObserver:
         )
         self.source_seconds = Histogram(
             "search_source_call_duration_seconds",
-            "Elapsed time of source calls, timed around the call (source_invoked.elapsed_ms).",
+            "Elapsed time of source calls, timed around the call (source_invoked.elapsed_ms). "
+            "Calls past routing.max_events have no recorded time and are left out: "
+            "search_source_calls_total = this _count + search_source_calls_untimed_total.",
             ["source", "outcome"],
             buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.source_calls_untimed = Counter(
+            "search_source_calls_untimed",
+            "Source calls counted in search_source_calls_total but not in the latency "
+            "histogram: past routing.max_events, where no duration is kept.",
+            ["source", "outcome"],
             registry=r,
         )
         self.source_skips = Counter(
@@ -128,8 +154,23 @@ class MetricsObserver:
         )
         self.intent_decisions = Counter(
             "search_intent_decisions",
-            "Routing decisions by the intent stage that made them.",
+            "Routing decisions (a route chosen) by the intent stage that made them; a part "
+            "judged unserved is counted in search_unserved_total instead.",
             ["stage"],
+            registry=r,
+        )
+        self.unserved = Counter(
+            "search_unserved",
+            "Parts answered as unserved (no configured source serves them, none called), "
+            "by the intent stage whose verdict it was.",
+            ["stage"],
+            registry=r,
+        )
+        self.control_withheld = Counter(
+            "search_control_withheld",
+            "State-changing commands not carried out (control_withheld), by source and the "
+            "gate's first reason (dry_run, conditional, not_authorized, ...).",
+            ["source", "reason"],
             registry=r,
         )
         self.errors = Counter(
@@ -149,6 +190,8 @@ class MetricsObserver:
             self.cache_hits.labels(kind=kind)
         for stage in INTENT_STEPS:
             self.intent_decisions.labels(stage=stage)
+        for stage in UNSERVED_STAGES:
+            self.unserved.labels(stage=stage)
         # What requests counted since the last scrape: {counter series: amount} and
         # {histogram series: [sum, count per bucket]}. A request adds to these plain dicts,
         # a scrape (or `flush`) adds them to the Prometheus series: one increment per series
@@ -170,6 +213,7 @@ class MetricsObserver:
             Step.SOURCE_SKIPPED: self._source_skipped,
             Step.SHARED_STATE_DEGRADED: self._shared_state_degraded,
             Step.ERROR: self._error,
+            Step.CONTROL_WITHHELD: self._control_withheld,
         }
 
     def _series(self, metric: Any, *labels: str) -> Any:
@@ -194,12 +238,17 @@ class MetricsObserver:
             # The commonest steps first (every request has an intent step; a cache hit, one
             # per part); the rest by a table rather than a chain of comparisons.
             others = self._others
+            unserved = False
             for step, event in trace.step_fields():
                 if step == Step.RESULT_CACHE_HIT:
                     self._count(self._result_hits)
                 elif step.startswith("intent_"):
                     if event.get("decision") is None:
-                        continue  # a stage that looked but did not decide (a semantic miss)
+                        # A stage that looked but did not decide (a semantic miss), or the
+                        # part ends unserved: counted by the stage that judged it, below.
+                        if step == Step.INTENT_DEFAULT and event.get("reason") == "unserved":
+                            unserved = True
+                        continue
                     decisions = self._by_intent.get(step)
                     if decisions is None:
                         decisions = self._by_intent[step] = self._series(
@@ -212,6 +261,8 @@ class MetricsObserver:
                     count = others.get(step)
                     if count is not None:
                         count(event)
+            if unserved:
+                self._unserved(trace)
             if not self._deferred:
                 self._flush_locked()
 
@@ -248,6 +299,28 @@ class MetricsObserver:
                 if count:
                     bucket.inc(count)
 
+    def _unserved(self, trace: TraceRecord) -> None:
+        """Each unserved part (its `intent_default`, reason "unserved") under the stage
+        whose verdict in the same part it follows. Rare, so the parts are read only here;
+        events past max_events have no part and pair up in the order they came."""
+        judged: dict[str | None, str] = {}
+        for part, step, event in _with_parts(trace):
+            if step == Step.INTENT_DEFAULT:
+                stage = judged.pop(part, step)
+                if event.get("reason") == "unserved":
+                    self._count(self._series(self.unserved, stage))
+            elif (
+                step.startswith("intent_")
+                and event.get("decision") is None
+                and event.get("outcome") in _UNSERVED_VERDICTS
+            ):
+                judged[part] = step
+
+    def _control_withheld(self, event: dict[str, Any]) -> None:
+        reason = str(event.get("reason"))
+        labels = (str(event.get("source")), reason if reason in WITHHELD_REASONS else "other")
+        self._count(self._series(self.control_withheld, *labels))
+
     def _source_invoked(self, event: dict[str, Any]) -> None:
         labels = (str(event.get("source")), str(event.get("outcome")))
         self._count(self._series(self.source_calls, *labels))
@@ -256,6 +329,8 @@ class MetricsObserver:
             self._observe(
                 self._series(self.source_seconds, *labels), max(float(elapsed), 0.0) / 1000.0
             )
+        else:  # past max_events: the tally keeps no duration
+            self._count(self._series(self.source_calls_untimed, *labels))
 
     def _fallback(self, event: dict[str, Any]) -> None:
         labels = (str(event.get("from_source")), str(event.get("to_source")))
@@ -285,6 +360,20 @@ class MetricsObserver:
     def exposition(self) -> bytes:
         """The Prometheus text format of everything counted so far."""
         return generate_latest(self.exposition_registry())
+
+
+def _with_parts(trace: TraceRecord) -> Iterator[tuple[str | None, str, dict[str, Any]]]:
+    """(part, step, fields) per event in order, then the dropped ones (part None)."""
+    recorded = trace.recorded
+    if recorded is not None:
+        for entry in recorded.entries:
+            yield entry[PART], entry[STEP], entry[FIELDS]
+    else:
+        for event in trace.chain:
+            yield str(event.get("part", "")), str(event.get("step")), event
+    for step, fields, count in trace.dropped:
+        for _ in range(count):
+            yield None, step, fields
 
 
 def metrics_route(observer: MetricsObserver) -> Route:

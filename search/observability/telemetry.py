@@ -254,8 +254,10 @@ class OtelObserver:
         redact: bool = False,
         max_pending: int = 10_000,
     ) -> None:
-        """`redact` follows `trace.redact`: query texts leave the process as digests only;
-        past `max_pending` queued requests (an exporter far behind) traces are dropped."""
+        """`redact` follows `trace.redact`: every text of the user's (any field outside
+        `search.traces.rows.KEPT_FIELDS`, words quoted in messages) leaves the process as
+        a pseudonym only, under a key of this process; past `max_pending` queued requests
+        (an exporter far behind) traces are dropped."""
         self.provider = provider
         self.ids = ids
         self.redact = redact
@@ -310,7 +312,7 @@ class OtelObserver:
         query: str = trace.query
         error = trace.error
         if self.redact:
-            from search.traces.store import redact
+            from search.traces.rows import redact
 
             redacted = redact({"query": query, "chain": chain, "error": error})
             query, chain, error = redacted["query"], redacted["chain"], redacted["error"]

@@ -1,8 +1,9 @@
 """What a trace becomes on disk: the table, and the row a finished request is turned into.
 
 The one place that decides what is kept: metadata by default (items dropped), captured
-source answers only with `capture_results`, query texts as keyed pseudonyms (HMAC-SHA256
-under the store's own key, `search.pseudonym`) with `redact`.
+source answers only with `capture_results`, and with `redact` every text that is not the
+router's own vocabulary (`KEPT_FIELDS`) as a keyed pseudonym (HMAC-SHA256 under the
+store's own key, `search.pseudonym`).
 It imports nothing heavy, because the trace writer process (`search.traces.writer`) runs it.
 """
 
@@ -31,35 +32,67 @@ class RowPolicy(Protocol):
 
 
 SCHEMA_VERSION = 5
-# Event fields (and nested keys) that hold query text, or text matched against it
-# (keywords, exemplars, earlier queries, prompts); redaction replaces them by digests.
-QUERY_FIELDS = frozenset(
+# Redaction keeps only what is known not to quote the user: these fields' string values
+# (at any depth) come from the router's own vocabulary (steps, parts, source and route
+# names, stage and rule names, outcomes, reasons, error types, the artefact a stage
+# routed with). Every other string is a pseudonym in a redacted row and in exported
+# spans, so a field added later cannot leak the words it carries.
+KEPT_FIELDS = frozenset(
     {
-        "query",
-        "parts",
-        "condition",
-        "consequence",
-        "remainder",
-        "matched_query",
-        "matched",
-        "previous_query",
-        "nearest",
-        "candidates",
-        "candidate",
-        "exemplar",
-        "text",
-        "prompt",
-        "prompts",
-        "messages",
-        "content",
-        "completion",
-        "response",
-        "raw",
-        "raw_answer",
+        # every event
+        "step",
+        "part",
+        # where a part went, and who decided
+        "source",
+        "sources",
+        "decision",
+        "route",
+        "routes",
+        "label",
+        "answer",  # the LLM's route ("none" included)
+        "habits",  # routes an LLM names for any query
+        "from_source",
+        "to_source",
+        "from_route",
+        "to_route",
+        "live_route",
+        "stage",
+        "previous_stage",
+        "origin",
+        "fit",
+        "tier",
+        "method",
+        "operation",
+        "rule",
+        "discourse",
+        "kind",
+        "classifier_prior",
+        "component",
+        # how it ended, and why
+        "outcome",
+        "status",
+        "reason",
+        "reasons",
+        "declined",  # "semantic 0.41 < 0.55": a template of numbers
+        "error_type",
+        "error",  # a recognizer's exception type (an error dict is walked key by key)
+        "type",
+        "field",
+        # the LLM stage's own settings
+        "model",
+        "response_format",
+        "next",
+        "confidence_source",
+        "role",
+        # a command, as the source's vocabulary names it (its target is the user's words)
+        "action",
+        "recognizer",
+        "intent",
     }
 )
-# Free-text fields that may quote a query; redaction replaces any query inside them.
-MESSAGE_FIELDS = frozenset({"message", "detail"})
+# Free text written by the router or a source (error messages), which may quote the user:
+# kept readable, with every query text and every word of one inside them replaced.
+MESSAGE_FIELDS = frozenset({"message", "detail", "confidence_detail"})
 OUTCOMES = ("ok", "empty", "error", "timeout", "cached", "skipped")
 SCHEMA = (
     """
@@ -176,14 +209,23 @@ def rekey_legacy_digests(conn: sqlite3.Connection, pseudonym: Pseudonymizer) -> 
     return len(rows)
 
 
+_DIGEST = re.compile(
+    "(?:" + re.escape(PREFIX) + "|(?<![a-z-])" + re.escape(LEGACY_PREFIX) + ")[0-9a-f]{64}"
+)
+_WORD = re.compile(r"\w{3,}")  # shorter words say little, and are in every message
+
+
 class _Redactor:
-    """Replaces query texts by pseudonyms, and scrubs them out of free-text messages."""
+    """Every string not in a KEPT_FIELDS field becomes a pseudonym; messages are scrubbed
+    of the texts seen (and their words) in a second pass."""
 
     def __init__(self, pseudonym: Pseudonymizer) -> None:
         self.seen: set[str] = set()
         self.pseudonym = pseudonym
+        self._compiled: tuple[int, re.Pattern[str] | None] | None = None
 
     def text(self, value: Any) -> Any:
+        """`value` as a user's text: strings (in lists and dicts too) become pseudonyms."""
         if isinstance(value, str):
             if is_digest(value):
                 return value
@@ -197,37 +239,56 @@ class _Redactor:
         return value
 
     def fields(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            if key in QUERY_FIELDS:
-                out[key] = self.text(value)
-            elif isinstance(value, dict):
-                out[key] = self.fields(value)
-            elif isinstance(value, list):
-                out[key] = [self.fields(v) if isinstance(v, dict) else v for v in value]
-            else:
-                out[key] = value
-        return out
+        return {key: self._field(key, value) for key, value in data.items()}
 
-    def scrub(self, value: Any) -> Any:
-        """Second pass: query texts quoted inside messages become their digests."""
-        if isinstance(value, dict):
-            return {
-                k: self._scrub_text(v)
-                if k in MESSAGE_FIELDS and isinstance(v, str)
-                else self.scrub(v)
-                for k, v in value.items()
-            }
+    def _field(self, key: str, value: Any) -> Any:
+        if isinstance(value, str):
+            return value if key in KEPT_FIELDS or key in MESSAGE_FIELDS else self.text(value)
         if isinstance(value, list):
-            return [self.scrub(v) for v in value]
+            return [self._field(key, v) for v in value]
+        if isinstance(value, dict):
+            return self.fields(value)
+        return value
+
+    def scrub(self, value: Any, key: str | None = None) -> Any:
+        """Second pass: query texts quoted inside messages become their pseudonyms."""
+        if isinstance(value, dict):
+            return {k: self.scrub(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.scrub(v, key) for v in value]
+        if isinstance(value, str) and key in MESSAGE_FIELDS:
+            return self._scrub_text(value)
         return value
 
     def _scrub_text(self, text: str) -> str:
-        # Longest first, so a part quoted inside the whole query is not left half-replaced.
-        for query in sorted(self.seen, key=len, reverse=True):
-            if len(query) >= 3:
-                text = re.sub(re.escape(query), self.pseudonym(query), text, flags=re.IGNORECASE)
-        return text
+        if self._compiled is None or self._compiled[0] != len(self.seen):
+            self._compiled = (len(self.seen), self._pattern())
+        pattern = self._compiled[1]
+        if pattern is None:
+            return text
+        return pattern.sub(self._replace, text)
+
+    def _pattern(self) -> re.Pattern[str] | None:
+        """One alternation, so a replacement is never scanned again: pseudonyms already
+        there (kept), then the seen texts, longest first (a part quoted inside the whole
+        query is not left half-replaced), then their words."""
+        if not self.seen:
+            return None
+        texts = {t.lower() for t in self.seen if len(t) >= 3}
+        words = {w.lower() for t in self.seen for w in _WORD.findall(t)} - texts
+        alternatives = [_DIGEST.pattern]
+        alternatives += [re.escape(t) for t in sorted(texts, key=len, reverse=True)]
+        alternatives += [
+            rf"(?<!\w){re.escape(w)}(?!\w)" for w in sorted(words, key=len, reverse=True)
+        ]
+        return re.compile("|".join(alternatives), re.IGNORECASE)
+
+    def _replace(self, match: re.Match[str]) -> str:
+        found = match.group()
+        if _DIGEST.fullmatch(found):
+            return found
+        original = next((t for t in self.seen if t.lower() == found.lower()), found.lower())
+        return str(self.pseudonym(original))
 
 
 def redact(data: Any, pseudonym: Pseudonymizer | None = None) -> Any:
