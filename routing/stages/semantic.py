@@ -460,10 +460,16 @@ class SemanticStage:
             **fields,
         )
         context.ranked = confidence
-        if unserved and winner is not None:
+        if unserved:
+            # Sure that no source serves it, whether or not a `none` exemplar is among the
+            # nearest: the part ends unserved, as the event just said.
             context.unserved = True
             context.default_reason = "no_match"
-            context.default_fields = {"nearest": winner.text, "similarity": round(winner.score, 4)}
+            if winner is not None:
+                context.default_fields = {
+                    "nearest": winner.text,
+                    "similarity": round(winner.score, 4),
+                }
         return None
 
     def _reuse(self, query: str, reused: Candidate, context: ResolveContext) -> Decision:

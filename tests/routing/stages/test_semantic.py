@@ -152,6 +152,35 @@ async def test_what_no_source_serves_is_answered_as_unserved(service: Service) -
     assert default["nearest"] == "set an alarm for 7 am" and default["similarity"] >= 0.5
 
 
+async def test_a_sure_none_without_a_none_exemplar_nearby_still_ends_unserved(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verdict is the fitted confidence's, not the nearest exemplar's: when `none`
+    wins with no `none` exemplar among the candidates, the event says unserved and the
+    part ends so (no source asked), without a `nearest` it does not have."""
+    stage = semantic_stage(service)
+    nearest, judged = stage.candidates, stage._confidence
+    seen: dict[str, Any] = {}
+
+    def without_none(vector: np.ndarray) -> Any:
+        ranked, reused, spread = nearest(vector)
+        seen["ranked"] = ranked
+        return [c for c in ranked if c.route != "none"], reused, spread
+
+    def as_fitted(query: str, ranked: Any, *rest: Any) -> Any:
+        return judged(query, seen["ranked"], *rest)  # the verdict on every candidate
+
+    monkeypatch.setattr(stage, "candidates", without_none)
+    monkeypatch.setattr(stage, "_confidence", as_fitted)
+    outcome = await route(service, "please set an alarm for 6 am")
+    event = only(outcome, "intent_semantic")
+    assert event["outcome"] == "unserved" and event["matched_query"] is None
+    assert [(r.route, r.status) for r in outcome.results] == [(None, "unserved")]
+    default = only(outcome, "intent_default")
+    assert (default["decision"], default["reason"]) == (None, "unserved")
+    assert "nearest" not in default
+
+
 async def test_min_confidence_decides_who_decides() -> None:
     for threshold, expected in (
         (0.3, ("forecast", "intent_semantic")),
