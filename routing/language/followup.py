@@ -46,6 +46,18 @@ _DETERMINERS = frozenset({"the", "a", "an", "my", "our", "your", "this", "that"}
 _NOT_SUBJECTS = (
     _SUBJECT_PRONOUNS | _POSSESSIVES | _PLACE_PRONOUNS | _AUXILIARIES | {"you", "i", "me", "we"}
 )
+# Words that open another clause of the same part ("open the door and lock it", "turn
+# off the tv when it ends"); "and"/"or" only before a word that is no determiner ("the
+# door and the window" is one noun phrase). Commas, semicolons and colons do too.
+_CLAUSE_OPENERS = frozenset(
+    {"and", "or", "but", "then", "so", "if", "when", "unless", "while", "once", "because"}
+)
+_CLAUSE_MARKS = frozenset(",;:")
+# A noun phrase that may be a pronoun's antecedent opens with one of these ("the garage
+# door", "my car"); one governed by a preposition is a place or a part of something else
+# ("in the kitchen, turn it off").
+_ANTECEDENT_DETERMINERS = frozenset({"the", "a", "an", "my", "our", "your"})
+_GOVERNING = _PLACE_PREPOSITIONS | {"of", "on", "to", "with", "by", "into", "onto", "over"}
 _MAX_SUBJECT_WORDS = 8
 _MAX_FRAGMENT_WORDS = 3  # "tomorrow?", "in bergen?": a follow-up without an opening
 
@@ -167,9 +179,42 @@ def _append(text: str, addition: str) -> str:
     return f"{text.rstrip(_END_PUNCTUATION)} {addition}"
 
 
+def _clause_start(text: str, tokens: list[_Token], index: int) -> int:
+    """The index of the first token of the clause that token `index` is in (0 when the
+    part is one clause up to it)."""
+    for at in range(index, 0, -1):
+        if _CLAUSE_MARKS & set(text[tokens[at - 1].end : tokens[at].start]):
+            return at
+        word = tokens[at - 1].word
+        if word in _CLAUSE_OPENERS and not (
+            word in {"and", "or"} and tokens[at].word in _DETERMINERS
+        ):
+            return at
+    return 0
+
+
+def _has_antecedent(text: str, tokens: list[_Token], index: int) -> bool:
+    """Whether an earlier clause of the part itself names a thing the pronoun at `index`
+    can stand for ("the garage door, open it", "open the door and lock it"): a noun phrase
+    with a determiner, neither a time ("the weekend") nor governed by a preposition. A
+    noun phrase in the pronoun's own clause is not one: "what is the population of it"."""
+    start = _clause_start(text, tokens, index)
+    times = {i for a, b in _time_runs(tokens) for i in range(a, b)}
+    for at in range(start - 1):
+        if (
+            tokens[at].word in _ANTECEDENT_DETERMINERS
+            and at not in times
+            and (at == 0 or tokens[at - 1].word not in _GOVERNING)
+            and tokens[at + 1].word not in _NOT_SUBJECTS | _CLAUSE_OPENERS | {"same"}
+        ):
+            return True
+    return False
+
+
 def _pronoun(query: str, previous: str, previous_subject: str | None) -> Rewrite | None:
     """'how tall is it' -> 'how tall is the eiffel tower'; 'is it cold there' -> '... in oslo'.
-    Only a word the discourse check counts as pointing back (not the weather's "it")."""
+    Only a word the discourse check counts as pointing back (not the weather's "it"), and
+    not a pronoun the part's own earlier clause gives a thing to stand for."""
     tokens = _tokens(query)
     previous_tokens = _tokens(previous)
     for index in references([t.word for t in tokens]):
@@ -180,7 +225,7 @@ def _pronoun(query: str, previous: str, previous_subject: str | None) -> Rewrite
                 continue
             carried = _span(previous, previous_tokens[place[0] : place[1]])
         elif token.word in _SUBJECT_PRONOUNS | _POSSESSIVES:
-            if previous_subject is None:
+            if previous_subject is None or _has_antecedent(query, tokens, index):
                 continue
             carried = previous_subject + ("'s" if token.word in _POSSESSIVES else "")
         else:

@@ -48,6 +48,8 @@ def test_discourse_dependent_queries(query: str, kind: str) -> None:
         "is it going to rain tomorrow",  # the weather's dummy "it"
         "it's cold in here",
         "will it snow this weekend",
+        "if it is dark",  # the daylight's
+        "when it gets cold",
         "turn off the kitchen lights",
         "who wrote the hobbit",
         "is there a pharmacy open near me",

@@ -112,3 +112,42 @@ def test_the_rewrite_says_what_it_carried_over() -> None:
     found = rewrite("what about tomorrow?", "what's the weather in oslo today", "the weather")
     assert found is not None
     assert (found.carried, found.replaced) == ("today", "tomorrow")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "the garage door, open it please",  # the part's own earlier clause names it
+        "open the garage door and lock it",
+        "turn off the tv when it ends",
+        "tell me about the louvre; how old is it",
+        "the front door: is it locked",
+    ],
+)
+def test_a_pronoun_the_part_itself_gives_a_thing_to_stand_for_is_left(query: str) -> None:
+    found = rewrite(query, "turn off the kitchen lights", "the kitchen lights")
+    assert found is None or found.rule != "pronoun", found
+
+
+@pytest.mark.parametrize(
+    ("query", "asked"),
+    [
+        # a noun phrase in the pronoun's own clause is no antecedent: "it" is inside it
+        ("what is the population of it", "what is the population of the kitchen lights"),
+        ("the population and the area of it", "the population and the area of the kitchen lights"),
+        # one governed by a preposition is a place, a time is no thing, "ok" names nothing
+        ("in the kitchen, turn it off", "in the kitchen, turn the kitchen lights off"),
+        ("the day after tomorrow, is it on", "the day after tomorrow, is the kitchen lights on"),
+        ("ok, turn it on", "ok, turn the kitchen lights on"),
+    ],
+)
+def test_a_pronoun_with_no_thing_before_it_in_the_part_still_stands_for_the_subject(
+    query: str, asked: str
+) -> None:
+    found = rewrite(query, "turn off the kitchen lights", "the kitchen lights")
+    assert found is not None and (found.text, found.rule) == (asked, "pronoun")
+
+
+@pytest.mark.parametrize("query", ["it is dark", "if it gets cold", "when it gets darker"])
+def test_the_weathers_it_in_a_condition_is_no_device(query: str) -> None:
+    assert rewrite(query, "turn on the kitchen lights", "the kitchen lights") is None
