@@ -38,6 +38,15 @@ class Item:
         return cls(str(data["title"]), str(data["text"]), None if url is None else str(url))
 
 
+@dataclass(frozen=True, slots=True)
+class Unchanged(Item):
+    """An act's item about something it left as it was, and why (`reason`): "ambiguous"
+    (the command could mean several devices; none was guessed), "no_change" (the device
+    was called and reported no change). An act answering only these changed nothing."""
+
+    reason: str = ""
+
+
 class SourceError(Exception):
     """A source call failed in a way the fallback chain understands.
 
@@ -115,7 +124,9 @@ class Command:
         return {"action": self.action, "target": self.target}
 
     def describe(self) -> str:
-        return f"{self.action} {self.target}"
+        """The command as it is said: "on"/"off" are particles ("turn on the bed light")."""
+        verb = f"turn {self.action}" if self.action in ("on", "off") else self.action
+        return f"{verb} {self.target}"
 
 
 class Source(ABC):

@@ -44,6 +44,7 @@ from sources.base import (
     Source,
     SourceBadResponse,
     SourceError,
+    Unchanged,
 )
 from sources.registry import HttpUrl, SourceConfig
 
@@ -618,7 +619,9 @@ class HomeAssistantSource(ActingSource):
 
     async def act(self, command: Command) -> list[Item]:
         """Call the service `command` asks for on the one device it names (or all, if it
-        says so); an ambiguous or unmatched command changes nothing and says so.
+        says so): an item per device called, `Unchanged` for one that reported no change.
+        A command that could mean several devices calls nothing and answers which
+        (`Unchanged`); one that names no device that can do it answers no item.
 
         The devices are those HA's recognition targeted when it matched an on/off intent
         of the same polarity as the command the gate let through; else this parser's."""
@@ -676,23 +679,23 @@ class HomeAssistantSource(ActingSource):
         if not matches:
             return []
         if not request.all and not request.entity_id:
-            if not request.names:
-                return [self._ambiguous(query, matches)]
             best = [m for m in matches if m.score == matches[0].score]
-            if len(best) > 1:
-                return [self._ambiguous(query, best)]
+            if not request.names or len(best) > 1:
+                return [self._ambiguous(query, best if request.names else matches)]
             matches = best
         matches = matches[: self.max_results]
         return [await self._call(action, m) for m in matches]
 
     def _ambiguous(self, query: str, matches: list[Match]) -> Item:
+        """Several devices the command could mean: guessing one is not what was asked."""
         listed = ", ".join(f"{m.name} ({m.entity_id})" for m in matches[: self.max_results])
-        return Item(
+        return Unchanged(
             title="Which device?",
             text=(
                 f"'{query}' could mean several devices: {listed}. Name one, or say 'all'. "
                 "Nothing was changed."
             ),
+            reason="ambiguous",
         )
 
     async def _call(self, action: str, match: Match) -> Item:
@@ -711,12 +714,15 @@ class HomeAssistantSource(ActingSource):
             for state in changed:
                 if isinstance(state, dict) and state.get("entity_id") == match.entity_id:
                     new_state = state.get("state")
-        outcome = f"now {new_state}" if new_state is not None else "state not reported yet"
-        return Item(
-            title=match.name,
-            text=f"Called {match.domain}.{service} on {match.name}: {outcome}.",
-            url=self._history_url(match.entity_id),
-        )
+        # HA answers the states that changed during the call: none for a device already in
+        # that state, or for one that reports its change only later.
+        called = f"Called {match.domain}.{service} on {match.name}"
+        url = self._history_url(match.entity_id)
+        if new_state is not None:
+            return Item(title=match.name, text=f"{called}: now {new_state}.", url=url)
+        was = match.state.get("state")
+        text = f"{called}: Home Assistant reported no change (it was {was})."
+        return Unchanged(title=match.name, text=text, url=url, reason="no_change")
 
 
 def _targeted(request: Request) -> Request | None:

@@ -37,7 +37,15 @@ from routing.dispatch.fusion import reciprocal_rank_fusion
 from routing.language.text import normalise
 from routing.shared_state import SharedBreaker, SharedCache
 from routing.ttl_cache import TTLCache
-from sources.base import ActingSource, Command, Item, Source, SourceDisabled, SourceError
+from sources.base import (
+    ActingSource,
+    Command,
+    Item,
+    Source,
+    SourceDisabled,
+    SourceError,
+    Unchanged,
+)
 from sources.workers import source_deadline
 
 
@@ -256,11 +264,15 @@ class Dispatcher:
             try:
                 async with source_deadline(source.timeout_s):
                     items = await source.act(command)
-                outcome = "ok" if items else "empty"
+                # An act that answered only what it left as it was changed nothing.
+                outcome = "ok" if any(not isinstance(i, Unchanged) for i in items) else "empty"
             except TimeoutError:
                 outcome, error = "timeout", SourceError(f"{name} took over {source.timeout_s}s")
             except SourceError as exc:
                 outcome, error = ("timeout" if exc.reason == "timeout" else "error"), exc
+            except asyncio.CancelledError:
+                await self._cancelled_act(name, command, query, started)
+                raise
             except Exception as exc:  # noqa: BLE001 - a buggy source must not take the request down
                 outcome, error = "error", SourceError(f"{type(exc).__name__}: {exc}")
             elapsed_ms = round((time.perf_counter() - started) * 1000.0, 3)
@@ -268,6 +280,9 @@ class Dispatcher:
         fields: dict[str, object] = {}
         if error is not None:
             fields = {"reason": reason, "message": str(error)}
+        why = {i.reason for i in items if isinstance(i, Unchanged)}
+        if outcome == "empty" and len(why) == 1:
+            fields = {"reason": why.pop()}  # why nothing changed, as the source said
         record(
             Step.SOURCE_INVOKED,
             source=name,
@@ -285,6 +300,26 @@ class Dispatcher:
         if error is not None:
             return Answer(None, "error", [], {"type": reason, "message": str(error)})
         return Answer(name, outcome, items)
+
+    async def _cancelled_act(self, name: str, command: Command, query: str, started: float) -> None:
+        """A command whose request went away (the client left, the deadline passed) while
+        the source had it: the call may have taken effect, so it is recorded as sent, with
+        no result, and the source's cached answers are dropped all the same. Shielded: the
+        cancellation that is ending the request must not also cut the forgetting short."""
+        record(
+            Step.SOURCE_INVOKED,
+            source=name,
+            query=query,
+            elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
+            outcome="timeout",  # as a read cut off the same way
+            result_count=0,
+            operation="act",
+            command=command.to_dict(),
+            reason="cancelled",
+            message=f"{name} had not answered when the request ended: the command may "
+            "have taken effect",
+        )
+        await asyncio.shield(self.forget(name))
 
     async def _recognized(
         self, name: str, source: ActingSource, command: Command, query: str

@@ -28,6 +28,10 @@ _FAILURES = {
     "disabled": "is disabled",
     "circuit_open": "was skipped (circuit open)",
 }
+# Why an act changed nothing, when the source said (`reason` beside outcome `empty`).
+_UNCHANGED = {"ambiguous": "it could mean several devices"}
+# Command actions that are particles of "turn": said as "turn on ...".
+_PARTICLES = frozenset({"on", "off"})
 _STAGES = {
     Step.INTENT_LABEL: "as the household labelled it",
     Step.INTENT_KEYWORD: "by keyword",
@@ -109,6 +113,12 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         text = f"went to {decision} as a follow-up"
         if with_text and event.get("previous_query"):
             text += f" of {_quote(event['previous_query'])}"
+        overrules = event.get("overrules")
+        if isinstance(overrules, dict):
+            text += (
+                f", over the semantic stage's unserved (its nearest none example was "
+                f"{overrules.get('similarity')} alike, below {overrules.get('bar')})"
+            )
         return text
     if step == Step.LLM_ERROR:
         return f"the LLM failed ({event.get('reason') or 'error'})"
@@ -205,11 +215,21 @@ def _semantic(event: dict[str, Any], with_text: bool) -> str:
 
 
 def _acted(event: dict[str, Any], with_text: bool) -> str:
-    """A command a source was asked to carry out, and whether it did."""
+    """A command a source was asked to carry out, and what came of it: `empty` is an act
+    that reached no device, so it changed nothing ("carried out" only for `ok`)."""
     source = event.get("source")
     what = _command(event) if with_text else "a command"
-    if event.get("outcome") in ("ok", "empty"):
-        return f"{source} carried out {what} in {_ms(event.get('elapsed_ms'))}"
+    elapsed = _ms(event.get("elapsed_ms"))
+    outcome = event.get("outcome")
+    if outcome == "ok":
+        return f"{source} carried out {what} in {elapsed}"
+    if outcome == "empty" and event.get("reason") == "no_change":
+        return f"{source} was asked to {what} and reported no change in {elapsed}"
+    if outcome == "empty":
+        why = _UNCHANGED.get(str(event.get("reason")))
+        return (
+            f"{source} changed nothing for {what}" + (f" ({why})" if why else "") + f" in {elapsed}"
+        )
     reason = str(event.get("reason") or "error")
     return f"{source} was asked to {what} and " + _FAILURES.get(reason, f"failed ({reason})")
 
@@ -248,6 +268,13 @@ def _time_sensitive(event: dict[str, Any], with_text: bool) -> str:
 def _rewritten(event: dict[str, Any], with_text: bool) -> str:
     """A follow-up asked as the question it stands for, and which words the rule moved."""
     rule = event.get("rule") or "a rule"
+    if event.get("outcome") == "declined":
+        if not with_text:
+            return f"not asked as a follow-up ({rule}): {event.get('declined')}"
+        return (
+            f"not asked as a follow-up of {_quote(event.get('previous_query'))} "
+            f"({rule}): {event.get('declined')}"
+        )
     if not with_text:
         return f"asked as a follow-up of the previous turn ({rule})"
     replaced, carried = _quote(event.get("replaced")), event.get("carried")
@@ -264,9 +291,12 @@ def _rewritten(event: dict[str, Any], with_text: bool) -> str:
 
 
 def _command(event: dict[str, Any]) -> str:
+    """The command as it is said: "on"/"off" are particles ("turn on the bed light")."""
     command = event.get("command")
     if isinstance(command, dict):
-        return _quote(f"{command.get('action')} {command.get('target')}")
+        action = command.get("action")
+        verb = f"turn {action}" if action in _PARTICLES else action
+        return _quote(f"{verb} {command.get('target')}")
     return "a command"
 
 
@@ -320,6 +350,37 @@ def _label_clause(labels: list[dict[str, Any]]) -> str:
     return text
 
 
+def _clauses(events: list[dict[str, Any]], with_text: bool) -> list[str]:
+    """Each event's sentence, in order. When a part sent live for its time-sensitive
+    words is answered by the snapshot after all (the live source gave no answer), that
+    answer may be out of date, and the line says so after it."""
+    clauses: list[str] = []
+    live: dict[str, Any] | None = None
+    for event in events:
+        clauses.append(sentence(event, with_text))
+        step = event.get("step")
+        if step == Step.TIME_SENSITIVE and event.get("reason") is None:
+            live = event
+        elif live is not None and _answered(event, live.get("from_route")):
+            snapshot = live.get("from_route")
+            source = live.get("live_route") or live.get("to_route")
+            clauses.append(
+                f"the live source {source} gave no answer: {snapshot}'s answer may be out of date"
+            )
+            live = None
+    return clauses
+
+
+def _answered(event: dict[str, Any], source: Any) -> bool:
+    """Whether `event` is `source` answering a search (called, or from the result cache)."""
+    if event.get("source") != source or event.get("operation") == "act":
+        return False
+    step = event.get("step")
+    return step == Step.RESULT_CACHE_HIT or (
+        step == Step.SOURCE_INVOKED and event.get("outcome") == "ok"
+    )
+
+
 def narrative(
     chain: Iterable[dict[str, Any]],
     *,
@@ -338,7 +399,7 @@ def narrative(
     lines: list[str] = []
     for path in sorted(by_part, key=part_key):
         events = by_part[path]
-        clauses = [sentence(e, with_text) for e in events]
+        clauses = _clauses(events, with_text)
         if path in labelled:
             clauses.append(_label_clause(labelled[path]))
         if path == "":

@@ -32,6 +32,7 @@ from sources.base import (
     SourceTimeout,
     SourceUnauthorized,
     SourceUnavailable,
+    Unchanged,
 )
 from sources.homeassistant import HomeAssistantSource, parse_control, parse_request
 from tests.sources.hostile import BodyServer
@@ -302,17 +303,54 @@ async def test_control_closes_the_garage_door_cover(
         call_service(home_assistant, "cover", "close_cover", "cover.garage_door")
 
 
+COMMANDABLE_DOMAINS = frozenset(
+    {"light", "fan", "switch", "cover", "lock", "media_player", "climate", "input_boolean"}
+)
+
+
 @pytest.mark.slow
-async def test_ambiguous_control_calls_nothing(
+@pytest.mark.parametrize(
+    "query",
+    [
+        "turn off the living room",  # a fan, a light and a media player tie
+        "turn on the lights",  # every light: names none of them
+        "open the kitchen lights",  # a light cannot be opened
+    ],
+)
+async def test_a_command_that_names_no_one_device_calls_nothing_and_answers_nothing(
+    controller: HomeAssistantSource, home_assistant: HomeAssistant, query: str
+) -> None:
+    """Only `Unchanged` items: the dispatcher records such an act as `empty`, a command
+    that changed nothing; and no device a command can reach changed state. (Compared by
+    `last_changed`, which moves only with the state: the demo's media players refresh
+    their attributes, and so `last_updated`, on their own.)"""
+
+    def commandable() -> dict[str, tuple[str, str]]:
+        return {
+            entity: (state["state"], state["last_changed"])
+            for entity, state in read_states(home_assistant).items()
+            if entity.split(".")[0] in COMMANDABLE_DOMAINS
+        }
+
+    before = commandable()
+    items = await controller.act(command_of(controller, query))
+    assert all(isinstance(i, Unchanged) for i in items)
+    assert commandable() == before
+
+
+@pytest.mark.slow
+async def test_a_device_already_in_the_asked_state_is_reported_unchanged(
     controller: HomeAssistantSource, home_assistant: HomeAssistant
 ) -> None:
-    watched = ("fan.living_room_fan", "light.living_room_rgbww_lights", "media_player.living_room")
-    before = {e: read_states(home_assistant)[e]["last_updated"] for e in watched}
-    items = await controller.act(command_of(controller, "turn off the living room"))
-    assert [i.title for i in items] == ["Which device?"]
-    assert all(e in items[0].text for e in watched)
-    after = read_states(home_assistant)
-    assert {e: after[e]["last_updated"] for e in watched} == before
+    """HA answers the states a call changed: none here, and the item says so, with the
+    state the device was in, instead of a change it did not see."""
+    call_service(home_assistant, "light", "turn_on", "light.kitchen_lights")
+    (item,) = await controller.act(command_of(controller, "turn on the kitchen lights"))
+    assert isinstance(item, Unchanged) and item.reason == "no_change"
+    assert item.text == (
+        "Called light.turn_on on Kitchen Lights: Home Assistant reported no change (it was on)."
+    )
+    assert read_states(home_assistant)["light.kitchen_lights"]["state"] == "on"
 
 
 # --- failures ---------------------------------------------------------------------------

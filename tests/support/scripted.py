@@ -42,6 +42,7 @@ class ScriptedSource(ActingSource):
         self.allow_control = config.allow_control
         self.calls = 0
         self.acted: list[Command] = []
+        self.acts_started = 0  # commands `act` was given, carried out or not (yet)
 
     async def search(self, query: str) -> list[Item]:
         self.calls += 1
@@ -76,6 +77,7 @@ class ScriptedSource(ActingSource):
         return Command(action=prefix, target=query[len(prefix) :].strip(), query=query)
 
     async def act(self, command: Command) -> list[Item]:
+        self.acts_started += 1
         if self.config.delay_s:
             await asyncio.sleep(self.config.delay_s)
         if self.config.fail == "error":

@@ -64,8 +64,8 @@ def part_sentence(part: dict[str, Any]) -> str:
     items = part.get("items") or []
     if status == "ok":
         return _items_sentence(items) or f"I found nothing to say about “{query}”."
-    if status == "empty":
-        return f"I found nothing for “{query}”."
+    if status == "empty":  # an act that changed nothing may say why ("Which device?")
+        return _items_sentence(items) or f"I found nothing for “{query}”."
     if status == "unserved":
         return f"I can't help with “{query}”: none of my sources serves that."
     if status == "withheld":

@@ -1,14 +1,23 @@
-"""The narrative of a semantic decision names what the query was near, by the event's
-`origin`: a shipped exemplar, the user's label, or an earlier query the LLM routed; with
-`--decision-only` too (the origin is one of three words, never query text)."""
+"""The narrative, read off the events alone. A semantic decision names what the query was
+near, by the event's `origin`: a shipped exemplar, the user's label, or an earlier query
+the LLM routed; with `--decision-only` too (the origin is one of three words, never query
+text). A command says whether it changed anything, worded as the command; a snapshot's
+answer to a time-sensitive question says it may be out of date."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from search.config import parse_config
+from search.service import Service
 from search.traces.narrative import decision_only, narrative, sentence
+from tests.support.wire_servers import Fault, SearxngServer
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def semantic(origin: str | None) -> dict[str, Any]:
@@ -86,3 +95,137 @@ def test_decision_only_drops_an_origin_that_is_not_one_of_its_words(origin: Any)
     safe = decision_only({"trace_id": "t", "chain": [event], "results": [], "labels": []})
     assert "origin" not in safe["chain"][0]
     assert "will it rain" not in str(safe)
+
+
+def act(outcome: str, action: str = "on", target: str = "the lights", **extra: Any) -> dict:
+    return {
+        "step": "source_invoked",
+        "seq": 0,
+        "t_ms": 1.0,
+        "part": "0",
+        "source": "ha",
+        "query": f"turn {action} {target}",
+        "elapsed_ms": 5.2,
+        "outcome": outcome,
+        "result_count": 1 if outcome == "ok" else 0,
+        "operation": "act",
+        "command": {"action": action, "target": target},
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    ("event", "with_text", "without_text"),
+    [
+        (
+            act("ok", target="the bed light"),
+            "ha carried out 'turn on the bed light' in 5 ms",
+            "ha carried out a command in 5 ms",
+        ),
+        (  # an act answers an item per device it called: none, nothing changed
+            act("empty"),
+            "ha changed nothing for 'turn on the lights' in 5 ms",
+            "ha changed nothing for a command in 5 ms",
+        ),
+        (  # why, when the source said
+            act("empty", reason="ambiguous"),
+            "ha changed nothing for 'turn on the lights' (it could mean several devices) in 5 ms",
+            "ha changed nothing for a command (it could mean several devices) in 5 ms",
+        ),
+        (
+            act("empty", action="off", reason="no_change"),
+            "ha was asked to 'turn off the lights' and reported no change in 5 ms",
+            "ha was asked to a command and reported no change in 5 ms",
+        ),
+        (
+            act("error", action="open", target="the garage door", reason="timeout"),
+            "ha was asked to 'open the garage door' and timed out",
+            "ha was asked to a command and timed out",
+        ),
+    ],
+)
+def test_an_act_says_whether_it_changed_anything(
+    event: dict[str, Any], with_text: str, without_text: str
+) -> None:
+    assert sentence(event) == with_text
+    assert "carried out" not in with_text or event["outcome"] == "ok"
+    (line,) = narrative(
+        decision_only({"trace_id": "t", "chain": [event]})["chain"], with_text=False
+    )
+    assert line == f"part 0 {without_text}"
+
+
+def test_a_withheld_on_off_command_reads_as_the_command() -> None:
+    event = {
+        "step": "control_withheld",
+        "seq": 0,
+        "t_ms": 1.0,
+        "part": "0",
+        "query": "turn on the heating tomorrow",
+        "source": "ha",
+        "reason": "deferred",
+        "reasons": ["deferred"],
+        "command": {"action": "on", "target": "the heating"},
+        "when": "tomorrow",
+    }
+    assert sentence(event).startswith("did not 'turn on the heating' with ha: ")
+    unlock = {**event, "command": {"action": "unlock", "target": "the front door"}}
+    assert sentence(unlock).startswith("did not 'unlock the front door' with ha: ")
+
+
+def live_chain(answered_by: str, reason: str | None = None) -> list[dict[str, Any]]:
+    """A time-sensitive part sent to web, web failing, and `answered_by` answering."""
+    moved: dict[str, Any] = {"step": "time_sensitive", "from_route": "kiwix", "to_route": "web"}
+    moved.update(cue="the current", kind="present", probability=0.9)
+    if reason is not None:
+        moved["reason"] = reason
+    events: list[dict[str, Any]] = [
+        moved,
+        {"step": "source_invoked", "source": "web", "outcome": "error", "reason": "server_error"},
+        {"step": "fallback", "from_source": "web", "to_source": "kiwix"},
+        {"step": "source_invoked", "source": answered_by, "outcome": "ok", "result_count": 2},
+    ]
+    for seq, event in enumerate(events):
+        event.update(seq=seq, t_ms=float(seq), part="0", query="the current mayor", elapsed_ms=3)
+    return events
+
+
+def test_the_snapshot_answering_after_the_live_source_failed_may_be_out_of_date() -> None:
+    (line,) = narrative(live_chain("kiwix"))
+    assert line.endswith(
+        "kiwix answered 2 results in 3 ms; "
+        "the live source web gave no answer: kiwix's answer may be out of date"
+    )
+    # said once, also without the query text
+    (safe,) = narrative(live_chain("kiwix"), with_text=False)
+    assert safe.count("may be out of date") == 1
+    # another source answering is no snapshot's answer
+    (other,) = narrative(live_chain("forecast"))
+    assert "out of date" not in other
+    # with the live source disabled the redirect's own sentence says it, and only it
+    (disabled,) = narrative(live_chain("kiwix", reason="disabled"))
+    assert disabled.count("may be out of date") == 1
+
+
+async def test_web_failing_and_kiwix_answering_a_time_sensitive_question_says_so(
+    demo_zim: Path,
+) -> None:
+    """Through the real pipeline: the shipped config, the demo ZIM, and a SearXNG that
+    answers 500 (tests/support/wire_servers.py)."""
+    data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    data["sources"]["kiwix"] = {"type": "zim", "paths": [str(demo_zim)], "timeout_s": 10}
+    data["trace"] = {"enabled": False}
+    with SearxngServer() as web:
+        web.set_fault(Fault.status(500))
+        data["sources"]["web"].update(enabled=True, url=web.url, timeout_s=2)
+        svc = Service(parse_config(data))
+        await svc.start()
+        try:
+            outcome = await svc.search("what is the current height of Mount Everest", explain=True)
+        finally:
+            await svc.aclose()
+    (part,) = outcome.body["results"]
+    assert (part["source"], part["status"]) == ("kiwix", "ok")
+    (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
+    assert "web answered with a server error" in line
+    assert line.endswith("the live source web gave no answer: kiwix's answer may be out of date")
