@@ -29,6 +29,7 @@ from routing.dispatch.live import LiveRedirect
 from routing.language.conditional import Conditional, extract_conditional
 from routing.language.decompose import CONDITION_OPENERS, Claims, decompose_claimed
 from routing.stages.resolver import Resolver
+from routing.stages.sessions import session_key
 from routing.stages.time_sensitivity import load_time_model
 from routing.types import ResolveContext
 
@@ -80,6 +81,8 @@ class PartResult:
     # The question the part was asked as, when it was a follow-up rewritten from the
     # session ("how tall is it?" -> "how tall is the eiffel tower?").
     rewritten: str | None = None
+    # On a condition: it reads "unless" (the consequence holds when it does not).
+    negated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -99,6 +102,8 @@ class PartResult:
             data["rewritten"] = self.rewritten
         if self.withheld is not None:
             data["withheld"] = self.withheld
+        if self.negated:
+            data["negated"] = True
         if self.condition is not None:
             data["condition"] = self.condition.to_dict()
         return data
@@ -187,12 +192,16 @@ class Router:
         dispatcher: Dispatcher,
         max_parts: int | None = None,
         time_sensitive: TimeSensitiveConfig | None = None,
+        max_query_chars: int | None = None,
     ) -> None:
+        """`max_query_chars` (`server.max_query_chars`): the longest query a source is sent;
+        a follow-up whose rewrite would be longer is asked as said."""
         self.resolver = resolver
         self.dispatcher = dispatcher
         self.live = _live_redirect(resolver, dispatcher, time_sensitive or TimeSensitiveConfig())
         self.claims: Claims | None = resolver.keyword_claims()
         self.max_parts = max_parts
+        self.max_query_chars = max_query_chars
 
     def check_parts(self, query: str) -> int:
         """The number of top-level parts of `query` (a leading condition counts as one);
@@ -241,11 +250,16 @@ class Router:
         *,
         dry_run: bool = False,
         session_id: str | None = None,
+        client: str | None = None,
         read_only: bool = False,
         authorized: bool = False,
         remember: bool | None = None,
     ) -> list[PartResult]:
-        """`read_only`: the surface promised not to act; every command is withheld.
+        """`session_id`: the client's conversation; `client`: who the client is as far as
+        the server can tell (its peer address; None for an in-process caller), so that a
+        conversation is only ever continued by the client that started it (the context
+        carries the store's key, `routing.stages.sessions.session_key`).
+        `read_only`: the surface promised not to act; every command is withheld.
         `authorized`: the requester may act at all (never by default).
         `remember`: whether the session keeps this turn (by default not for a dry run, which
         plans and changes nothing; a replay refilling a session says so).
@@ -255,7 +269,7 @@ class Router:
             self.check_parts(query)
         units = self._units(query)
         context = ResolveContext(
-            session_id=session_id,
+            session_id=session_key(client, session_id),
             dry_run=dry_run,
             read_only=read_only,
             authorized=authorized,
@@ -300,6 +314,7 @@ class Router:
             condition = await self._run_part(conditional.condition, context)
         with part_scope(f"{path}.1"):
             consequence = await self._run_part(conditional.consequence, context, conditional=True)
+        condition.negated = conditional.negated
         consequence.condition = condition
         return consequence
 
@@ -311,7 +326,9 @@ class Router:
         sessions = self.resolver.sessions
         asked = text
         if sessions is not None and shared.session_id:
-            asked = await sessions.follow_up(text, shared.session_id, self.claims)
+            asked = await sessions.follow_up(
+                text, shared.session_id, self.claims, max_chars=self.max_query_chars
+            )
         result = await self._run_asked(
             asked, shared, conditional=conditional, rewritten=asked != text
         )

@@ -34,6 +34,8 @@ class Decision:
 class ResolveContext:
     """What a stage may look at besides the query text, and what stages tell later ones."""
 
+    # The session store's key: the client's address and its session_id, so two clients
+    # sending the same session_id never continue each other's conversation.
     session_id: str | None = None
     dry_run: bool = False
     read_only: bool = False  # commands must not run (see routing.dispatch.control)

@@ -37,6 +37,10 @@ from search.traces.store import open_trace_sink
 from sources.base import Item, Source, SourceError
 from sources.registry import kind_module
 
+# A request its client cancelled before the answer (nginx's "client closed request"): only
+# in the trace store, never sent, since nobody is there to read it.
+CLIENT_CLOSED = 499
+
 log = logging.getLogger("search")
 
 
@@ -169,6 +173,7 @@ class Service:
             self.dispatcher,
             self.config.routing.max_parts,
             time_sensitive=self.config.routing.time_sensitive,
+            max_query_chars=self.config.server.max_query_chars,
         )
 
     def _resolver(
@@ -313,6 +318,7 @@ class Service:
         read_only: bool = False,
         explain: bool = False,
         authorized: bool = False,
+        client: str | None = None,
     ) -> tuple[int, dict[str, str] | None, list[PartResult]]:
         """Run the router under the request deadline; (status, error, results).
 
@@ -329,6 +335,7 @@ class Service:
                     query,
                     dry_run=dry_run,
                     session_id=session_id,
+                    client=client,
                     read_only=read_only,
                     authorized=authorized,
                 )
@@ -375,18 +382,35 @@ class Service:
         replay_of: str | None = None,
         read_only: bool = False,
         authorized: bool = False,
+        client: str | None = None,
     ) -> SearchOutcome:
         """One request. `read_only`: the caller promised not to act (a read-only tool), so
         every command in it is withheld. `authorized`: the requester may act (the surface
-        checked a token or that the client is on this machine); never by default."""
+        checked a token or that the client is on this machine); never by default.
+        `client`: who the requester is as far as the server can tell (the HTTP surface
+        passes the peer address): `session_id` names a conversation of that client's only.
+        The trace keeps the `session_id` the client sent, so its turns are listed by it.
+
+        A request cancelled on its way (the client went away, an MCP `cancelled`) is still
+        traced, as status 499 with what it recorded so far (a command it may have sent
+        among it), and the cancellation then goes on."""
         trace_id = new_trace_id()
         started_wall = time.time()
         trace_token = current_trace_id.set(trace_id)  # log records carry it (telemetry)
+        cancelled: asyncio.CancelledError | None = None
         try:
             with route_log(self.config.routing.max_events, self.recorder) as chain_log:
-                status_code, error, results = await self._route(
-                    query, dry_run, session_id, read_only, explain, authorized
-                )
+                try:
+                    status_code, error, results = await self._route(
+                        query, dry_run, session_id, read_only, explain, authorized, client
+                    )
+                except asyncio.CancelledError as exc:
+                    cancelled = exc
+                    status_code, results = CLIENT_CLOSED, []
+                    error = {"type": "cancelled", "message": "the request was cancelled"}
+                    record(
+                        Step.ERROR, query=query, error_type="cancelled", message=error["message"]
+                    )
                 recorded = chain_log.freeze()
                 self._scrub_chain(recorded)
                 dropped = chain_log.dropped_events
@@ -440,4 +464,6 @@ class Service:
                 observer.observe(trace)
             except Exception as exc:  # noqa: BLE001 - a broken exporter must not fail requests
                 log.error("observer %r failed: %s", observer, self.scrubber.exception(exc))
+        if cancelled is not None:
+            raise cancelled
         return outcome

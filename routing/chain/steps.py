@@ -37,7 +37,8 @@ class Step(StrEnum):
     REWRITTEN = (
         "rewritten",
         ("query", "from", "to"),
-        "A follow-up was asked as the question it stands for.",
+        "A follow-up was asked as the question it stands for (`outcome: declined`, "
+        "`to: null`, when the rewrite would be longer than the server accepts).",
     )
     INTENT_LABEL = (
         "intent_label",

@@ -7,6 +7,11 @@ why a part went where it went.
 The order (built in `routing.stages.build`): label -> keyword (routing.stages.keyword) ->
 decision cache -> semantic -> LLM -> session -> default. A keyword decision on a query that leans on the conversation is
 escalated to the LLM when one is configured (`discourse_escalated` on both events).
+
+A stage that finds no source serves a part ends it unserved, with one exception: when
+only the semantic stage's likeness said so, a follow-up with a session turn to follow
+is heard by the session stage first (`SessionStage.over_likeness`), whose event records
+what it overrules. Without a session nothing of this runs.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from routing.language.discourse import dependency
 from routing.stages.confidence import load_model
 from routing.stages.keyword import KeywordStage
 from routing.stages.keyword_rules import NONE
-from routing.stages.sessions import SessionStore
+from routing.stages.sessions import SessionStage, SessionStore
 from routing.types import Decision, IntentStage, ResolveContext
 
 # Pure functions of the query text, remembered for the questions a household repeats
@@ -97,20 +102,41 @@ class Resolver:
                 return str(reason)
         return self.fallback_reason
 
+    def _session_stage(self) -> SessionStage | None:
+        return next((s for s in self.stages if isinstance(s, SessionStage)), None)
+
     async def resolve(self, query: str, context: ResolveContext) -> Decision:
         context.discourse = _dependency(query)
+        judged_by: str | None = None  # the stage that found no source serves the part
         for stage in self.stages:
             if context.unserved:
                 break  # a stage found that no source serves this: the default says so
             decision = await stage.decide(query, context)
             if decision is not None:
-                if decision.confidence is not None and decision.confidence < self.min_confidence:
-                    # A session's fixed confidence under a stricter threshold (the other stages
-                    # decline below it themselves).
-                    decision = replace(decision, confident=False)
-                if self.sessions is not None and context.remember:
-                    self.sessions.remember(context.session_id, query, decision)
-                return decision
+                return self._decided(query, context, decision)
+            if context.unserved:
+                judged_by = stage.name
+        if judged_by == Step.INTENT_SEMANTIC and context.session_id:
+            # Likeness is weak evidence against a conversation: a bare follow-up ("why?",
+            # "tell me more") nearest to a far `none` exemplar follows its session's turn,
+            # and the session stage's event says what it overrules.
+            session = self._session_stage()
+            decision = await session.over_likeness(query, context) if session else None
+            if decision is not None:
+                context.unserved = False
+                return self._decided(query, context, decision)
+        return self._default(query, context)
+
+    def _decided(self, query: str, context: ResolveContext, decision: Decision) -> Decision:
+        if decision.confidence is not None and decision.confidence < self.min_confidence:
+            # A session's fixed confidence under a stricter threshold (the other stages
+            # decline below it themselves).
+            decision = replace(decision, confident=False)
+        if self.sessions is not None and context.remember:
+            self.sessions.remember(context.session_id, query, decision)
+        return decision
+
+    def _default(self, query: str, context: ResolveContext) -> Decision:
         ranked = context.ranked
         route = None if context.unserved else self.default_route
         # Its confidence is the one the declining stage gave the route it ends at.

@@ -37,12 +37,19 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+def peer(scope: Scope) -> str | None:
+    """The client's address as the server sees it (the connection's peer, without its port,
+    which changes per connection): what a request's authority and its conversations are
+    judged by. None over a unix socket."""
+    client = scope.get("client")  # (host, port), or None (a unix socket, a test client)
+    return str(client[0]) if client and client[0] else None
+
+
 def may_act(scope: Scope, config: Config) -> bool:
     """Whether the request of this ASGI scope may carry out commands and store labels."""
     if token_required(config):
         return True  # the middleware let it in: it carried the token
-    client = scope.get("client")  # (host, port), or None (a unix socket, a test client)
-    return is_loopback(client[0] if client else None)
+    return is_loopback(peer(scope))
 
 
 def open_to_network_warning(config: Config) -> str | None:

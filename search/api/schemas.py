@@ -70,6 +70,9 @@ class PartResult(BaseModel):
         description="with status withheld: why the command was not carried out (reason, ...)",
     )
     condition: PartResult | None = None
+    negated: bool | None = Field(
+        default=None, description="on a condition: true when it reads 'unless'"
+    )
     # a follow-up asked as the question it stands for (see the `rewritten` event)
     rewritten: str | None = None
 

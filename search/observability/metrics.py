@@ -95,7 +95,7 @@ class MetricsObserver:
             "search_requests",
             "Requests that reached the router (/search, MCP tools), by the HTTP status they "
             "ended with (200; 422 more parts than routing.max_parts; 502 every part failed; "
-            "504 deadline). Input the HTTP layer refuses (bad JSON or fields, an empty query, "
+            "504 deadline; 499 the client cancelled it on the way). Input the HTTP layer refuses (bad JSON or fields, an empty query, "
             "403, 413, 415, a missing token) never reaches it and is not counted here.",
             ["status"],
             registry=r,

@@ -125,7 +125,8 @@ def results_text(results: list[dict[str, Any]]) -> str:
         condition = result.get("condition")
         if condition:
             lines.append(
-                f"[{index}] if {condition['query']!r}: {condition['status']} "
+                f"[{index}] {'unless' if condition.get('negated') else 'if'} "
+                f"{condition['query']!r}: {condition['status']} "
                 f"from {condition['source'] or NO_SOURCE}"
             )
             for item in condition["items"][:1]:

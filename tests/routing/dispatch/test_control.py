@@ -8,12 +8,14 @@ tests/search/test_control_over_http.py.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from routing.dispatch.control import Circumstances, deferral, withheld_reasons, without_deferral
 from search.service import Service
+from search.traces.records import MemoryTraceSink
 from tests.support import scripted
 from tests.support.app import assert_contract_event, scripted_config
 
@@ -134,9 +136,11 @@ async def test_unless_is_recorded_as_a_negated_condition() -> None:
     body = await ask(home(), "unless it rains, unlock the front door")
     [found] = [e for e in body["explanation"] if e["step"] == "conditional_detected"]
     assert (found["condition"], found["negated"]) == ("it rains", True)
+    assert body["results"][0]["condition"]["negated"] is True  # the result says it too
     plain = await ask(home(), "if it rains, unlock the front door")
     [found] = [e for e in plain["explanation"] if e["step"] == "conditional_detected"]
     assert found["negated"] is False
+    assert "negated" not in plain["results"][0]["condition"]
 
 
 async def test_not_allowed_dry_run_read_only_and_default_decisions_never_act() -> None:
@@ -315,3 +319,42 @@ async def test_a_request_without_doubtful_words_still_acts_beside_a_question() -
     service = home()
     body = await ask(service, "lights status and also unlock the front door")
     assert acted(service) == ["unlock the front door"] and withheld(body) == []
+
+
+async def test_a_command_whose_request_is_cancelled_is_still_recorded() -> None:
+    """The client goes away while the source has the command (an MCP `cancelled`, a
+    closed connection): the call may have taken effect, so the trace holds it, the
+    source's cached answers are dropped, and the cancellation still ends the request."""
+    sink = MemoryTraceSink()
+    config = scripted_config(
+        {
+            "kiwix": {},
+            "ha": {
+                "control_prefix": "unlock",
+                "allow_control": True,
+                "delay_s": 30.0,
+                "timeout_s": 60.0,
+            },
+            "web": {},
+        },
+        keywords=KEYWORDS,
+    )
+    service = Service(config, traces=sink)
+    service.dispatcher.result_cache.set(("ha", "door status"), [])  # read before the command
+    request = asyncio.create_task(service.search("unlock the front door", authorized=True))
+    while not service.sources["ha"].acts_started:  # type: ignore[attr-defined]
+        await asyncio.sleep(0.01)
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    [trace] = sink.traces.values()
+    assert trace.status_code == 499 and trace.error == {
+        "type": "cancelled",
+        "message": "the request was cancelled",
+    }
+    events = trace.chain
+    [act] = [e for e in events if e["step"] == "source_invoked"]
+    assert (act["operation"], act["outcome"], act["reason"]) == ("act", "timeout", "cancelled")
+    assert act["command"] == {"action": "unlock", "target": "the front door"}
+    assert events[-1]["step"] == "error"
+    assert len(service.dispatcher.result_cache) == 0

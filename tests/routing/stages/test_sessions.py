@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -10,7 +11,13 @@ import pytest
 import yaml
 
 from routing.chain.events import route_log
-from routing.stages.sessions import SESSION_CONFIDENCE, SessionStage, SessionStore
+from routing.stages.sessions import (
+    SESSION_CONFIDENCE,
+    SESSIONS_PER_CLIENT,
+    SessionStage,
+    SessionStore,
+    session_key,
+)
 from routing.types import Decision, ResolveContext
 from search.config import Config, parse_config
 from search.service import Service
@@ -246,3 +253,161 @@ async def test_a_dry_run_plans_without_becoming_the_session_s_last_turn(
     assert parts(preview) == [("web", "intent_keyword")]
     outcome = await service.search("and tomorrow?", dry_run=True, session_id="s")
     assert outcome.results[0].rewritten == "what's the weather in oslo tomorrow"
+
+
+# --- whose conversation it is ---------------------------------------------------------
+
+
+async def test_another_client_with_the_same_session_id_meets_a_conversation_of_its_own(
+    service: Service,
+) -> None:
+    """A session_id is a name the client chose, not a secret: the conversation is keyed by
+    who asks too, so another client can neither read its last turn nor plant one."""
+    home, lan = "192.0.2.10", "192.0.2.66"
+    await service.search("what's the weather in oslo", session_id="s", client=home)
+    peek = await service.search(
+        "and tomorrow?", dry_run=True, session_id="s", client=lan, explain=True
+    )
+    assert parts(peek) == [("kiwix", "intent_default")]
+    assert peek.results[0].rewritten is None
+    assert "oslo" not in json.dumps(peek.chain)  # no previous_query, no rewrite
+    # a turn it takes is its own conversation's, not the first client's
+    await service.search("news from bergen", session_id="s", client=lan)
+    mine = await service.search("and tomorrow?", dry_run=True, session_id="s", client=home)
+    theirs = await service.search("what about oslo", dry_run=True, session_id="s", client=lan)
+    assert mine.results[0].rewritten == "what's the weather in oslo tomorrow"
+    assert theirs.results[0].rewritten == "news from oslo"
+    # an in-process caller (no identity the server could tell) is another client again
+    local = await service.search("and tomorrow?", dry_run=True, session_id="s")
+    assert local.results[0].rewritten is None
+
+
+async def test_one_client_opening_many_sessions_evicts_its_own_oldest() -> None:
+    store = SessionStore(max_entries=5, ttl_s=60, per_client=2)
+    weather = Decision("forecast", "intent_keyword")
+    home = session_key("192.0.2.10", "kitchen")
+    store.remember(home, "weather in oslo", weather)
+    for i in range(50):  # a client flooding new session ids
+        store.remember(session_key("192.0.2.66", f"flood-{i}"), "weather", weather)
+    assert store.last(home) is not None  # the household's conversation lives on
+    assert store.held_by("192.0.2.66") == 2 and len(store) == 3
+    assert store.last(session_key("192.0.2.66", "flood-49")) is not None
+    assert store.last(session_key("192.0.2.66", "flood-47")) is None
+    # the total bound still holds: many clients share routing.session_max_entries
+    for client in ("192.0.2.1", "192.0.2.2"):
+        for sid in ("a", "b"):
+            store.remember(session_key(client, sid), "weather", weather)
+    assert len(store) == 5 and store.last(home) is None  # the least recently used went
+
+
+async def test_the_per_client_bound_leaves_room_for_other_clients() -> None:
+    store = SessionStore(max_entries=1000, ttl_s=900)  # the defaults
+    for i in range(1001):
+        store.remember(session_key("192.0.2.66", str(i)), "weather", Decision("web", "x"))
+    assert store.held_by("192.0.2.66") == SESSIONS_PER_CLIENT < 1000
+    assert session_key(None, "s") == "s" and session_key("::1", None) is None
+
+
+# --- bare follow-ups with the shipped routes ------------------------------------------
+
+BARE_FOLLOW_UPS = ("why?", "tell me more", "go on then", "how so", "and?")
+
+
+def steps(outcome: object) -> list[str]:
+    return [e["step"] for e in outcome.chain]  # type: ignore[attr-defined]
+
+
+async def test_bare_follow_ups_continue_the_conversation_with_the_shipped_routes(
+    shipped: Service,
+) -> None:
+    """With the shipped `none` exemplars the semantic stage finds "why?" nearest to "stop":
+    in a conversation that is weak evidence, and the session stage, whose event says what
+    it overrules, continues the conversation. Without a session nothing changes."""
+    await shipped.search("tell me about the roman empire", session_id="rome", client="::1")
+    for text in BARE_FOLLOW_UPS:
+        outcome = await shipped.search(
+            text, dry_run=True, session_id="rome", client="::1", explain=True
+        )
+        [result] = outcome.results
+        assert (result.status, result.stage) == ("planned", "intent_session"), text
+        [semantic] = [e for e in outcome.chain if e["step"] == "intent_semantic"]
+        [session] = [e for e in outcome.chain if e["step"] == "intent_session"]
+        assert semantic["outcome"] == "unserved"  # what likeness found is still said
+        assert session["decision"] == "kiwix"
+        assert session["previous_query"] == "tell me about the roman empire"
+        assert session["overrules"]["step"] == "intent_semantic"
+        assert session["overrules"]["nearest"] == semantic["matched_query"]
+        assert session["overrules"]["similarity"] < session["overrules"]["bar"]
+        assert "intent_default" not in steps(outcome)
+        # without a session, or in a session with no turn yet: exactly as before
+        for alone in (
+            await shipped.search(text, dry_run=True, explain=True),
+            await shipped.search(text, dry_run=True, session_id="new", explain=True),
+        ):
+            assert [(r.status, r.source, r.stage) for r in alone.results] == [
+                ("unserved", None, "intent_default")
+            ], text
+            assert steps(alone) == ["intent_semantic", "intent_default"], text
+            assert alone.chain[-1]["reason"] == "unserved"
+
+
+async def test_why_after_the_weather_goes_to_the_forecast_with_the_shipped_routes(
+    shipped: Service,
+) -> None:
+    await shipped.search("what's the weather in oslo", session_id="trip")
+    outcome = await shipped.search("why?", dry_run=True, session_id="trip", explain=True)
+    assert [(r.route, r.stage) for r in outcome.results] == [("forecast", "intent_session")]
+    [event] = [e for e in outcome.chain if e["step"] == "intent_session"]
+    assert event["previous_query"] == "what's the weather in oslo"
+
+
+async def test_what_asks_nothing_or_a_rule_names_stays_unserved_in_a_conversation(
+    shipped: Service,
+) -> None:
+    """Only a far likeness yields: the part said again ("stop", a `none` exemplar), words
+    that ask nothing ("ok") and a keyword `none` rule ("set an alarm") still end unserved."""
+    await shipped.search("tell me about the roman empire", session_id="rome")
+    for text in ("stop", "okay then", "ok", "cool", "thanks", "set an alarm"):
+        outcome = await shipped.search(text, dry_run=True, session_id="rome", explain=True)
+        assert [(r.status, r.stage) for r in outcome.results] == [("unserved", "intent_default")], (
+            text
+        )
+        assert "intent_session" not in steps(outcome), text
+
+
+# --- a rewrite within the server's limits -----------------------------------------------
+
+
+async def test_a_rewrite_longer_than_max_query_chars_is_not_made() -> None:
+    svc = Service(
+        parse_config(
+            {
+                "server": {"max_query_chars": 60},
+                "routing": {
+                    "default_source": "kiwix",
+                    "shipped_routes": False,
+                    "keywords": {"kiwix": ["tell me about", "how tall"]},
+                    "semantic": {"enabled": False},
+                },
+                "sources": {"kiwix": {"type": "scripted"}},
+                "trace": {"enabled": False},
+            }
+        )
+    )
+    await svc.start(sources=False)
+    try:
+        first = "tell me about the international space station"  # 46 characters
+        await svc.search(first, session_id="s")
+        short = await svc.search("how tall is it?", session_id="s", explain=True)
+        long = "how tall is it in meters measured from the ground"  # 49; its rewrite 82
+        outcome = await svc.search(long, session_id="s", explain=True)
+    finally:
+        await svc.aclose()
+    assert short.results[0].rewritten == "how tall is the international space station"
+    [declined] = [e for e in outcome.chain if e["step"] == "rewritten"]
+    assert (declined["outcome"], declined["to"], declined["max_chars"]) == ("declined", None, 60)
+    assert "over the maximum of 60" in declined["declined"]
+    [result] = outcome.results
+    assert result.rewritten is None and result.query == long
+    asked = [e["query"] for e in outcome.chain if e["step"] == "source_invoked"]
+    assert asked and all(len(q) <= 60 for q in asked)
