@@ -17,27 +17,32 @@ Transports:
 - stdio via `search mcp` (`run_stdio`): the protocol owns a private duplicate of the
   real stdout, and file descriptor 1 points at stderr for the life of the process, so
   nothing a C library (libzim) or a child process prints can reach the protocol stream.
+  SIGTERM and SIGHUP end it as stdin's EOF does (the service closed, its traces written);
+  a line that is no JSON-RPC message is answered with -32700 or -32600.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from concurrent.futures import CancelledError
+from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp_types import (
     CallToolRequestParams,
     CallToolResult,
@@ -47,7 +52,14 @@ from mcp_types import (
     Tool,
     ToolAnnotations,
 )
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    jsonrpc_message_adapter,
+)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp
 
@@ -64,12 +76,31 @@ from sources.base import SourceError
 log = logging.getLogger("search.mcp")
 
 SERVER_NAME = "search-router"
-INSTRUCTIONS = (
-    "Answers questions from the household's own sources (offline encyclopedia, weather "
-    "forecast, smart home, web search). One query may hold several questions; each part "
-    "is routed to the right source. Pass explain=true to see why each source was chosen, "
-    "and get_trace(trace_id) to read a past request's recorded chain."
-)
+# What each built-in kind answers, in the words of the `initialize` instructions.
+KIND_TOPICS: dict[str, str] = {
+    "zim": "offline encyclopedia",
+    "kiwix_serve": "offline encyclopedia",
+    "open_meteo": "weather forecast",
+    "ha_weather": "weather forecast",
+    "homeassistant": "smart home",
+    "searxng": "web search",
+}
+
+
+def instructions(config: Config) -> str:
+    """The `initialize` instructions, naming only what the enabled sources answer (a
+    source of another kind by its name), so a client's model never asks for a source
+    this household has not configured."""
+    topics = dict.fromkeys(
+        KIND_TOPICS.get(entry.type, name) for name, entry in config.sources.items() if entry.enabled
+    )
+    listed = f" ({', '.join(topics)})" if topics else ""
+    return (
+        f"Answers questions from the household's own sources{listed}. "
+        "One query may hold several questions; each part is routed to the right source. "
+        "Pass explain=true to see why each source was chosen, and get_trace(trace_id) to "
+        "read a past request's recorded chain."
+    )
 
 
 class SearchArgs(BaseModel):
@@ -295,7 +326,7 @@ def build_mcp_server(service: Service, *, control_offered: bool = True) -> Serve
     return Server(
         SERVER_NAME,
         version=__version__,
-        instructions=INSTRUCTIONS,
+        instructions=instructions(service.config),
         get_tool_input_schema=schemas.get,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
@@ -342,8 +373,125 @@ class StartFailed(Exception):
     """A source the config names cannot start: `search mcp` says so in one line, exit 1."""
 
 
+class ClientGone(Exception):
+    """The client closed its end of stdout: `search mcp` says so in one line, exit 1."""
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _rpc_error(code: int, message: str) -> SessionMessage:
+    """A JSON-RPC error for a line whose id could not be read (hence `id: null`)."""
+    return SessionMessage(
+        JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
+    )
+
+
+def malformed_answer(exc: ValidationError) -> SessionMessage:
+    """-32700 for a line that is not JSON, -32600 for JSON that is no JSON-RPC message."""
+    if any(err["type"] == "json_invalid" for err in exc.errors()):
+        return _rpc_error(PARSE_ERROR, "Parse error")
+    return _rpc_error(INVALID_REQUEST, "Invalid Request")
+
+
+def _read_lines(
+    wire_in: int, loop: asyncio.AbstractEventLoop, lines: MemoryObjectSendStream[bytes]
+) -> None:
+    """Hand each line of the wire to the loop, then close `lines` at EOF. Runs in a daemon
+    thread of its own: a read in a worker thread cannot be cancelled, so a client that
+    neither writes nor closes stdin would hold up a close-down (a signal, a closed stdout)
+    until its next line."""
+    try:
+        with open(wire_in, "rb") as stream:
+            for line in stream:
+                asyncio.run_coroutine_threadsafe(lines.send(line), loop).result()
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, CancelledError, RuntimeError):
+        pass  # the loop stopped listening, or is gone
+    except OSError:
+        pass  # the wire is unreadable: as good as closed
+    with suppress(RuntimeError):  # the loop is closed: nobody is waiting
+        loop.call_soon_threadsafe(lines.close)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class StdioWire:
+    """The protocol's ends of stdin and stdout, one JSON-RPC message a line.
+
+    `stop()` ends the input as EOF does, so the server finishes the way it does when the
+    client closes stdin; a client that closed stdout stops it too (`client_gone`)."""
+
+    def __init__(self, wire_in: int, wire_out: int) -> None:
+        self.wire_in = wire_in
+        self.wire_out = wire_out
+        self.client_gone = False
+        self._input = anyio.CancelScope()
+
+    def stop(self) -> None:
+        self._input.cancel()
+
+    async def serve(self, server: Server[Any]) -> None:
+        """Run `server` over the wire until the input ends (EOF, `stop()`)."""
+        lines_in, lines = anyio.create_memory_object_stream[bytes](0)
+        to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+        loop = asyncio.get_running_loop()
+        threading.Thread(
+            target=_read_lines, args=(self.wire_in, loop, lines_in), name="mcp-stdin", daemon=True
+        ).start()
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._read, lines, to_server, server_out.clone())
+                tasks.start_soon(self._write, from_server)
+                async with server_in, server_out:
+                    await server.run(server_in, server_out, server.create_initialization_options())
+        finally:
+            with suppress(OSError):
+                os.close(self.wire_out)
+
+    async def _read(
+        self,
+        lines: MemoryObjectReceiveStream[bytes],
+        to_server: MemoryObjectSendStream[SessionMessage | Exception],
+        answers: MemoryObjectSendStream[SessionMessage],
+    ) -> None:
+        """Pass each message to the server; answer a malformed line here, as the SDK
+        would drop it and leave the client waiting."""
+        async with lines, to_server, answers:
+            with self._input:
+                async for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    except ValidationError as exc:
+                        await answers.send(malformed_answer(exc))
+                        continue
+                    await to_server.send(SessionMessage(message))
+
+    async def _write(self, messages: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        """Write each message as a line; once the client is gone, drain without writing so
+        the server finishes its requests and closes down."""
+        async with messages:
+            async for message in messages:
+                if self.client_gone:
+                    continue
+                line = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                try:
+                    await anyio.to_thread.run_sync(_write_all, self.wire_out, line.encode())
+                except (BrokenPipeError, ConnectionResetError):
+                    self.client_gone = True
+                    self.stop()
+
+
 async def serve_stdio(config: Config, wire_in: int, wire_out: int) -> None:
-    """Start the service (sources, models), then speak MCP on the wire until stdin closes.
+    """Start the service (sources, models), then speak MCP on the wire until stdin closes,
+    a SIGTERM or SIGHUP arrives, or the client closes stdout; close the service either way,
+    so the last requests' traces are written.
 
     A source that cannot start (a ZIM file not found...) is `StartFailed`, its message
     as `search serve` words it: "start-up failed: ZimUnavailable: ..."."""
@@ -351,24 +499,25 @@ async def serve_stdio(config: Config, wire_in: int, wire_out: int) -> None:
 
     observers = telemetry_observers(config)
     service = Service(config, observers=list(observers))
+    wire = StdioWire(wire_in, wire_out)
+    loop = asyncio.get_running_loop()
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, wire.stop)
     try:
         try:
             await service.start()
         except SourceError as exc:
             message = service.scrubber.text(f"{type(exc).__name__}: {exc}")
             raise StartFailed(f"start-up failed: {message}") from None
-        server = build_mcp_server(service)
-        reader = io.TextIOWrapper(os.fdopen(wire_in, "rb"), encoding="utf-8", errors="replace")
-        writer = io.TextIOWrapper(os.fdopen(wire_out, "wb"), encoding="utf-8", newline="\n")
-        async with stdio_server(stdin=anyio.wrap_file(reader), stdout=anyio.wrap_file(writer)) as (
-            read_stream,
-            write_stream,
-        ):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+        await wire.serve(build_mcp_server(service))
     finally:
         await service.aclose()
         for observer in observers:
             await run_in_thread(observer.shutdown)
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+    if wire.client_gone:
+        raise ClientGone("the client went away (it closed its end of stdout)")
 
 
 def run_stdio(config: Config) -> int:
@@ -384,7 +533,7 @@ def run_stdio(config: Config) -> int:
         asyncio.run(serve_stdio(config, wire_in, wire_out))
     except KeyboardInterrupt:
         pass
-    except StartFailed as exc:
+    except (StartFailed, ClientGone) as exc:
         say(f"search: mcp: {exc}", file=sys.stderr)
         return 1
     return 0
