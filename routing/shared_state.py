@@ -40,6 +40,7 @@ from routing.ttl_cache import TTLCache
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
 
 log = logging.getLogger("search.shared_state")
 
@@ -245,6 +246,7 @@ class SharedCache(Generic[K, V]):
         self._encode = encode
         self._decode = decode
         self._key = key
+        self._bounded_script: AsyncScript | None = None
 
     def redis_key(self, key: K) -> str:
         return self.link.key(self.namespace, self._key(key))
@@ -308,19 +310,42 @@ class SharedCache(Generic[K, V]):
 
     def publish(self, key: K, value: V, ttl_s: float | None = None) -> None:
         """Write the entry to Redis in the background, to live `ttl_s` (default: the cache's)."""
-        if not self.caches(ttl_s):
+        written = self._payload(value, ttl_s)
+        if written is None:
             return
-        ttl = self.local.ttl_s if ttl_s is None else ttl_s
+        payload, ttl_ms = written
         name = self.redis_key(key)
+        self.link.spawn(self.component, lambda client: client.set(name, payload, px=ttl_ms))
+
+    def publish_within(self, key: K, value: V, group: str, keep: int) -> None:
+        """`publish`, keeping at most `keep` entries of `group` in Redis: writing one more
+        deletes the group's entries written longest ago, in the same atomic step (one
+        client's sessions: flooding new ones cannot grow Redis past `keep` of them)."""
+        written = self._payload(value, None)
+        if written is None or keep <= 0:
+            return
+        payload, ttl_ms = written
+        name, index = self.redis_key(key), self.link.key(self.namespace + "-index", group)
+        script = self._bounded_script
+        if script is None:
+            script = self._bounded_script = self.link.client.register_script(_BOUNDED_SCRIPT)
+        self.link.spawn(
+            self.component, lambda client: script(keys=[name, index], args=[payload, ttl_ms, keep])
+        )
+
+    def _payload(self, value: V, ttl_s: float | None) -> tuple[str, int] | None:
+        """The entry as Redis holds it and its lifetime in ms; None when it is not shared
+        (not cached at all, or too big for any reader to take: kept locally only)."""
+        if not self.caches(ttl_s):
+            return None
+        ttl = self.local.ttl_s if ttl_s is None else ttl_s
         data = self._encode(value)
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
         too_long = isinstance(data, list) and len(data) > MAX_VALUE_ITEMS
         if too_long or len(payload.encode("utf-8")) > MAX_VALUE_BYTES:
-            # Every reader would refuse it: kept locally only.
             log.debug("shared state: %s entry too big to share", self.namespace)
-            return
-        ttl_ms = max(1, int(ttl * 1000))
-        self.link.spawn(self.component, lambda client: client.set(name, payload, px=ttl_ms))
+            return None
+        return payload, max(1, int(ttl * 1000))
 
     async def discard_prefix(self, prefix: str) -> None:
         """Delete every shared entry whose key starts with `prefix` (the encoded key, e.g.
@@ -345,6 +370,28 @@ def _glob_escape(text: str) -> str:
     """`text` as a literal inside a Redis MATCH pattern."""
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
+
+# KEYS: the entry, its group's index (a sorted set of the group's entry keys by write
+# time). ARGV: payload, ttl_ms, keep. The index forgets members whose entries have expired,
+# then the oldest beyond `keep`, deleting their entries; it lives as long as its newest
+# entry. Redis's own clock (TIME), so workers' clocks need not agree. The evicted entries
+# are named by the index, not in KEYS: a single Redis, as `cache.redis_url` is.
+_BOUNDED_SCRIPT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ttl_ms = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl_ms)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - ttl_ms)
+redis.call('ZADD', KEYS[2], now_ms, KEYS[1])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
+if over > 0 then
+  local old = redis.call('ZRANGE', KEYS[2], 0, over - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, over - 1)
+  redis.call('DEL', unpack(old))
+end
+redis.call('PEXPIRE', KEYS[2], ttl_ms)
+return over
+"""
 
 # KEYS: failures, open, tripped, probe. ARGV: stale_ms, threshold, cooldown_ms.
 # One failure: count it; open the circuit when the count reaches the threshold or when it

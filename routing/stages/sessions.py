@@ -20,7 +20,8 @@ turn nor plant one. One client's many sessions evict its own oldest (`SESSIONS_P
 before they could push out another client's.
 
 With shared state (`cache.redis_url`), a session's last turn also lives in Redis (under
-the same key, client identity included), and Redis is asked first: under
+the same key, client identity included, and at most `SESSIONS_PER_CLIENT` of one client
+there too), and Redis is asked first: under
 `search serve --workers N` the next turn of a conversation may reach another worker, whose
 own memory holds an older turn or none. If Redis is down, each worker falls back to what
 it remembers itself.
@@ -235,8 +236,8 @@ class SessionStore:
             return
         turn = Turn(query, decision.route, decision.stage, subject(query))
         self._turns.set(session, turn)
-        if self.shared is not None:
-            self.shared.publish(session, turn)
+        if self.shared is not None:  # Redis keeps as many of a client's sessions as we do
+            self.shared.publish_within(session, turn, client_of(session), self._turns.per_client)
 
     async def follow_up(
         self,

@@ -12,6 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from routing.shared_state import RedisLink
+from routing.stages.sessions import SessionStore, session_key
+from routing.types import Decision
 from search.config import Config, parse_config
 from search.service import Service
 from tests.support import redis_server
@@ -62,3 +65,33 @@ async def test_a_shared_turn_is_found_for_its_own_client_only(redis: RedisServer
     assert same.results[0].rewritten == "weather in paris tomorrow"
     assert other.results[0].rewritten is None
     assert redis.keys("search:session:*") == ["search:session:192.0.2.10\x1ftablet"]
+
+
+async def test_one_clients_sessions_in_redis_are_bounded_like_its_local_ones(
+    redis: RedisServer,
+) -> None:
+    """A client that opens session after session (a new id per request) holds at most
+    `per_client` of them in Redis too, the ones it wrote longest ago deleted; another
+    client's session is never among them."""
+    link = RedisLink(redis.url, timeout_s=2.0)
+    store = SessionStore(100, 60.0, shared=link, per_client=3)
+    decision = Decision("web", "intent_keyword", confidence=0.99)
+    try:
+        store.remember(session_key("192.0.2.66", "home"), "weather in oslo", decision)
+        for n in range(10):
+            store.remember(session_key("192.0.2.10", f"flood-{n}"), "weather in rome", decision)
+            await link.drain()  # one write at a time: "longest ago" is well defined
+        assert sorted(redis.keys("search:session:*")) == [
+            "search:session:192.0.2.10\x1fflood-7",
+            "search:session:192.0.2.10\x1fflood-8",
+            "search:session:192.0.2.10\x1fflood-9",
+            "search:session:192.0.2.66\x1fhome",
+        ]
+        # the index lives no longer than the sessions it lists
+        ttl_ms = redis.client().pttl("search:session-index:192.0.2.10")
+        assert 0 < ttl_ms <= 60_000
+        other = SessionStore(100, 60.0, shared=link, per_client=3)  # another worker
+        assert await other.recall(session_key("192.0.2.66", "home")) is not None
+        assert await other.recall(session_key("192.0.2.10", "flood-0")) is None
+    finally:
+        await link.aclose()
