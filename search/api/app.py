@@ -26,7 +26,13 @@ from starlette.types import Message, Receive, Scope, Send
 from routing.chain.events import run_in_thread
 from routing.pipeline import TooManyParts
 from search import __version__
-from search.api.authority import may_act, open_to_network_warning, peer, token_required
+from search.api.authority import (
+    client_identity,
+    may_act,
+    open_to_network_warning,
+    peer,
+    token_required,
+)
 from search.api.body import (
     BodyTooLarge,
     DuplicateKey,
@@ -127,7 +133,7 @@ class SearchEndpoint:
             dry_run=parsed.dry_run,
             session_id=parsed.session_id,
             authorized=may_act(scope, self.config),
-            client=peer(scope),  # a conversation is the client's own
+            client=client_identity(peer(scope)),  # a conversation is the client's own
         )
         return FastJSONResponse(outcome.body, status_code=outcome.status_code)
 

@@ -29,12 +29,39 @@ def token_required(config: Config) -> bool:
 # addresses cannot grow it).
 @lru_cache(maxsize=1024)
 def is_loopback(host: str | None) -> bool:
+    """Whether `host` is this machine: 127.0.0.0/8, ::1, or an IPv4 loopback address as a
+    dual-stack socket bound to "::" reports it ("::ffff:127.0.0.1")."""
+    address = _address(host)
+    return address is not None and address.is_loopback
+
+
+def _address(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address `host` names, an IPv4 address carried in IPv6 as itself; None if none."""
     if not host:
-        return False
+        return None
     try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
-        return False
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+# Every loopback address, as one client: the machine the router runs on.
+THIS_MACHINE = "localhost"
+
+
+@lru_cache(maxsize=1024)
+def client_identity(host: str | None) -> str | None:
+    """Who a peer address is for what the server keeps between its requests (its
+    conversations): one name for all of this machine's addresses (a client that reaches the
+    server as 127.0.0.1, then as ::1, is the same), an IPv4 address the same however the
+    socket reports it, an IPv6 address in its one canonical spelling."""
+    address = _address(host)
+    if address is None:
+        return host or None
+    return THIS_MACHINE if address.is_loopback else str(address)
 
 
 def peer(scope: Scope) -> str | None:

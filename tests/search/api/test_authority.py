@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from search.api.app import create_app
-from search.api.authority import open_to_network_warning
+from search.api.authority import client_identity, is_loopback, open_to_network_warning
 from search.config import Config, parse_config
 from search.service import Service
 from tests.support.app import uvicorn_server
@@ -118,3 +118,27 @@ def test_serving_beyond_loopback_without_a_token_says_so(tmp_path: Path) -> None
     assert open_to_network_warning(config(tmp_path, "0.0.0.0", TOKEN)) is None
     warning = open_to_network_warning(config(tmp_path, "0.0.0.0"))
     assert warning is not None and "without server.api_token" in warning
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback", "identity"),
+    [
+        ("127.0.0.1", True, "localhost"),
+        ("127.5.6.7", True, "localhost"),
+        ("::1", True, "localhost"),
+        ("::ffff:127.0.0.1", True, "localhost"),  # IPv4 loopback through a "::" socket
+        ("192.0.2.10", False, "192.0.2.10"),
+        ("::ffff:192.0.2.10", False, "192.0.2.10"),  # the same client, either way
+        ("2001:DB8:0:0::1", False, "2001:db8::1"),  # one spelling of one address
+        ("fe80::1%eth0", False, "fe80::1"),
+        ("not an address", False, "not an address"),
+        (None, False, None),
+    ],
+)
+def test_a_client_is_one_identity_however_its_address_is_spelled(
+    host: str | None, loopback: bool, identity: str | None
+) -> None:
+    """Acting is this machine's (fail closed on anything unreadable), and a conversation
+    is one client's whether it came over 127.0.0.1 or ::1, IPv4 or IPv4-in-IPv6."""
+    assert is_loopback(host) is loopback
+    assert client_identity(host) == identity
