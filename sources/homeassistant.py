@@ -273,6 +273,17 @@ SERVICES: dict[tuple[str, str], str] = {
     ("unlock", "lock"): "unlock",
 }
 
+# The state each action asks for (toggle asks for none): a device already in it was left
+# as it was on purpose, not by a change still to come.
+ASKED_STATE: dict[str, str] = {
+    "on": "on",
+    "off": "off",
+    "lock": "locked",
+    "unlock": "unlocked",
+    "open": "open",
+    "close": "closed",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -721,7 +732,10 @@ class HomeAssistantSource(ActingSource):
         if new_state is not None:
             return Item(title=match.name, text=f"{called}: now {new_state}.", url=url)
         was = match.state.get("state")
-        text = f"{called}: Home Assistant reported no change (it was {was})."
+        if was == ASKED_STATE.get(action):
+            text = f"{called}: it was already {was}, so nothing changed."
+        else:  # a device that takes its time (a lock, a cover) may report it later
+            text = f"{called}: Home Assistant reported no change yet (it was {was})."
         return Unchanged(title=match.name, text=text, url=url, reason="no_change")
 
 

@@ -347,8 +347,9 @@ async def test_a_device_already_in_the_asked_state_is_reported_unchanged(
     call_service(home_assistant, "light", "turn_on", "light.kitchen_lights")
     (item,) = await controller.act(command_of(controller, "turn on the kitchen lights"))
     assert isinstance(item, Unchanged) and item.reason == "no_change"
-    assert item.text == (
-        "Called light.turn_on on Kitchen Lights: Home Assistant reported no change (it was on)."
+    assert (
+        item.text
+        == "Called light.turn_on on Kitchen Lights: it was already on, so nothing changed."
     )
     assert read_states(home_assistant)["light.kitchen_lights"]["state"] == "on"
 
