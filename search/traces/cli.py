@@ -196,7 +196,8 @@ def _list(
     try:
         filters = parse_filters(params)
     except FilterError as exc:
-        raise TraceUsageError(f"--{exc.field if exc.field != 'q' else 'text'}: {exc}") from None
+        option = "text" if exc.field == "q" else exc.field
+        raise TraceUsageError(f"--{option}: {exc.problem}") from None
     if store is None:
         page: dict[str, Any] = {
             "traces": [],

@@ -97,6 +97,7 @@ class FilterError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.problem = message  # without the field's name, for a surface that names it its way
 
 
 # --- reading -------------------------------------------------------------------------
