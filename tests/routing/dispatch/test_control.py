@@ -342,8 +342,9 @@ async def test_a_command_whose_request_is_cancelled_is_still_recorded() -> None:
     service = Service(config, traces=sink)
     service.dispatcher.result_cache.set(("ha", "door status"), [])  # read before the command
     request = asyncio.create_task(service.search("unlock the front door", authorized=True))
-    while not service.sources["ha"].acts_started:  # type: ignore[attr-defined]
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(30):  # the source has the command
+        while not service.sources["ha"].acts_started:  # type: ignore[attr-defined]
+            await asyncio.sleep(0.01)
     request.cancel()
     with pytest.raises(asyncio.CancelledError):
         await request
