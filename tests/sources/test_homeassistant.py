@@ -38,7 +38,7 @@ from sources.homeassistant import HomeAssistantSource, parse_control, parse_requ
 from tests.sources.hostile import BodyServer
 from tests.support import homeassistant as ha_harness
 from tests.support.faulty import HomeAssistantApi
-from tests.support.homeassistant import HA_VERSION, HomeAssistant
+from tests.support.homeassistant import HA_VERSION, HomeAssistant, device_states
 from tests.support.wire_servers import Fault, WireServer, closed_port_url
 
 # The session-wide real HA (one per test session, shared with the other HA test modules).
@@ -303,11 +303,6 @@ async def test_control_closes_the_garage_door_cover(
         call_service(home_assistant, "cover", "close_cover", "cover.garage_door")
 
 
-COMMANDABLE_DOMAINS = frozenset(
-    {"light", "fan", "switch", "cover", "lock", "media_player", "climate", "input_boolean"}
-)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "query",
@@ -325,17 +320,10 @@ async def test_a_command_that_names_no_one_device_calls_nothing_and_answers_noth
     `last_changed`, which moves only with the state: the demo's media players refresh
     their attributes, and so `last_updated`, on their own.)"""
 
-    def commandable() -> dict[str, tuple[str, str]]:
-        return {
-            entity: (state["state"], state["last_changed"])
-            for entity, state in read_states(home_assistant).items()
-            if entity.split(".")[0] in COMMANDABLE_DOMAINS
-        }
-
-    before = commandable()
+    before = device_states(home_assistant)
     items = await controller.act(command_of(controller, query))
     assert all(isinstance(i, Unchanged) for i in items)
-    assert commandable() == before
+    assert device_states(home_assistant) == before
 
 
 @pytest.mark.slow

@@ -99,6 +99,31 @@ class HomeAssistantUnavailable(RuntimeError):
 # --- the venv ---------------------------------------------------------------------------
 
 
+# Domains of the demo's devices a command can change.
+COMMANDABLE_DOMAINS = frozenset(
+    {"light", "fan", "switch", "cover", "lock", "media_player", "climate", "input_boolean"}
+)
+
+
+def device_states(hass: HomeAssistant) -> dict[str, tuple[str, str]]:
+    """(state, last_changed) of every device a command could change, read from HA itself
+    (the witness that a command ran or did not). `last_changed` moves only with the
+    state: the demo's media players refresh their attributes, and so `last_updated`, on
+    their own."""
+    response = httpx.get(
+        f"{hass.url}/api/states",
+        timeout=10,
+        trust_env=False,
+        headers={"Authorization": f"Bearer {hass.token}"},
+    )
+    response.raise_for_status()
+    return {
+        s["entity_id"]: (s["state"], s["last_changed"])
+        for s in response.json()
+        if s["entity_id"].split(".")[0] in COMMANDABLE_DOMAINS
+    }
+
+
 def venv_dir() -> Path:
     default = Path.home() / ".cache" / "search-router" / f"ha-{HA_VERSION}"
     return Path(os.environ.get("SEARCH_HA_VENV", default))

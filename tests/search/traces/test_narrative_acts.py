@@ -17,23 +17,12 @@ from search.config import parse_config
 from search.service import Service
 from search.traces.narrative import narrative
 from tests.support import homeassistant as ha_harness
-from tests.support.homeassistant import HomeAssistant
+from tests.support.homeassistant import HomeAssistant, device_states
 
 home_assistant = ha_harness.home_assistant
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def states(hass: HomeAssistant) -> dict[str, str]:
-    response = httpx.get(
-        f"{hass.url}/api/states",
-        timeout=10,
-        trust_env=False,
-        headers={"Authorization": f"Bearer {hass.token}"},
-    )
-    response.raise_for_status()
-    return {s["entity_id"]: s["last_updated"] for s in response.json()}
 
 
 def bed_light_off(hass: HomeAssistant) -> None:
@@ -78,9 +67,9 @@ def acts(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def test_a_command_that_changed_nothing_is_not_told_as_carried_out(
     service: Service, home_assistant: HomeAssistant, query: str
 ) -> None:
-    before = states(home_assistant)
+    before = device_states(home_assistant)
     outcome = await service.search(query, explain=True, authorized=True)
-    assert states(home_assistant) == before
+    assert device_states(home_assistant) == before
     (part,) = outcome.body["results"]
     assert (part["source"], part["status"]) == ("ha", "empty")
     (event,) = acts(outcome.chain)
