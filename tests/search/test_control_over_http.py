@@ -23,7 +23,7 @@ from search.cli import main
 from search.config import Config, parse_config
 from tests.support import homeassistant as ha_harness
 from tests.support.app import assert_contract_event, uvicorn_server
-from tests.support.homeassistant import HomeAssistant
+from tests.support.homeassistant import HomeAssistant, read_states
 
 home_assistant = ha_harness.home_assistant
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -31,17 +31,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = "lock.front_door"
 COMMAND = "unlock the front door"
-
-
-def states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
-    response = httpx.get(
-        f"{hass.url}/api/states",
-        timeout=10,
-        trust_env=False,
-        headers={"Authorization": f"Bearer {hass.token}"},
-    )
-    response.raise_for_status()
-    return {s["entity_id"]: s for s in response.json()}
 
 
 def lock_front_door(hass: HomeAssistant) -> None:
@@ -52,12 +41,12 @@ def lock_front_door(hass: HomeAssistant) -> None:
         trust_env=False,
         headers={"Authorization": f"Bearer {hass.token}"},
     ).raise_for_status()
-    assert states(hass)[LOCK]["state"] == "locked"
+    assert read_states(hass)[LOCK]["state"] == "locked"
 
 
 def snapshot(hass: HomeAssistant) -> dict[str, tuple[str, str]]:
     """Every entity's state and last change: equal snapshots mean nothing was touched."""
-    return {e: (s["state"], s["last_changed"]) for e, s in states(hass).items()}
+    return {e: (s["state"], s["last_changed"]) for e, s in read_states(hass).items()}
 
 
 def config_file(tmp_path: Path, hass: HomeAssistant, demo_zim: Path, **routing: Any) -> Path:
@@ -249,7 +238,7 @@ def test_a_plain_command_acts_through_the_gate_and_a_replay_never_repeats_it(
         status = search(base, "is the front door locked")
         answer = search(base, COMMAND)
         again = search(base, "is the front door locked")
-    assert states(home_assistant)[LOCK]["state"] == "unlocked"
+    assert read_states(home_assistant)[LOCK]["state"] == "unlocked"
     acts = [
         e
         for e in answer["explanation"]

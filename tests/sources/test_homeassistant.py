@@ -38,7 +38,7 @@ from sources.homeassistant import HomeAssistantSource, parse_control, parse_requ
 from tests.sources.hostile import BodyServer
 from tests.support import homeassistant as ha_harness
 from tests.support.faulty import HomeAssistantApi
-from tests.support.homeassistant import HA_VERSION, HomeAssistant, device_states
+from tests.support.homeassistant import HA_VERSION, HomeAssistant, device_states, read_states
 from tests.support.wire_servers import Fault, WireServer, closed_port_url
 
 # The session-wide real HA (one per test session, shared with the other HA test modules).
@@ -77,18 +77,6 @@ async def controller(home_assistant: HomeAssistant) -> AsyncIterator[HomeAssista
     await src.start()
     yield src
     await src.aclose()
-
-
-def read_states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
-    """HA's own view, read without the source under test."""
-    response = httpx.get(
-        f"{hass.url}/api/states",
-        headers={"Authorization": f"Bearer {hass.token}"},
-        timeout=10,
-        trust_env=False,
-    )
-    response.raise_for_status()
-    return {s["entity_id"]: s for s in response.json()}
 
 
 def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str) -> None:

@@ -105,11 +105,8 @@ COMMANDABLE_DOMAINS = frozenset(
 )
 
 
-def device_states(hass: HomeAssistant) -> dict[str, tuple[str, str]]:
-    """(state, last_changed) of every device a command could change, read from HA itself
-    (the witness that a command ran or did not). `last_changed` moves only with the
-    state: the demo's media players refresh their attributes, and so `last_updated`, on
-    their own."""
+def read_states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
+    """Every entity's state object, read from HA itself, not through the source under test."""
     response = httpx.get(
         f"{hass.url}/api/states",
         timeout=10,
@@ -117,10 +114,17 @@ def device_states(hass: HomeAssistant) -> dict[str, tuple[str, str]]:
         headers={"Authorization": f"Bearer {hass.token}"},
     )
     response.raise_for_status()
+    return {s["entity_id"]: s for s in response.json()}
+
+
+def device_states(hass: HomeAssistant) -> dict[str, tuple[str, str]]:
+    """(state, last_changed) of every device a command could change: the witness that a
+    command ran or did not. `last_changed` moves only with the state: the demo's media
+    players refresh their attributes, and so `last_updated`, on their own."""
     return {
-        s["entity_id"]: (s["state"], s["last_changed"])
-        for s in response.json()
-        if s["entity_id"].split(".")[0] in COMMANDABLE_DOMAINS
+        entity: (s["state"], s["last_changed"])
+        for entity, s in read_states(hass).items()
+        if entity.split(".")[0] in COMMANDABLE_DOMAINS
     }
 
 

@@ -31,7 +31,7 @@ from search.api.app import create_app
 from search.config import parse_config
 from tests.support import homeassistant as ha_harness
 from tests.support.app import uvicorn_server
-from tests.support.homeassistant import HomeAssistant
+from tests.support.homeassistant import HomeAssistant, device_states
 from tests.support.require import missing_service
 
 home_assistant = ha_harness.home_assistant
@@ -54,7 +54,6 @@ BROWSER_ARGS = [
         "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks"
     ),
 ]
-WATCHED_DOMAINS = ("light.", "lock.", "cover.", "switch.", "fan.", "climate.")
 LIGHT = "turn on the bed light"
 LOCK = "unlock the front door"
 
@@ -99,22 +98,6 @@ def answered_posts(recorder: Recorder) -> list[dict[str, Any]]:
         and (e["content_type"] or "").startswith("text/plain")
         and e["status"] is not None
     ]
-
-
-def states(hass: HomeAssistant) -> dict[str, tuple[str, str]]:
-    """(state, last_changed) of every device a command could change, read from HA itself."""
-    response = httpx.get(
-        f"{hass.url}/api/states",
-        timeout=10,
-        trust_env=False,
-        headers={"Authorization": f"Bearer {hass.token}"},
-    )
-    response.raise_for_status()
-    return {
-        s["entity_id"]: (s["state"], s["last_changed"])
-        for s in response.json()
-        if s["entity_id"].startswith(WATCHED_DOMAINS)
-    }
 
 
 def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str) -> None:
@@ -244,7 +227,7 @@ def test_a_cross_site_form_and_fetch_change_nothing_in_the_home(
     recorder, base = router
     call_service(home_assistant, "light", "turn_off", "light.bed_light")
     call_service(home_assistant, "lock", "lock", "lock.front_door")
-    before = states(home_assistant)
+    before = device_states(home_assistant)
     assert before["light.bed_light"][0] == "off" and before["lock.front_door"][0] == "locked"
     recorder.seen.clear()
     context = browser.new_context()
@@ -266,7 +249,7 @@ def test_a_cross_site_form_and_fetch_change_nothing_in_the_home(
             time.sleep(0.05)
     finally:
         context.close()
-    assert states(home_assistant) == before
+    assert device_states(home_assistant) == before
 
     arrived = [e for e in recorder.seen if e["path"] == "/search"]
     assert len(answered_posts(recorder)) == 3, arrived
@@ -287,7 +270,7 @@ def test_a_cross_site_form_and_fetch_change_nothing_in_the_home(
         with httpx.Client(base_url=base, timeout=30) as http:
             response = http.post("/search", json={"query": LIGHT})
         assert response.status_code == 200, response.text
-        assert states(home_assistant)["light.bed_light"][0] == "on"
+        assert device_states(home_assistant)["light.bed_light"][0] == "on"
     finally:
         call_service(home_assistant, "light", "turn_off", "light.bed_light")
 
