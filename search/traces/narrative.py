@@ -27,6 +27,7 @@ _FAILURES = {
     "rate_limited": "rate-limited the request",
     "disabled": "is disabled",
     "circuit_open": "was skipped (circuit open)",
+    "cancelled": "had not answered when the request ended",
 }
 # Why an act changed nothing, when the source said (`reason` beside outcome `empty`).
 _UNCHANGED = {"ambiguous": "it could mean several devices"}
@@ -231,7 +232,8 @@ def _acted(event: dict[str, Any], with_text: bool) -> str:
             f"{source} changed nothing for {what}" + (f" ({why})" if why else "") + f" in {elapsed}"
         )
     reason = str(event.get("reason") or "error")
-    return f"{source} was asked to {what} and " + _FAILURES.get(reason, f"failed ({reason})")
+    text = f"{source} was asked to {what} and " + _FAILURES.get(reason, f"failed ({reason})")
+    return text + (" (it may have taken effect)" if reason == "cancelled" else "")
 
 
 def _searched(event: dict[str, Any]) -> str:

@@ -142,6 +142,13 @@ def act(outcome: str, action: str = "on", target: str = "the lights", **extra: A
             "ha was asked to 'open the garage door' and timed out",
             "ha was asked to a command and timed out",
         ),
+        (  # cut off by the end of its request: it may have run
+            act("timeout", action="unlock", target="the front door", reason="cancelled"),
+            "ha was asked to 'unlock the front door' and had not answered when the request "
+            "ended (it may have taken effect)",
+            "ha was asked to a command and had not answered when the request ended "
+            "(it may have taken effect)",
+        ),
     ],
 )
 def test_an_act_says_whether_it_changed_anything(
