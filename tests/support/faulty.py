@@ -319,8 +319,13 @@ class ChainAudit:
     unkeyed_outcomes: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
 
     def _is_load_timeout(self, event: dict[str, Any]) -> bool:
+        """A call the load cut off, not a fault: it ran to its own timeout, or the request's
+        deadline ended it (`reason: cancelled`) while the starved server was still on it.
+        Either way it counts against the same budget of load timeouts."""
+        if event["outcome"] != "timeout":
+            return False
         limit_ms = self.timeouts[event["source"]] * 1000.0
-        return event["outcome"] == "timeout" and event["elapsed_ms"] >= 0.95 * limit_ms
+        return event.get("reason") == "cancelled" or event["elapsed_ms"] >= 0.95 * limit_ms
 
     def _call_reason(self, event: dict[str, Any]) -> str:
         """The reason the chain gives for leaving this source (what `fallback` must say)."""
