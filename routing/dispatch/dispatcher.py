@@ -306,18 +306,13 @@ class Dispatcher:
         the source had it: the call may have taken effect, so it is recorded as sent, with
         no result, and the source's cached answers are dropped all the same. Shielded: the
         cancellation that is ending the request must not also cut the forgetting short."""
-        record(
-            Step.SOURCE_INVOKED,
-            source=name,
-            query=query,
-            elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
-            outcome="timeout",  # as a read cut off the same way
-            result_count=0,
+        _record_cut_off(
+            name,
+            query,
+            started,
+            "the command may have taken effect",
             operation="act",
             command=command.to_dict(),
-            reason="cancelled",
-            message=f"{name} had not answered when the request ended: the command may "
-            "have taken effect",
         )
         await asyncio.shield(self.forget(name))
 
@@ -490,18 +485,7 @@ class Dispatcher:
                     "timeout", [], "timeout", f"{name} took over {source.timeout_s}s"
                 )
             except asyncio.CancelledError:
-                # The request ended around the call (its deadline passed): the chain still
-                # shows the call that was cut off, and for how long it had run.
-                record(
-                    Step.SOURCE_INVOKED,
-                    source=name,
-                    query=query,
-                    elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
-                    outcome="timeout",
-                    result_count=0,
-                    reason="cancelled",
-                    message=f"{name} had not answered when the request ended",
-                )
+                _record_cut_off(name, query, started)
                 raise
             except SourceError as exc:
                 kind = "timeout" if exc.reason == "timeout" else "error"
@@ -534,3 +518,24 @@ class Dispatcher:
             return Answer(route, "empty", [])
         last = outcomes[-1]
         return Answer(None, "error", [], {"type": last.reason, "message": last.message})
+
+
+def _record_cut_off(
+    name: str, query: str, started: float, consequence: str = "", **extra: Any
+) -> None:
+    """A source call the end of its request cut off (the deadline passed, the client went
+    away): the chain still shows the call, for how long it had run, and, for a command,
+    that it may have taken effect. `outcome` is `timeout`, as for any call that did not
+    answer in time; `reason: cancelled` says which way it ended."""
+    message = f"{name} had not answered when the request ended"
+    record(
+        Step.SOURCE_INVOKED,
+        source=name,
+        query=query,
+        elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
+        outcome="timeout",
+        result_count=0,
+        **extra,
+        reason="cancelled",
+        message=f"{message}: {consequence}" if consequence else message,
+    )
