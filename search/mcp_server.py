@@ -18,7 +18,8 @@ Transports:
   real stdout, and file descriptor 1 points at stderr for the life of the process, so
   nothing a C library (libzim) or a child process prints can reach the protocol stream.
   SIGTERM and SIGHUP end it as stdin's EOF does (the service closed, its traces written);
-  a line that is no JSON-RPC message is answered with -32700 or -32600.
+  a line that is no JSON-RPC message is answered with -32700 or -32600 (with its id
+  when the id can be read, else `null`).
 """
 
 from __future__ import annotations
@@ -380,18 +381,34 @@ class ClientGone(Exception):
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def _rpc_error(code: int, message: str) -> SessionMessage:
-    """A JSON-RPC error for a line whose id could not be read (hence `id: null`)."""
+def _rpc_error(code: int, message: str, request_id: str | int | None) -> SessionMessage:
     return SessionMessage(
-        JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
+        JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
     )
 
 
-def malformed_answer(exc: ValidationError) -> SessionMessage:
-    """-32700 for a line that is not JSON, -32600 for JSON that is no JSON-RPC message."""
+def readable_id(line: bytes) -> str | int | None:
+    """The id of a line that is a JSON object with a string or integer `id`, else None.
+
+    JSON-RPC answers an invalid request with its id when the id can be read, so a client
+    that sent a malformed request learns which of its requests failed; `null` only when
+    it cannot (not JSON, not an object, an id of another type)."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    found = data.get("id") if isinstance(data, dict) else None
+    if isinstance(found, bool) or not isinstance(found, str | int):
+        return None
+    return found
+
+
+def malformed_answer(exc: ValidationError, line: bytes = b"") -> SessionMessage:
+    """-32700 (id null) for a line that is not JSON; -32600 for JSON that is no JSON-RPC
+    message, with the line's id when it has a readable one."""
     if any(err["type"] == "json_invalid" for err in exc.errors()):
-        return _rpc_error(PARSE_ERROR, "Parse error")
-    return _rpc_error(INVALID_REQUEST, "Invalid Request")
+        return _rpc_error(PARSE_ERROR, "Parse error", None)
+    return _rpc_error(INVALID_REQUEST, "Invalid Request", readable_id(line))
 
 
 def _read_lines(
@@ -469,7 +486,7 @@ class StdioWire:
                     try:
                         message = jsonrpc_message_adapter.validate_json(line, by_name=False)
                     except ValidationError as exc:
-                        await answers.send(malformed_answer(exc))
+                        await answers.send(malformed_answer(exc, line))
                         continue
                     await to_server.send(SessionMessage(message))
 

@@ -170,11 +170,23 @@ def test_a_malformed_line_gets_a_json_rpc_error_and_the_next_is_served(
         b'"a string"\n',
         b"\xff\xfe{\n",
         b"  \n",  # an empty line asks nothing and gets nothing
+        b'{"jsonrpc": "2.0", "id": 7, "method": 5}\n',  # its id is readable: echoed
+        b'{"jsonrpc": "1.0", "id": "seven", "method": "tools/list"}\n',
+        b'{"jsonrpc": "2.0", "id": true, "method": 5}\n',  # no JSON-RPC id: null
     )
     mcp.request(2, "tools/list")
 
-    answers = [mcp.receive() for _ in range(5)]
-    assert answers == [PARSE_ERROR, INVALID, INVALID, INVALID, PARSE_ERROR]
+    answers = [mcp.receive() for _ in range(8)]
+    assert answers == [
+        PARSE_ERROR,
+        INVALID,
+        INVALID,
+        INVALID,
+        PARSE_ERROR,
+        {**INVALID, "id": 7},
+        {**INVALID, "id": "seven"},
+        INVALID,
+    ]
     tools = mcp.receive()
     assert tools["id"] == 2
     assert {t["name"] for t in tools["result"]["tools"]} == {"search", "get_trace"}
