@@ -279,4 +279,5 @@ def create_app(
     )
     app.state.service = service
     app.state.config = config
+    app.state.refused = metrics.refused  # search/api/refusals.py
     return app

@@ -11,6 +11,8 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from search.api.refusals import note_refusal
+
 # /healthz for probes; the viewer's static files hold no data (their fetches need the token).
 OPEN_PATHS = frozenset({"/healthz", "/ui", "/ui/", "/ui/app.js", "/ui/style.css"})
 
@@ -43,6 +45,7 @@ class BearerTokenMiddleware:
         if valid and scheme.lower() == _SCHEME:
             await self.app(scope, receive, send)
             return
+        note_refusal(scope, 401, "unauthorized")
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return

@@ -27,6 +27,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from search.api.refusals import note_refusal
+
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -147,10 +149,11 @@ class RequestGuard:
         if refusal is None:
             await self.app(scope, receive, send)
             return
+        status, kind, field, message = refusal
+        note_refusal(scope, status, kind)
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        status, kind, field, message = refusal
         body = json.dumps({"error": {"type": kind, "message": message, "field": field}}).encode()
         await send(
             {

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.responses import JSONResponse
 
-from search.json_codec import FastJSONResponse
+from search.api.refusals import ErrorReply
 from search.query_text import has_visible_text
 
 
@@ -151,4 +151,4 @@ def openapi_components() -> dict[str, Any]:
 def error_response(status: int, type_: str, message: str, field: str | None = None) -> JSONResponse:
     """The one error body of every route: `{"error": {"type", "message", "field"?}}`."""
     detail = ErrorDetail(type=type_, message=message, field=field)
-    return FastJSONResponse({"error": detail.model_dump(exclude_none=True)}, status_code=status)
+    return ErrorReply({"error": detail.model_dump(exclude_none=True)}, status, type_)

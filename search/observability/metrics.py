@@ -17,9 +17,10 @@ the same; a dropped intent event names no stage's confidence, a dropped source c
 duration (it is counted in `search_source_calls_untimed_total` instead of the latency
 histogram), and `search_dropped_events_total` says how many were dropped.
 
-Only requests that reached the router are counted: input the HTTP layer refuses (bad JSON
-or fields, an empty query, a foreign Origin or Host, a missing token) is answered before
-there is a chain; a query with too many parts reaches it, and is counted as its 422.
+Only requests that reached the router are counted from chains: input the HTTP layer
+refuses (bad JSON or fields, an empty query, too many parts, a foreign Origin or Host, a
+missing token) is answered before there is a chain, and is counted apart, by status and
+error type, in `search_refused_total` (`refused`, called by search/api/refusals.py).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class MetricsObserver:
             "Requests that reached the router (/search, MCP tools), by the HTTP status they "
             "ended with (200; 422 more parts than routing.max_parts; 502 every part failed; "
             "504 deadline; 499 the client cancelled it on the way). Input the HTTP layer refuses (bad JSON or fields, an empty query, "
-            "403, 413, 415, a missing token) never reaches it and is not counted here.",
+            "403, 413, 415, a missing token) never reaches it: see search_refused_total.",
             ["status"],
             registry=r,
         )
@@ -177,6 +178,15 @@ class MetricsObserver:
             "search_errors",
             "error events (a part or the request failed), by error type.",
             ["error_type"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            "search_refused",
+            "Requests the HTTP layer answered with a 4xx before or instead of routing, by "
+            "status and error type (forbidden_host, forbidden_origin, unauthorized, "
+            "unsupported_media_type, invalid_json, invalid_request, body_too_large, "
+            "too_many_parts, not_found, ...). Not in search_requests_total.",
+            ["status", "type"],
             registry=r,
         )
         self.dropped_events = Counter(
@@ -263,6 +273,13 @@ class MetricsObserver:
                         count(event)
             if unserved:
                 self._unserved(trace)
+            if not self._deferred:
+                self._flush_locked()
+
+    def refused(self, status: int, kind: str) -> None:
+        """One request refused by the HTTP layer (search/api/refusals.py)."""
+        with self._lock:
+            self._count(self._series(self.refusals, str(status), kind))
             if not self._deferred:
                 self._flush_locked()
 
