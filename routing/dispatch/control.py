@@ -9,7 +9,8 @@ happens:
 - `not_allowed`: the source's config does not allow control (`allow_control`);
 - `not_authorized`: the request did not come from someone who may act: with
   `server.api_token` set, a request without it never reaches here; with none set, only a
-  client on this machine (loopback) may act;
+  client on this machine (loopback) may act, and not through a proxy (a request relayed
+  by one speaks for someone the router cannot see);
 - `dry_run`: the request asked for a plan, not an action;
 - `replay`: a replay re-routes a recorded request; it never repeats what that request did;
 - `conditional`: the command is the consequence of a condition ("if ...", "unless ...")
@@ -187,7 +188,7 @@ def withheld_reasons(
 REASON_WORDS: dict[str, str] = {
     Withheld.NOT_ALLOWED: "control is not allowed for this source (allow_control is off)",
     Withheld.NOT_AUTHORIZED: "the request is not authorized to act (give the API token, or ask "
-    "from this machine)",
+    "from this machine, not through a proxy)",
     Withheld.DRY_RUN: "this was a dry run",
     Withheld.REPLAY: "a replay never acts",
     Withheld.CONDITIONAL: "it depends on a condition the router does not evaluate",

@@ -5,8 +5,16 @@ A state-changing command and a label (which changes future routing) need the sam
 authority. With `server.api_token` set, the bearer-token middleware has already refused
 every request without it, so whoever reaches an endpoint may act. With no token, only a
 loopback client may: any device on the network can reach a server bound to 0.0.0.0, and
-reading is all such a server promises them. (Behind a reverse proxy on this machine every
-client looks local: such a set-up needs the token.)
+reading is all such a server promises them.
+
+A request relayed by a proxy is not this machine's, whatever address it came from: behind
+a reverse proxy on this machine every client's connection is the proxy's, from
+127.0.0.1. Most proxies say they relayed it (`Forwarded`, `X-Forwarded-*`, `X-Real-IP`,
+`Via`), and such a request may not act without the token: who it speaks for is unknown.
+The same headers from a client posing as a proxy (uvicorn trusts `X-Forwarded-For` from
+the addresses in `FORWARDED_ALLOW_IPS`, all of them when it is `*`) cannot make a remote
+client local either. A proxy that says nothing (nginx's plain `proxy_pass`) cannot be
+told from a local client: such a set-up needs the token.
 """
 
 from __future__ import annotations
@@ -33,6 +41,28 @@ def is_loopback(host: str | None) -> bool:
     dual-stack socket bound to "::" reports it ("::ffff:127.0.0.1")."""
     address = _address(host)
     return address is not None and address.is_loopback
+
+
+# Headers a proxy adds to a request it relays (RFC 7239 `Forwarded`, the de facto
+# `X-Forwarded-*` family and `X-Real-IP`, and RFC 9110 `Via`); ASGI names are lower case.
+_RELAYED_PREFIX = b"x-forwarded-"
+_RELAYED = frozenset({b"forwarded", b"x-real-ip", b"via"})
+
+
+def relayed(scope: Scope) -> bool:
+    """Whether the request says a proxy relayed it (see the module's docstring)."""
+    for name, _ in scope.get("headers", ()):
+        if name in _RELAYED or name.startswith(_RELAYED_PREFIX):
+            return True
+    return False
+
+
+def may_act(scope: Scope, config: Config) -> bool:
+    """Whether the request of this ASGI scope may carry out commands and store labels: it
+    carried the token, or it comes from this machine and was relayed by no proxy."""
+    if token_required(config):
+        return True  # the middleware let it in: it carried the token
+    return is_loopback(peer(scope)) and not relayed(scope)
 
 
 def _address(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -70,13 +100,6 @@ def peer(scope: Scope) -> str | None:
     judged by. None over a unix socket."""
     client = scope.get("client")  # (host, port), or None (a unix socket, a test client)
     return str(client[0]) if client and client[0] else None
-
-
-def may_act(scope: Scope, config: Config) -> bool:
-    """Whether the request of this ASGI scope may carry out commands and store labels."""
-    if token_required(config):
-        return True  # the middleware let it in: it carried the token
-    return is_loopback(peer(scope))
 
 
 def open_to_network_warning(config: Config) -> str | None:

@@ -72,7 +72,7 @@ async def add_label(request: Request) -> Response:
             403,
             "not_authorized",
             "a label changes future routing: it needs server.api_token, or a request from "
-            "this machine",
+            "this machine not relayed by a proxy",
         )
     store: Any = getattr(service, "traces", None)
     trace_id = request.path_params["trace_id"]

@@ -51,9 +51,12 @@ def config(tmp_path: Path, host: str, token: str | None = None) -> Config:
     )
 
 
-def from_other_host(lan: OtherHost, base: str, token: str | None = None) -> dict[str, Any]:
+def from_other_host(
+    lan: OtherHost, base: str, token: str | None = None, extra: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A command, a read and a label POST from the namespace; their statuses and bodies."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers.update(extra or {})
     code = f"""
 import json, httpx
 c = httpx.Client(base_url={base!r}, timeout=30, headers={headers!r}, trust_env=False)
@@ -111,6 +114,63 @@ async def test_a_loopback_client_without_a_token_may_act(tmp_path: Path) -> None
             response = await client.post("/search", json={"query": COMMAND})
     assert response.json()["results"][0]["status"] == "ok"
     assert len(acted(service)) == 1
+
+
+# What a reverse proxy on this machine adds to a request it relays: Caddy and Traefik send
+# X-Forwarded-For/-Proto/-Host, Apache X-Forwarded-For/-Host/-Server, HAProxy `Forwarded`
+# (option forwarded), nginx set-ups often X-Real-IP, Squid and Varnish `Via`.
+RELAYED = [
+    {"X-Forwarded-For": "192.0.2.7"},
+    {"X-Forwarded-Proto": "https"},
+    {"X-Forwarded-Host": "search.home.arpa"},
+    {"Forwarded": "for=192.0.2.7;proto=https"},
+    {"X-Real-IP": "192.0.2.7"},
+    {"Via": "1.1 caddy"},
+]
+
+
+@pytest.mark.parametrize("headers", RELAYED, ids=lambda h: next(iter(h)))
+async def test_a_request_a_proxy_on_this_machine_relayed_never_acts_or_labels(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    """Behind a reverse proxy on this machine every client's connection comes from
+    127.0.0.1; the proxy's headers say someone else asked, so without the token it reads
+    only (uvicorn as `search serve` runs it: it trusts X-Forwarded-For from 127.0.0.1)."""
+    cfg = config(tmp_path, "127.0.0.1")
+    service = Service(cfg)
+    with uvicorn_server(create_app(cfg, service)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=30, headers=headers) as client:
+            command = await client.post("/search", json={"query": COMMAND, "explain": True})
+            read = await client.post("/search", json={"query": "history of rome"})
+            label = await client.post(
+                f"/traces/{read.json()['trace_id']}/labels", json={"part": "0", "route": "ha"}
+            )
+    (result,) = command.json()["results"]
+    assert (result["status"], result["withheld"]["reason"]) == ("withheld", "not_authorized")
+    withheld = [e for e in command.json()["explanation"] if e["step"] == "control_withheld"]
+    assert [e["reason"] for e in withheld] == ["not_authorized"]
+    assert acted(service) == []
+    assert read.json()["results"][0]["status"] == "ok"
+    assert (label.status_code, label.json()["error"]["type"]) == (403, "not_authorized")
+
+
+def test_a_remote_client_posing_as_a_proxy_for_this_machine_never_acts(
+    tmp_path: Path, lan: OtherHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With uvicorn told to trust every proxy (FORWARDED_ALLOW_IPS=*, a common container
+    set-up), another host that claims to relay 127.0.0.1 is taken for 127.0.0.1 by
+    uvicorn, and still may not act: the claim itself says a proxy relayed it."""
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "*")
+    cfg = config(tmp_path, lan.server_ip)
+    service = Service(cfg)
+    with uvicorn_server(create_app(cfg, service), host=lan.server_ip) as base:
+        seen = from_other_host(lan, base, extra={"X-Forwarded-For": "127.0.0.1"})
+    status, body = seen["command"]
+    assert status == 200
+    (result,) = body["results"]
+    assert (result["status"], result["withheld"]["reason"]) == ("withheld", "not_authorized")
+    assert acted(service) == []
+    assert seen["label"][0] == 403
 
 
 def test_serving_beyond_loopback_without_a_token_says_so(tmp_path: Path) -> None:
