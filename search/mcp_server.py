@@ -17,7 +17,8 @@ Transports:
 - stdio via `search mcp` (`run_stdio`): the protocol owns a private duplicate of the
   real stdout, and file descriptor 1 points at stderr for the life of the process, so
   nothing a C library (libzim) or a child process prints can reach the protocol stream.
-  SIGTERM and SIGHUP end it as stdin's EOF does (the service closed, its traces written);
+  SIGTERM and SIGHUP end it as stdin's EOF does (the service closed, its traces written),
+  even when a client that stopped reading stdout leaves an answer waiting (UNREAD_GRACE_S);
   a line that is no JSON-RPC message is answered with -32700 or -32600 (with its id
   when the id can be read, else `null`).
 """
@@ -28,11 +29,13 @@ import asyncio
 import json
 import logging
 import os
+import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, Future
 from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any
 
@@ -375,7 +378,8 @@ class StartFailed(Exception):
 
 
 class ClientGone(Exception):
-    """The client closed its end of stdout: `search mcp` says so in one line, exit 1."""
+    """The client closed its end of stdout, or stopped reading it: `search mcp` says so in
+    one line, exit 1."""
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -430,10 +434,59 @@ def _read_lines(
         loop.call_soon_threadsafe(lines.close)
 
 
+def _consume(written: asyncio.Future[None]) -> None:
+    if not written.cancelled():
+        written.exception()  # retrieved, so asyncio does not log it as never retrieved
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+# After a stop (a signal, stdin's end), how long an answer may wait for a client that has
+# stopped reading stdout before the server closes down without delivering it.
+UNREAD_GRACE_S = 5.0
+_POLL_S = 0.25  # how often a waiting write looks whether a stop came
+
+
+class LineWriter:
+    """The protocol's stdout, written on a daemon thread of its own, which alone owns (and
+    closes) the descriptor.
+
+    A write to a client that stopped reading blocks until it reads again. A worker thread
+    of the event loop's would hold up the close-down and then the interpreter's exit; this
+    thread is left blocked instead, and dies with the process. Closing the descriptor
+    under a blocked write from another thread could let it write into whatever file
+    reuses the number, so only this thread closes it, once its writes are done."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._queue: queue.SimpleQueue[tuple[bytes, Future[None]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="mcp-stdout", daemon=True).start()
+
+    def write(self, data: bytes) -> Future[None]:
+        """Queue `data`; the future ends when it is written (or with the OSError)."""
+        done: Future[None] = Future()
+        self._queue.put((data, done))
+        return done
+
+    def close(self) -> None:
+        """Close the descriptor once what was queued before is written."""
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            data, done = item
+            try:
+                _write_all(self.fd, data)
+            except OSError as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+        with suppress(OSError):
+            os.close(self.fd)
 
 
 class StdioWire:
@@ -446,9 +499,13 @@ class StdioWire:
         self.wire_in = wire_in
         self.wire_out = wire_out
         self.client_gone = False
+        self.unread = False  # answers were left undelivered: the client was not reading
         self._input = anyio.CancelScope()
+        self._stopped_at: float | None = None
 
     def stop(self) -> None:
+        if self._stopped_at is None:
+            self._stopped_at = time.monotonic()
         self._input.cancel()
 
     async def serve(self, server: Server[Any]) -> None:
@@ -460,15 +517,15 @@ class StdioWire:
         threading.Thread(
             target=_read_lines, args=(self.wire_in, loop, lines_in), name="mcp-stdin", daemon=True
         ).start()
+        out = LineWriter(self.wire_out)
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._read, lines, to_server, server_out.clone())
-                tasks.start_soon(self._write, from_server)
+                tasks.start_soon(self._write, from_server, out)
                 async with server_in, server_out:
                     await server.run(server_in, server_out, server.create_initialization_options())
         finally:
-            with suppress(OSError):
-                os.close(self.wire_out)
+            out.close()
 
     async def _read(
         self,
@@ -490,19 +547,35 @@ class StdioWire:
                         continue
                     await to_server.send(SessionMessage(message))
 
-    async def _write(self, messages: MemoryObjectReceiveStream[SessionMessage]) -> None:
-        """Write each message as a line; once the client is gone, drain without writing so
-        the server finishes its requests and closes down."""
+    async def _write(
+        self, messages: MemoryObjectReceiveStream[SessionMessage], out: LineWriter
+    ) -> None:
+        """Write each message as a line; once the client is gone (or, after a stop, has
+        not read for UNREAD_GRACE_S), drain without writing so the server finishes its
+        requests and closes down."""
         async with messages:
             async for message in messages:
-                if self.client_gone:
+                if self.client_gone or self.unread:
                     continue
                 line = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                 try:
-                    await anyio.to_thread.run_sync(_write_all, self.wire_out, line.encode())
+                    await self._delivered(out.write(line.encode()))
                 except (BrokenPipeError, ConnectionResetError):
                     self.client_gone = True
                     self.stop()
+
+    async def _delivered(self, write: Future[None]) -> None:
+        """Wait for `write`, until UNREAD_GRACE_S after a stop at the latest."""
+        written = asyncio.wrap_future(write)
+        while not written.done():
+            await asyncio.wait({written}, timeout=_POLL_S)
+            stopped = self._stopped_at
+            waited = 0.0 if stopped is None else time.monotonic() - stopped
+            if not written.done() and waited >= UNREAD_GRACE_S:
+                self.unread = True
+                written.add_done_callback(_consume)  # its end, if ever, is nobody's
+                return
+        written.result()
 
 
 async def serve_stdio(config: Config, wire_in: int, wire_out: int) -> None:
@@ -535,6 +608,8 @@ async def serve_stdio(config: Config, wire_in: int, wire_out: int) -> None:
             loop.remove_signal_handler(signum)
     if wire.client_gone:
         raise ClientGone("the client went away (it closed its end of stdout)")
+    if wire.unread:
+        raise ClientGone("stopped with answers undelivered (the client was not reading stdout)")
 
 
 def run_stdio(config: Config) -> int:

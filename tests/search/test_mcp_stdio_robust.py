@@ -5,6 +5,7 @@ stdout gets a clean close-down with one line on stderr, not a hang or a tracebac
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -122,6 +124,16 @@ class McpProcess:
     def stored(self) -> SQLiteTraceStore:
         return SQLiteTraceStore(TraceConfig(path=str(self.traces)))
 
+    def stored_count(self) -> int:
+        """How many traces the store holds now (0 before it exists)."""
+        if not self.traces.exists():
+            return 0
+        store = self.stored()
+        try:
+            return len(store.list_traces(TraceFilter())["traces"])
+        finally:
+            store.close_sync()
+
 
 @pytest.fixture()
 def mcp(tmp_path: Path) -> Iterator[McpProcess]:
@@ -213,6 +225,39 @@ def test_a_client_that_closes_stdout_gets_a_clean_close_down(mcp: McpProcess) ->
     finally:
         store.close_sync()
     assert [t["query"] for t in listed["traces"]] == ["photosynthesis"]  # service closed
+
+
+def test_a_client_that_stops_reading_cannot_hold_up_a_stop_signal(mcp: McpProcess) -> None:
+    """A client that keeps stdout open but no longer reads it fills the pipe, and the
+    answer being written waits for a reader that never comes: a SIGTERM still ends the
+    server (the service closed, its traces written) within a few seconds, saying so."""
+    mcp.initialize()
+    mcp.search(2, "photosynthesis")
+    mcp.receive()
+    fcntl.fcntl(mcp.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # the smallest: one page
+    for id_ in range(3, 43):  # far more answers than the pipe holds, none of them read
+        mcp.request(id_, "tools/list")
+    deadline = time.monotonic() + ANSWER_S
+    while not writing_to_a_full_pipe(mcp.proc.pid):
+        assert time.monotonic() < deadline, f"no write waited on the pipe: {mcp.stderr()}"
+        time.sleep(0.05)
+    mcp.proc.send_signal(signal.SIGTERM)
+
+    assert mcp.proc.wait(timeout=ANSWER_S) == 1, mcp.stderr()
+    assert mcp.stderr().splitlines() == [
+        "search: mcp: stopped with answers undelivered (the client was not reading stdout)"
+    ]
+    assert mcp.stored_count() == 1  # the service was closed: its trace is kept
+
+
+def writing_to_a_full_pipe(pid: int) -> bool:
+    """Whether a thread of process `pid` waits in the kernel to write to a pipe (its
+    stderr is a file here, so the pipe is stdout)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with suppress(OSError):  # a thread that ended meanwhile
+            if "pipe_write" in (task / "wchan").read_text():
+                return True
+    return False
 
 
 def test_instructions_name_only_what_enabled_sources_answer() -> None:
