@@ -240,39 +240,9 @@ class Config(Strict):
             for target in source.fallback:
                 if target not in self.sources:
                     raise ValueError(f"sources.{name}.fallback: unknown source {target!r}")
-        cycle = find_fallback_cycle({n: s.fallback for n, s in self.sources.items()})
-        if cycle:
-            raise ValueError(
-                "sources.*.fallback: fallback chains form a cycle: " + " -> ".join(cycle)
-            )
+                if target == name:
+                    raise ValueError(f"sources.{name}.fallback: {name!r} names itself")
         return self
-
-
-def find_fallback_cycle(graph: dict[str, list[str]]) -> list[str] | None:
-    """A fallback cycle as a path (first node repeated at the end), or None."""
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in graph.get(node, []):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for start in graph:
-        if start not in state:
-            found = visit(start)
-            if found:
-                return found
-    return None
 
 
 def _describe(exc: ValidationError) -> str:

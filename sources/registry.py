@@ -42,7 +42,8 @@ class SourceConfig(BaseModel):
     enabled: bool = True
     timeout_s: float = Field(default=5.0, gt=0, le=300)
     fallback: list[str] = Field(
-        default_factory=list, description="Sources to try, in order, when this one fails."
+        default_factory=list,
+        description="Sources to try, in order, when this one fails (not their own fallbacks).",
     )
     description: str = Field(default="", description="What this source answers (for the LLM).")
     max_concurrency: int = Field(default=8, ge=1, le=1024)

@@ -69,17 +69,17 @@ class _Outcome:
 
 
 def expand_chain(name: str, fallbacks: dict[str, list[str]]) -> list[str]:
-    """`name` then its fallbacks, depth first, each source once (config rejects cycles)."""
-    chain: list[str] = []
+    """`name`, then the sources it names as its own fallbacks, each once.
 
-    def visit(node: str) -> None:
-        if node in chain:
-            return
-        chain.append(node)
-        for nxt in fallbacks.get(node, []):
-            visit(nxt)
-
-    visit(name)
+    Not their fallbacks in turn: a fallback stands in for one source on that source's
+    questions. `web` falling back to `kiwix` serves web's questions; followed on from
+    `forecast -> web`, it would answer a weather question with an encyclopedia article.
+    A route that should end at `kiwix` says so in its own list.
+    """
+    chain = [name]
+    for nxt in fallbacks.get(name, []):
+        if nxt not in chain:
+            chain.append(nxt)
     return chain
 
 
@@ -392,7 +392,10 @@ class Dispatcher:
                 empty_from = source_name
         if empty_from is not None:
             return Answer(empty_from, "empty", [])
-        return Answer(None, "error", [], {"type": last.reason, "message": last.message})
+        message = last.message
+        if len(chain) > 1:
+            message = f"none of {' -> '.join(chain)} answered; the last: {message}"
+        return Answer(None, "error", [], {"type": last.reason, "message": message})
 
     async def _call(self, name: str, query: str) -> _Outcome:
         """One source's `search` (it only reads), through the result cache, timed around

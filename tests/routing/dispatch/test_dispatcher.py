@@ -64,7 +64,9 @@ async def test_fallback_fires_on_each_failure(fault: str, outcome: str, reason: 
     assert result.body["results"][0]["source"] == "backup"
 
 
-async def test_chains_follow_fallbacks_transitively() -> None:
+async def test_a_fallback_stands_in_for_its_source_only_not_for_its_fallbacks() -> None:
+    """`a -> b` and `b -> c`: a part routed to `a` tries `a`, then `b`, and stops. `c` is
+    b's stand-in on b's questions (web's kiwix), not an answer to a's (a weather question)."""
     config = scripted_config(
         {
             "a": {"fail": "error", "fallback": ["b"]},
@@ -74,12 +76,29 @@ async def test_chains_follow_fallbacks_transitively() -> None:
     )
     service = Service(config)
     result = await ask(service, "anything")
+    moves = [(e["from_source"], e["to_source"]) for e in result.chain if e["step"] == "fallback"]
+    assert moves == [("a", "b")]
+    assert [e["source"] for e in result.chain if e["step"] == "source_invoked"] == ["a", "b"]
+    assert result.body["results"][0]["status"] == "empty"
+    assert result.body["results"][0]["items"] == []
+
+
+async def test_a_route_that_lists_the_whole_chain_gets_it() -> None:
+    config = scripted_config(
+        {
+            "a": {"fail": "error", "fallback": ["b", "c"]},
+            "b": {"fail": "empty", "fallback": ["c"]},
+            "c": {},
+        }
+    )
+    result = await ask(Service(config), "anything")
     moves = [
         (e["from_source"], e["to_source"], e["reason"])
         for e in result.chain
         if e["step"] == "fallback"
     ]
     assert moves == [("a", "b", "error"), ("b", "c", "empty")]
+    assert result.body["results"][0]["source"] == "c"
 
 
 async def test_an_exhausted_chain_fails_the_part_with_an_error_event_last() -> None:
@@ -172,16 +191,27 @@ def test_rrf_rewards_items_found_by_several_lists() -> None:
     assert fused[0] == shared
 
 
-def test_expand_chain_is_depth_first_and_visits_each_once() -> None:
-    graph = {"ha": ["web", "kiwix"], "web": ["kiwix"], "kiwix": []}
+def test_expand_chain_is_the_source_then_its_own_list_each_once() -> None:
+    graph = {"ha": ["web", "kiwix", "web"], "web": ["kiwix", "forecast"], "kiwix": []}
     assert expand_chain("ha", graph) == ["ha", "web", "kiwix"]
+    assert expand_chain("web", graph) == ["web", "kiwix", "forecast"]
+    assert expand_chain("kiwix", graph) == ["kiwix"]
 
 
-def test_a_fallback_cycle_is_rejected_at_start_up() -> None:
-    with pytest.raises(ConfigError, match="cycle: a -> b -> c -> a"):
-        scripted_config(
-            {"a": {"fallback": ["b"]}, "b": {"fallback": ["c"]}, "c": {"fallback": ["a"]}}
-        )
+async def test_two_sources_may_stand_in_for_each_other() -> None:
+    """Two mirrors of one encyclopedia, each the other's fallback: allowed, and a part
+    routed to either tries both once."""
+    config = scripted_config(
+        {"a": {"fail": "unavailable", "fallback": ["b"]}, "b": {"fallback": ["a"]}}
+    )
+    result = await ask(Service(config), "anything")
+    assert [e["source"] for e in result.chain if e["step"] == "source_invoked"] == ["a", "b"]
+    assert result.body["results"][0]["source"] == "b"
+
+
+def test_a_source_naming_itself_as_its_fallback_is_rejected_at_start_up() -> None:
+    with pytest.raises(ConfigError, match=r"sources\.a\.fallback: 'a' names itself"):
+        scripted_config({"a": {"fallback": ["a"]}})
 
 
 async def test_events_recorded_in_a_source_worker_thread_reach_the_chain() -> None:
