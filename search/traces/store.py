@@ -83,8 +83,8 @@ class TraceStoreError(ConfigError):
 
 
 class TraceIdError(ValueError):
-    """An id prefix that names no one trace for a reason other than absence: too short to
-    look up, or shared by several traces (HTTP 422, CLI exit 2)."""
+    """An id that names no one trace for a reason other than absence: not an id at all,
+    too short a prefix to look up, or one shared by several traces (CLI exit 2)."""
 
 
 # `resolve_id` takes a prefix of this many hex digits or more.
@@ -883,13 +883,19 @@ class SQLiteTraceStore:
     def resolve_id(self, prefix: str) -> str | None:
         """The full id for an id or a unique prefix of one; None when no trace has it.
 
-        Raises TraceIdError for a hex prefix shorter than MIN_ID_PREFIX or one several
-        traces start with, so a caller can say which instead of "no such trace".
+        Raises TraceIdError for text that is no id this router makes (32 lowercase hex
+        digits), a prefix shorter than MIN_ID_PREFIX or one several traces start with, so a
+        caller can say which instead of "no such trace".
         """
+        if not re.fullmatch(r"[0-9a-f]{1,32}", prefix):
+            raise TraceIdError(
+                f"trace {prefix!r}: not a trace id (32 lowercase hex digits, or the first"
+                f" {MIN_ID_PREFIX} or more of them)"
+            )
         if self.get_trace(prefix) is not None:
             return prefix
-        if not re.fullmatch(r"[0-9a-f]{1,31}", prefix):
-            return None  # not a prefix of any id this router makes (32 hex digits)
+        if len(prefix) == 32:
+            return None
         if len(prefix) < MIN_ID_PREFIX:
             raise TraceIdError(
                 f"trace {prefix}: a trace id prefix needs at least {MIN_ID_PREFIX} characters"

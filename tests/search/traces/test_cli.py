@@ -289,6 +289,29 @@ def test_a_store_that_cannot_be_opened_is_one_line_naming_trace_path_and_exit_2(
     ]
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["not-an-id", "A7EC2F00", "a7ec2f" + "0" * 27, "a7ec2f\x1b[31mred", "../traces.db"],
+)
+@pytest.mark.parametrize("command", [["trace", "show"], ["replay"], ["label"]])
+def test_text_that_is_no_trace_id_is_bad_usage_said_safely(
+    recorded: tuple[Path, list[str]],
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    text: str,
+) -> None:
+    """Not 32 lowercase hex digits (or a prefix of them): exit 2 naming what an id is,
+    never exit 1's "no such trace", which would send the user looking for a lost trace;
+    an escape sequence in it reaches the terminal written out, not obeyed."""
+    config, _ = recorded
+    extra = ["web"] if command == ["label"] else []
+    code, out = cli(capsys, *command, text, *extra, "--config", str(config))
+    assert code == 2, out
+    assert "not a trace id (32 lowercase hex digits" in out
+    assert "no such trace" not in out
+    assert "\x1b" not in out
+
+
 def test_show_says_why_a_prefix_names_no_one_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
