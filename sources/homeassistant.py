@@ -25,6 +25,7 @@ kept in the result cache (`cache_ttl_s: 0`); a user who sets a lifetime opts in.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -80,6 +81,16 @@ class Config(SourceConfig):
         ),
     )
     max_results: int = Field(default=10, ge=1, le=200)
+    confirm_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=30,
+        description=(
+            "After a call Home Assistant answered with no change, how long to keep reading "
+            "the device for one (a lock or a cover that reports later); 0: not at all. "
+            "Never past 80% of timeout_s."
+        ),
+    )
     cache_ttl_s: float | None = Field(
         default=0.0,
         ge=0,
@@ -283,6 +294,18 @@ ASKED_STATE: dict[str, str] = {
     "open": "open",
     "close": "closed",
 }
+
+
+# How often a watched device is read back after a call it did not report on.
+WATCH_EVERY_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """A state a device reported after the call that asked for it had returned."""
+
+    state: str
+    after_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +517,9 @@ class HomeAssistantSource(ActingSource):
         self.allow_control = config.allow_control
         self.max_results = config.max_results
         self.recognizer = config.recognizer
+        # A watch ends well inside the call's own timeout, so a device that never reports
+        # reads as "no change", not as an act cut off (which may have taken effect).
+        self.confirm_s = min(config.confirm_s, 0.8 * config.timeout_s)
         self._token = config.token
         self._what = f"Home Assistant ({name})"
         self._api = http.BearerClient(self.url, self.timeout_s, config.token)
@@ -734,9 +760,45 @@ class HomeAssistantSource(ActingSource):
         was = match.state.get("state")
         if was == ASKED_STATE.get(action):
             text = f"{called}: it was already {was}, so nothing changed."
-        else:  # a device that takes its time (a lock, a cover) may report it later
+            return Unchanged(title=match.name, text=text, url=url, reason="no_change")
+        if self.confirm_s <= 0:  # not watched: it may yet report, or may never
             text = f"{called}: Home Assistant reported no change yet (it was {was})."
+            return Unchanged(title=match.name, text=text, url=url, reason="no_change")
+        seen = await self._watch(match.entity_id, was)
+        if isinstance(seen, Reported):
+            text = f"{called}: now {seen.state} (reported after {seen.after_s:.1f} s)."
+            return Item(title=match.name, text=text, url=url)
+        text = (
+            f"{called}: Home Assistant reported no change within {self.confirm_s:g} s "
+            f"(it was {was}); the device may be slower than that, or may have ignored the "
+            "call: its history shows which."
+        )
+        if seen is not None:  # reading it back failed: say so rather than guess
+            text += f" Reading its state back failed: {seen}."
         return Unchanged(title=match.name, text=text, url=url, reason="no_change")
+
+    async def _watch(self, entity_id: str, was: Any) -> Reported | str | None:
+        """Read `entity_id` back until its state is not `was` or `confirm_s` has passed:
+        what it became and when, None if nothing changed, or why reading it failed. Only
+        reads: a device that ignored the call is told apart from a slow one, never
+        called again."""
+        started = time.monotonic()
+        until = started + self.confirm_s
+        path = f"/api/states/{quote(entity_id, safe='.')}"
+        while (left := until - time.monotonic()) > 0:
+            await asyncio.sleep(min(WATCH_EVERY_S, left))
+            try:
+                async with asyncio.timeout(max(until - time.monotonic(), 0.05)):
+                    state = await http.get_json(self._http(), path, what=self._what)
+            except TimeoutError:
+                return None
+            except SourceError as exc:
+                return exc.reason
+            if not isinstance(state, dict) or "state" not in state:
+                return "malformed_response"
+            if state["state"] != was:
+                return Reported(str(state["state"]), time.monotonic() - started)
+        return None
 
 
 def _targeted(request: Request) -> Request | None:

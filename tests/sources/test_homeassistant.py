@@ -12,6 +12,7 @@ speaks HA's `/api/states` wire format (a JSON list of state objects), `HomeAssis
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
@@ -312,6 +313,85 @@ async def test_a_command_that_names_no_one_device_calls_nothing_and_answers_noth
     items = await controller.act(command_of(controller, query))
     assert all(isinstance(i, Unchanged) for i in items)
     assert device_states(home_assistant) == before
+
+
+@pytest.mark.slow
+async def test_a_device_that_reports_after_the_call_returned_is_seen_changed(
+    home_assistant: HomeAssistant,
+) -> None:
+    """The attic hatch locks half a second after its call returned: HA's answer to the
+    call holds no change, so the source reads the lock back and reports what it became,
+    as a change, with how long it took."""
+    call_service(home_assistant, "lock", "unlock", "lock.attic_hatch")
+    assert read_states(home_assistant)["lock.attic_hatch"]["state"] == "unlocked"
+    src = make_source(
+        home_assistant.url, home_assistant.token, timeout_s=30, allow_control=True, confirm_s=20
+    )
+    await src.start()
+    try:
+        (item,) = await src.act(command_of(src, "lock the attic hatch"))
+    finally:
+        await src.aclose()
+    assert not isinstance(item, Unchanged)
+    assert item.text.startswith("Called lock.lock on Attic Hatch: now locked (reported after ")
+    after_s = float(item.text.split("reported after ")[1].split(" s")[0])
+    assert 0.25 <= after_s < 20  # the first read back is a quarter second after the call
+    assert read_states(home_assistant)["lock.attic_hatch"]["state"] == "locked"
+
+
+@pytest.mark.slow
+async def test_a_device_that_ignores_the_call_is_watched_then_reported_unchanged(
+    home_assistant: HomeAssistant,
+) -> None:
+    """The cellar hatch never locks: after `confirm_s` of reading it back the item says
+    no change within that time, the state it stayed in, and that its history tells a
+    slow device from a deaf one; it is called once, never again."""
+    before = read_states(home_assistant)["lock.cellar_hatch"]
+    src = make_source(
+        home_assistant.url, home_assistant.token, timeout_s=10, allow_control=True, confirm_s=1
+    )
+    await src.start()
+    try:
+        started = time.monotonic()
+        (item,) = await src.act(command_of(src, "lock the cellar hatch"))
+        waited = time.monotonic() - started
+    finally:
+        await src.aclose()
+    assert isinstance(item, Unchanged) and item.reason == "no_change"
+    assert item.text == (
+        "Called lock.lock on Cellar Hatch: Home Assistant reported no change within 1 s "
+        "(it was unlocked); the device may be slower than that, or may have ignored the "
+        "call: its history shows which."
+    )
+    assert waited >= 1.0
+    after = read_states(home_assistant)["lock.cellar_hatch"]
+    assert (after["state"], after["last_changed"]) == ("unlocked", before["last_changed"])
+
+
+@pytest.mark.slow
+async def test_with_confirm_off_an_unreported_change_is_not_waited_for(
+    home_assistant: HomeAssistant,
+) -> None:
+    src = make_source(
+        home_assistant.url, home_assistant.token, timeout_s=10, allow_control=True, confirm_s=0
+    )
+    await src.start()
+    try:
+        started = time.monotonic()
+        (item,) = await src.act(command_of(src, "lock the cellar hatch"))
+        waited = time.monotonic() - started
+    finally:
+        await src.aclose()
+    assert isinstance(item, Unchanged) and item.reason == "no_change"
+    assert item.text == (
+        "Called lock.lock on Cellar Hatch: Home Assistant reported no change yet (it was unlocked)."
+    )
+    assert waited < 1.0
+
+
+async def test_a_watch_never_outlasts_most_of_the_call_timeout() -> None:
+    src = make_source("http://127.0.0.1:9", "token", timeout_s=2, confirm_s=30)
+    assert src.confirm_s == pytest.approx(1.6)
 
 
 @pytest.mark.slow

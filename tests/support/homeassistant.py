@@ -18,7 +18,10 @@ Demo entities the tests rely on (all created by `demo:` in 2024.3.3):
   `cover.kitchen_window`, `cover.hall_window`, `cover.living_room_window`;
 - sensors: `sensor.outside_temperature` ("Outside Temperature", 15.6 °C),
   `sensor.outside_humidity`;
-- locks: `lock.front_door` (locked), `lock.kitchen_door` (unlocked);
+- locks: `lock.front_door` (locked), `lock.kitchen_door` (unlocked); and, from the
+  config below, not the demo: `lock.attic_hatch` (a template lock that reports "locked"
+  half a second after its call returned) and `lock.cellar_hatch` (one whose lock action
+  does nothing: always unlocked);
 - weather: `weather.demo_weather_south` (sunny), `weather.demo_weather_north` (rainy).
 The config also loads `conversation` (Assist's agents, and the sentence-matching debug
 command), and the repo's `homeassistant/custom_components/` is copied into the config dir,
@@ -77,6 +80,8 @@ REQUIRED_ENTITIES = (
     "cover.garage_door",
     "sensor.outside_temperature",
     "weather.demo_weather_south",
+    "lock.attic_hatch",
+    "lock.cellar_hatch",
 )
 LIVING_ROOM_ENTITY = "sensor.outside_temperature"
 
@@ -233,6 +238,40 @@ websocket_api:
 config:
 conversation:
 demo:
+# Two locks the demo lacks, to tell a slow device from one that ignores a call: the attic
+# hatch's bolt is shot by a script half a second after the call returned (HA reports no
+# change during the call); the cellar hatch's lock action does nothing at all.
+input_boolean:
+  attic_hatch_bolt:
+    name: Attic hatch bolt
+    initial: false
+script:
+  attic_hatch_bolt:
+    sequence:
+      - delay:
+          milliseconds: 500
+      - service: input_boolean.turn_on
+        target:
+          entity_id: input_boolean.attic_hatch_bolt
+lock:
+  - platform: template
+    name: Attic Hatch
+    value_template: "{{{{ is_state('input_boolean.attic_hatch_bolt', 'on') }}}}"
+    lock:
+      - service: script.turn_on
+        target:
+          entity_id: script.attic_hatch_bolt
+    unlock:
+      - service: input_boolean.turn_off
+        target:
+          entity_id: input_boolean.attic_hatch_bolt
+  - platform: template
+    name: Cellar Hatch
+    value_template: "{{{{ false }}}}"
+    lock:
+      - delay: 0
+    unlock:
+      - delay: 0
 logger:
   default: warning
 """
