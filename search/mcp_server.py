@@ -74,6 +74,7 @@ from search.config import Config
 from search.query_text import query_problem
 from search.service import Service
 from search.terminal import say
+from search.trace_ids import NOT_A_TRACE_ID, is_trace_id
 from search.traces.narrative import narrative
 from sources.base import SourceError
 
@@ -290,6 +291,8 @@ async def run_get_trace(service: Service, arguments: dict[str, Any] | None) -> C
     store = service.traces
     if not (hasattr(store, "get_trace") or hasattr(store, "get")):
         return _error("not_found", "the trace store is switched off (trace.enabled: false)")
+    if not is_trace_id(args.trace_id):
+        return _error("invalid_arguments", NOT_A_TRACE_ID, "trace_id")
     try:
         trace = await find_trace(service, args.trace_id)
     except Exception as exc:  # noqa: BLE001 - an unreadable store is the tool's error

@@ -8,9 +8,14 @@ time and sets the same version and variant bits, so the ids are what `uuid4` mak
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 _BLOCK = 256  # ids per call to the OS
+# What every id this router hands out looks like (OpenAPI `pattern` and the check below).
+TRACE_ID_PATTERN = "^[0-9a-f]{32}$"
+NOT_A_TRACE_ID = "trace_id: not a trace id (32 lowercase hex digits)"
+_TRACE_ID = re.compile("[0-9a-f]{32}")
 _lock = threading.Lock()
 _pool: list[str] = []
 
@@ -41,3 +46,9 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+def is_trace_id(text: str) -> bool:
+    """Whether `text` could be an id this router made: anything else names no trace, and
+    is answered as bad input rather than looked up as a missing one."""
+    return _TRACE_ID.fullmatch(text) is not None

@@ -24,6 +24,7 @@ from search.api.body import BodyTooLarge, DuplicateKey, loads_json, read_body
 from search.api.schemas import component_schemas, error_response, first_error
 from search.api.schemas import json_ref as _json
 from search.correction.labels import LabelError
+from search.trace_ids import NOT_A_TRACE_ID, TRACE_ID_PATTERN, is_trace_id
 
 MAX_LABEL_BODY = 4096
 
@@ -89,6 +90,8 @@ async def add_label(request: Request) -> Response:
     parsed = _parse(raw)
     if isinstance(parsed, JSONResponse):
         return parsed
+    if not is_trace_id(trace_id):
+        return error_response(422, "invalid_request", NOT_A_TRACE_ID, "trace_id")
     if await run_in_thread(store.get_trace, trace_id) is None:
         await store.flush()  # it may still be on its way to the file
     routes = list(route_descriptions(service.config))
@@ -123,7 +126,7 @@ def label_paths() -> dict[str, Any]:
                         "name": "trace_id",
                         "in": "path",
                         "required": True,
-                        "schema": {"type": "string"},
+                        "schema": {"type": "string", "pattern": TRACE_ID_PATTERN},
                     }
                 ],
                 "requestBody": {
@@ -146,7 +149,7 @@ def label_paths() -> dict[str, Any]:
                     "415": _json("ErrorResponse", "Content-Type is not application/json."),
                     "422": _json(
                         "ErrorResponse",
-                        "Unknown part or route; the message says which, and lists the known ones.",
+                        "Not a trace id, or an unknown part or route; the message says which, and lists the known ones.",
                     ),
                 },
             }

@@ -18,6 +18,7 @@ from routing.chain.events import run_in_thread
 from routing.stages.build import route_descriptions
 from search.api.schemas import component_schemas, error_response
 from search.api.schemas import json_ref as _json
+from search.trace_ids import NOT_A_TRACE_ID, TRACE_ID_PATTERN, is_trace_id
 from search.traces.narrative import narrative
 from search.traces.store import OUTCOMES, FilterError, TraceReader, parse_filters
 
@@ -54,6 +55,8 @@ async def show_trace(request: Request) -> Response:
     trace_id = request.path_params["trace_id"]
     if reader is None:
         return error_response(404, "not_found", _DISABLED)
+    if not is_trace_id(trace_id):
+        return error_response(422, "invalid_request", NOT_A_TRACE_ID, "trace_id")
     trace = await run_in_thread(reader.get_trace, trace_id)
     if trace is None:
         await reader.flush()  # it may still be on its way to the file
@@ -196,12 +199,13 @@ def trace_paths() -> dict[str, Any]:
                         "name": "trace_id",
                         "in": "path",
                         "required": True,
-                        "schema": {"type": "string"},
+                        "schema": {"type": "string", "pattern": TRACE_ID_PATTERN},
                     }
                 ],
                 "responses": {
                     "200": _json("TraceDetail", "The stored trace."),
                     "404": _json("ErrorResponse", "No trace with this id."),
+                    "422": _json("ErrorResponse", "Not a trace id."),
                 },
             }
         },

@@ -115,11 +115,17 @@ async def test_http_tool_errors_are_results_the_model_can_read(served: str) -> N
         wrong = await client.call_tool("search", {"query": 3})
         missing = await client.call_tool("get_trace", {"trace_id": "0" * 32})
         unknown = await client.call_tool("get_trace", {"trace_id": "x", "extra": 1})
+        not_id = await client.call_tool("get_trace", {"trace_id": "../traces.db"})
     assert empty.is_error and empty.structured_content["error"]["field"] == "query"
     assert "must not be empty" in empty.structured_content["error"]["message"]
     assert long.is_error and "maximum of 1000" in long.structured_content["error"]["message"]
     assert wrong.is_error and "query" in wrong.content[0].text
     assert missing.is_error and missing.structured_content["error"]["type"] == "not_found"
+    assert not_id.is_error and not_id.structured_content["error"] == {
+        "type": "invalid_arguments",
+        "message": "trace_id: not a trace id (32 lowercase hex digits)",
+        "field": "trace_id",
+    }
     assert unknown.is_error and unknown.structured_content["error"]["message"] == (
         "extra: unknown argument"
     )

@@ -65,6 +65,23 @@ async def test_unknown_trace_is_404_with_the_contract_error_body(tmp_path: Path)
     assert body["error"]["type"] == "not_found" and "no such trace" in body["error"]["message"]
 
 
+@pytest.mark.parametrize("text", ["not-an-id", "0" * 31, "0" * 33, "A" * 32, "%1b%5b31m"])
+async def test_text_that_is_no_trace_id_is_422_naming_trace_id(tmp_path: Path, text: str) -> None:
+    """Not an id this router makes: bad input said as such, not a "no such trace" that
+    sends the user looking for a lost one; the label route answers the same."""
+    config = home_config(tmp_path / "traces.db")
+    async with asgi_client(app_for(config)) as client:
+        shown = await client.get(f"/traces/{text}")
+        labelled = await client.post(f"/traces/{text}/labels", json={"part": "0", "route": "web"})
+    for response in (shown, labelled):
+        assert response.status_code == 422, response.text
+        assert response.json()["error"] == {
+            "type": "invalid_request",
+            "message": "trace_id: not a trace id (32 lowercase hex digits)",
+            "field": "trace_id",
+        }
+
+
 async def test_filters_select_the_right_traces(tmp_path: Path) -> None:
     config = home_config(tmp_path / "traces.db")
     async with asgi_client(app_for(config)) as client:
