@@ -309,6 +309,16 @@ class Reported:
 
 
 @dataclass(frozen=True, slots=True)
+class _Unreported:
+    """A device called whose change Home Assistant did not report during the call."""
+
+    match: Match
+    called: str  # "Called lock.lock on Attic Hatch"
+    url: str
+    was: Any
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     """What a query asks, read from its words."""
 
@@ -677,7 +687,7 @@ class HomeAssistantSource(ActingSource):
                 if e in by_id and (action, e.split(".", 1)[0]) in SERVICES
             ]
             if chosen:
-                return [await self._call(action, m) for m in chosen[: self.max_results]]
+                return await self._call_all(action, chosen[: self.max_results])
         areas = await self._area_map()
         return await self._control(command.query, request, states, areas)
 
@@ -721,7 +731,7 @@ class HomeAssistantSource(ActingSource):
                 return [self._ambiguous(query, best if request.names else matches)]
             matches = best
         matches = matches[: self.max_results]
-        return [await self._call(action, m) for m in matches]
+        return await self._call_all(action, matches)
 
     def _ambiguous(self, query: str, matches: list[Match]) -> Item:
         """Several devices the command could mean: guessing one is not what was asked."""
@@ -735,7 +745,18 @@ class HomeAssistantSource(ActingSource):
             reason="ambiguous",
         )
 
-    async def _call(self, action: str, match: Match) -> Item:
+    async def _call_all(self, action: str, matches: list[Match]) -> list[Item]:
+        """Call each device, then read back together the ones whose change Home Assistant
+        did not report during their call, so one `confirm_s` covers them all."""
+        called = [await self._call(action, m) for m in matches]
+        unreported = [c for c in called if isinstance(c, _Unreported)]
+        seen = await self._watch(unreported) if unreported and self.confirm_s > 0 else {}
+        return [
+            c if isinstance(c, Item) else self._verdict(c, seen.get(c.match.entity_id))
+            for c in called
+        ]
+
+    async def _call(self, action: str, match: Match) -> Item | _Unreported:
         service = SERVICES[(action, match.domain)]
         response = await http.request(
             self._http(),
@@ -761,44 +782,55 @@ class HomeAssistantSource(ActingSource):
         if was == ASKED_STATE.get(action):
             text = f"{called}: it was already {was}, so nothing changed."
             return Unchanged(title=match.name, text=text, url=url, reason="no_change")
-        if self.confirm_s <= 0:  # not watched: it may yet report, or may never
-            text = f"{called}: Home Assistant reported no change yet (it was {was})."
-            return Unchanged(title=match.name, text=text, url=url, reason="no_change")
-        seen = await self._watch(match.entity_id, was)
+        return _Unreported(match, called, url, was)
+
+    def _verdict(self, device: _Unreported, seen: Reported | str | None) -> Item:
+        """What came of a call Home Assistant reported no change for, once watched."""
+        title, called, was = device.match.name, device.called, device.was
         if isinstance(seen, Reported):
             text = f"{called}: now {seen.state} (reported after {seen.after_s:.1f} s)."
-            return Item(title=match.name, text=text, url=url)
-        text = (
-            f"{called}: Home Assistant reported no change within {self.confirm_s:g} s "
-            f"(it was {was}); the device may be slower than that, or may have ignored the "
-            "call: its history shows which."
-        )
+            return Item(title=title, text=text, url=device.url)
+        if self.confirm_s <= 0:  # not watched: it may yet report, or may never
+            text = f"{called}: Home Assistant reported no change yet (it was {was})."
+        else:
+            text = (
+                f"{called}: Home Assistant reported no change within {self.confirm_s:g} s "
+                f"(it was {was}); the device may be slower than that, or may have ignored "
+                "the call: its history shows which."
+            )
         if seen is not None:  # reading it back failed: say so rather than guess
             text += f" Reading its state back failed: {seen}."
-        return Unchanged(title=match.name, text=text, url=url, reason="no_change")
+        return Unchanged(title=title, text=text, url=device.url, reason="no_change")
 
-    async def _watch(self, entity_id: str, was: Any) -> Reported | str | None:
-        """Read `entity_id` back until its state is not `was` or `confirm_s` has passed:
-        what it became and when, None if nothing changed, or why reading it failed. Only
-        reads: a device that ignored the call is told apart from a slow one, never
-        called again."""
+    async def _watch(self, devices: list[_Unreported]) -> dict[str, Reported | str]:
+        """Read `devices` back, every WATCH_EVERY_S, until each has left the state it was
+        in or `confirm_s` has passed: per entity, what it became and when, or why reading
+        it failed (none: nothing changed). Only reads: a device that ignored the call is
+        told apart from a slow one, never called again."""
         started = time.monotonic()
         until = started + self.confirm_s
-        path = f"/api/states/{quote(entity_id, safe='.')}"
-        while (left := until - time.monotonic()) > 0:
+        waiting = {d.match.entity_id: d.was for d in devices}
+        seen: dict[str, Reported | str] = {}
+        while waiting and (left := until - time.monotonic()) > 0:
             await asyncio.sleep(min(WATCH_EVERY_S, left))
-            try:
-                async with asyncio.timeout(max(until - time.monotonic(), 0.05)):
-                    state = await http.get_json(self._http(), path, what=self._what)
-            except TimeoutError:
-                return None
-            except SourceError as exc:
-                return exc.reason
-            if not isinstance(state, dict) or "state" not in state:
-                return "malformed_response"
-            if state["state"] != was:
-                return Reported(str(state["state"]), time.monotonic() - started)
-        return None
+            for entity_id, was in list(waiting.items()):
+                path = f"/api/states/{quote(entity_id, safe='.')}"
+                try:
+                    async with asyncio.timeout(max(until - time.monotonic(), 0.05)):
+                        state = await http.get_json(self._http(), path, what=self._what)
+                except TimeoutError:
+                    return seen  # the time to watch is up
+                except SourceError as exc:
+                    seen[entity_id] = exc.reason
+                else:
+                    if not isinstance(state, dict) or "state" not in state:
+                        seen[entity_id] = "malformed_response"
+                    elif state["state"] != was:
+                        after_s = time.monotonic() - started
+                        seen[entity_id] = Reported(str(state["state"]), after_s)
+                if entity_id in seen:
+                    del waiting[entity_id]
+        return seen
 
 
 def _targeted(request: Request) -> Request | None:

@@ -11,6 +11,7 @@ speaks HA's `/api/states` wire format (a JSON list of state objects), `HomeAssis
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -315,6 +316,40 @@ async def test_a_command_that_names_no_one_device_calls_nothing_and_answers_noth
     assert device_states(home_assistant) == before
 
 
+async def act_seen(
+    hass: HomeAssistant, query: str, **config: Any
+) -> tuple[list[Item], float, list[str]]:
+    """One command through a controlling source configured with `config`: its items, how
+    long `act` took, and what it asked HA in order: `call <entity>` for a service call,
+    `read <entity>` for a device state read back on its own (`/api/states/<id>`)."""
+    src = make_source(hass.url, hass.token, allow_control=True, **config)
+    await src.start()
+    asked: list[str] = []
+
+    async def note(request: httpx.Request) -> None:
+        if request.url.path.startswith("/api/states/"):
+            asked.append("read " + request.url.path.removeprefix("/api/states/"))
+        elif request.url.path.startswith("/api/services/"):
+            asked.append("call " + json.loads(request.content)["entity_id"])
+
+    src._http().event_hooks["request"].append(note)
+    try:
+        started = time.monotonic()
+        items = await src.act(command_of(src, query))
+        return items, time.monotonic() - started, asked
+    finally:
+        await src.aclose()
+
+
+async def act_watched(
+    hass: HomeAssistant, query: str, **config: Any
+) -> tuple[Item, float, list[str]]:
+    """`act_seen` of a command for one device: its item, the time, the entities read back."""
+    (item,), waited, asked = await act_seen(hass, query, **config)
+    reads = [a.removeprefix("read ") for a in asked if a.startswith("read ")]
+    return item, waited, reads
+
+
 @pytest.mark.slow
 async def test_a_device_that_reports_after_the_call_returned_is_seen_changed(
     home_assistant: HomeAssistant,
@@ -324,18 +359,14 @@ async def test_a_device_that_reports_after_the_call_returned_is_seen_changed(
     as a change, with how long it took."""
     call_service(home_assistant, "lock", "unlock", "lock.attic_hatch")
     assert read_states(home_assistant)["lock.attic_hatch"]["state"] == "unlocked"
-    src = make_source(
-        home_assistant.url, home_assistant.token, timeout_s=30, allow_control=True, confirm_s=20
+    item, _, reads = await act_watched(
+        home_assistant, "lock the attic hatch", timeout_s=30, confirm_s=20
     )
-    await src.start()
-    try:
-        (item,) = await src.act(command_of(src, "lock the attic hatch"))
-    finally:
-        await src.aclose()
     assert not isinstance(item, Unchanged)
     assert item.text.startswith("Called lock.lock on Attic Hatch: now locked (reported after ")
     after_s = float(item.text.split("reported after ")[1].split(" s")[0])
     assert 0.25 <= after_s < 20  # the first read back is a quarter second after the call
+    assert reads and set(reads) == {"lock.attic_hatch"}
     assert read_states(home_assistant)["lock.attic_hatch"]["state"] == "locked"
 
 
@@ -347,16 +378,9 @@ async def test_a_device_that_ignores_the_call_is_watched_then_reported_unchanged
     no change within that time, the state it stayed in, and that its history tells a
     slow device from a deaf one; it is called once, never again."""
     before = read_states(home_assistant)["lock.cellar_hatch"]
-    src = make_source(
-        home_assistant.url, home_assistant.token, timeout_s=10, allow_control=True, confirm_s=1
+    item, waited, reads = await act_watched(
+        home_assistant, "lock the cellar hatch", timeout_s=10, confirm_s=1
     )
-    await src.start()
-    try:
-        started = time.monotonic()
-        (item,) = await src.act(command_of(src, "lock the cellar hatch"))
-        waited = time.monotonic() - started
-    finally:
-        await src.aclose()
     assert isinstance(item, Unchanged) and item.reason == "no_change"
     assert item.text == (
         "Called lock.lock on Cellar Hatch: Home Assistant reported no change within 1 s "
@@ -364,6 +388,7 @@ async def test_a_device_that_ignores_the_call_is_watched_then_reported_unchanged
         "call: its history shows which."
     )
     assert waited >= 1.0
+    assert 1 <= len(reads) <= 5 and set(reads) == {"lock.cellar_hatch"}
     after = read_states(home_assistant)["lock.cellar_hatch"]
     assert (after["state"], after["last_changed"]) == ("unlocked", before["last_changed"])
 
@@ -372,21 +397,39 @@ async def test_a_device_that_ignores_the_call_is_watched_then_reported_unchanged
 async def test_with_confirm_off_an_unreported_change_is_not_waited_for(
     home_assistant: HomeAssistant,
 ) -> None:
-    src = make_source(
-        home_assistant.url, home_assistant.token, timeout_s=10, allow_control=True, confirm_s=0
+    item, _, reads = await act_watched(
+        home_assistant, "lock the cellar hatch", timeout_s=10, confirm_s=0
     )
-    await src.start()
-    try:
-        started = time.monotonic()
-        (item,) = await src.act(command_of(src, "lock the cellar hatch"))
-        waited = time.monotonic() - started
-    finally:
-        await src.aclose()
     assert isinstance(item, Unchanged) and item.reason == "no_change"
     assert item.text == (
         "Called lock.lock on Cellar Hatch: Home Assistant reported no change yet (it was unlocked)."
     )
-    assert waited < 1.0
+    assert reads == []
+
+
+@pytest.mark.slow
+async def test_devices_are_all_called_before_any_is_watched_and_share_one_wait(
+    home_assistant: HomeAssistant,
+) -> None:
+    """ "lock all hatches": both hatches are called first, then read back together for one
+    `confirm_s`; the attic hatch's late change is seen, the cellar hatch stays unchanged,
+    and reading stops for a device once it changed."""
+    call_service(home_assistant, "lock", "unlock", "lock.attic_hatch")
+    items, _, asked = await act_seen(home_assistant, "lock all hatches", timeout_s=30, confirm_s=3)
+    by_title = {item.title: item for item in items}
+    assert set(by_title) == {"Attic Hatch", "Cellar Hatch"}
+    assert not isinstance(by_title["Attic Hatch"], Unchanged)
+    assert "now locked (reported after" in by_title["Attic Hatch"].text
+    cellar = by_title["Cellar Hatch"]
+    assert isinstance(cellar, Unchanged) and "no change within 3 s" in cellar.text
+    calls = [a for a in asked if a.startswith("call ")]
+    assert sorted(calls) == ["call lock.attic_hatch", "call lock.cellar_hatch"]
+    first_read = next(i for i, a in enumerate(asked) if a.startswith("read "))
+    assert all(a.startswith("read ") for a in asked[first_read:])
+    attic_reads = [i for i, a in enumerate(asked) if a == "read lock.attic_hatch"]
+    cellar_reads = [i for i, a in enumerate(asked) if a == "read lock.cellar_hatch"]
+    assert attic_reads and cellar_reads[-1] > attic_reads[-1]
+    assert read_states(home_assistant)["lock.attic_hatch"]["state"] == "locked"
 
 
 async def test_a_watch_never_outlasts_most_of_the_call_timeout() -> None:
