@@ -432,6 +432,74 @@ async def test_devices_are_all_called_before_any_is_watched_and_share_one_wait(
     assert read_states(home_assistant)["lock.attic_hatch"]["state"] == "locked"
 
 
+class SlowLockStub(WireServer):
+    """HA's REST wire format for one lock that never reports a change: `/api/states`, the
+    service call (HA answers the states that changed during it: none), and
+    `/api/states/<id>`, the only route faults are armed on (the read back)."""
+
+    LOCK: ClassVar[dict[str, Any]] = {
+        "entity_id": "lock.shed",
+        "state": "unlocked",
+        "attributes": {"friendly_name": "Shed Lock"},
+    }
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/api/states", lambda _r: JSONResponse([self.LOCK])),
+            Route(
+                "/api/template",
+                lambda _r: Response("[]", media_type="text/plain"),
+                methods=["POST"],
+            ),
+            Route("/api/services/lock/lock", lambda _r: JSONResponse([]), methods=["POST"]),
+            Route("/api/states/{entity_id}", self._one),
+        ]
+
+    async def _one(self, request: Request) -> Response:
+        return await self.serve(request, lambda _r, _s: JSONResponse(self.LOCK))
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        (Fault.status(500), " Reading its state back failed: server_error."),
+        (Fault.status(401), " Reading its state back failed: unauthorized."),
+        (Fault.not_json(), " Reading its state back failed: malformed_response."),
+        (
+            Fault.custom(200, {"entity_id": "lock.shed"}),
+            " Reading its state back failed: malformed_response.",
+        ),
+        (Fault.delay(30), ""),  # a read that hangs: the watch ends on time, nothing failed
+    ],
+    ids=["500", "401", "html", "no-state", "hang"],
+)
+async def test_a_read_back_that_fails_is_said_and_ends_the_watch_in_time(
+    fault: Fault, said: str
+) -> None:
+    """The call went through; only reading the device back failed. The item still says
+    the call was made and no change was seen, and why it could not look (never a guess
+    that it changed), within the watch's time even when the read hangs."""
+    with SlowLockStub() as stub:
+        stub.set_fault(fault)
+        src = make_source(stub.url, "token", allow_control=True, timeout_s=10, confirm_s=1)
+        await src.start()
+        try:
+            started = time.monotonic()
+            (item,) = await src.act(command_of(src, "lock the shed lock"))
+            waited = time.monotonic() - started
+        finally:
+            await src.aclose()
+    assert isinstance(item, Unchanged) and item.reason == "no_change"
+    assert item.text == (
+        "Called lock.lock on Shed Lock: Home Assistant reported no change within 1 s "
+        "(it was unlocked); the device may be slower than that, or may have ignored the "
+        "call: its history shows which." + said
+    )
+    assert waited < 5  # the watch's 1 s, not the source's 10 s timeout or the 30 s hang
+    reads = [r for r in stub.requests if r.path == "/api/states/lock.shed"]
+    assert len(reads) == 1  # a failed read is not tried again; a hanging one runs out the watch
+
+
 async def test_a_watch_never_outlasts_most_of_the_call_timeout() -> None:
     src = make_source("http://127.0.0.1:9", "token", timeout_s=2, confirm_s=30)
     assert src.confirm_s == pytest.approx(1.6)
