@@ -396,7 +396,7 @@ def _route_locally(config: Config, args: argparse.Namespace, queries: list[tuple
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from search.doctor import diagnose, table
+    from search.doctor import coverage, diagnose, table
     from search.scrub import Scrubber
     from search.terminal import escape_controls
 
@@ -420,6 +420,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         for finding in findings:
             if finding.detail:
                 say(f"{finding.name}: {escape_controls(finding.detail)}")
+        for line in coverage(findings, config):
+            say(escape_controls(line))
     # A configured LLM that does not answer is down too: routing would pass every unsure
     # part over it to the default, which the user configured the LLM to avoid.
     return EXIT_FAILED if any(f.down for f in findings) else EXIT_OK

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from routing.dispatch.dispatcher import expand_chain
 from search.config import Config
 from search.observability.health import check_source, source_url
 from sources.base import Source, SourceUnauthorized
@@ -46,6 +47,9 @@ class Finding:
     sample: str = ""  # "ok, 3 items" | "empty" | an error reason
     sample_ms: float | None = None
     detail: str = ""
+    # For a source that is down: the first source of its fallback list that is up and so
+    # answers its questions meanwhile (None: none does).
+    covered_by: str | None = None
 
     @property
     def down(self) -> bool:
@@ -163,7 +167,34 @@ async def check_llm(config: Config) -> Finding:
 async def diagnose(config: Config) -> list[Finding]:
     """Every configured source and the LLM, checked concurrently."""
     checks = [check_one(name, entry) for name, entry in config.sources.items()]
-    return list(await asyncio.gather(*checks, check_llm(config)))
+    findings = list(await asyncio.gather(*checks, check_llm(config)))
+    fallbacks = {name: entry.fallback for name, entry in config.sources.items()}
+    up = {f.name for f in findings if f.status == "ok"}
+    for finding in findings:
+        if finding.down and finding.name in fallbacks:
+            stand_ins = expand_chain(finding.name, fallbacks)[1:]
+            finding.covered_by = next((n for n in stand_ins if n in up), None)
+    return findings
+
+
+def coverage(findings: list[Finding], config: Config) -> list[str]:
+    """For each source that is down, who answers its questions meanwhile, in words: a
+    fallback stands in for its own source only, so this is the one place to read it."""
+    lines = []
+    for f in findings:
+        if not f.down or f.name not in config.sources:
+            continue
+        listed = config.sources[f.name].fallback
+        if f.covered_by is not None:
+            lines.append(f"{f.name} is down: {f.covered_by} answers its questions meanwhile")
+        elif listed:
+            lines.append(
+                f"{f.name} is down, and none of the sources it falls back to "
+                f"({', '.join(listed)}) is up: its questions get no answer"
+            )
+        else:
+            lines.append(f"{f.name} is down and has no fallback: its questions get no answer")
+    return lines
 
 
 def table(findings: list[Finding]) -> list[tuple[str, ...]]:

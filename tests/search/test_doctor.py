@@ -78,6 +78,34 @@ def test_a_down_source_fails_the_doctor_and_a_disabled_one_does_not(
     assert any(row.split()[:3] == ["kiwix", "zim", "ok"] for row in rows)
 
 
+def test_the_doctor_says_who_answers_a_down_sources_questions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], demo_zim: Path
+) -> None:
+    """A fallback stands in for its own source only: `archive -> web` with web down gets
+    no answer even though web falls back to kiwix, and the doctor says so, per source."""
+    data = config_data(
+        demo_zim,
+        web={**DOWN_WEB, "fallback": ["kiwix"]},
+        archive={**DOWN_WEB, "fallback": ["web"]},
+        news={**DOWN_WEB},
+    )
+    code, out = doctor(tmp_path, capsys, data, "--json")
+    assert code == 1
+    found = by_name(json.loads(out))
+    assert found["web"]["covered_by"] == "kiwix"
+    assert found["archive"]["covered_by"] is None and found["news"]["covered_by"] is None
+    assert found["kiwix"]["covered_by"] is None  # up: nothing to stand in for
+
+    code, out = doctor(tmp_path, capsys, data)
+    lines = out.splitlines()
+    assert "web is down: kiwix answers its questions meanwhile" in lines
+    assert (
+        "archive is down, and none of the sources it falls back to (web) is up: "
+        "its questions get no answer"
+    ) in lines
+    assert "news is down and has no fallback: its questions get no answer" in lines
+
+
 def test_a_real_home_assistant_reports_its_version_and_accepts_the_token(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -108,7 +136,7 @@ def test_a_wrong_token_is_reported_refused_without_showing_it(
     ha = {"type": "homeassistant", "url": home_assistant.url, "token": wrong, "timeout_s": 10}
     code, out = doctor(tmp_path, capsys, config_data(demo_zim, ha=ha))
     assert code == 1
-    (row,) = [line for line in out.splitlines() if line.startswith("ha ")]
+    (row,) = [line for line in out.splitlines() if line.split()[:2] == ["ha", "homeassistant"]]
     assert row.split()[2:4] == ["down", "yes"]  # reachable, but refused
     assert "refused" in row.split()
     assert wrong not in out
