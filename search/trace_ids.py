@@ -16,6 +16,7 @@ _BLOCK = 256  # ids per call to the OS
 TRACE_ID_PATTERN = "^[0-9a-f]{32}$"
 NOT_A_TRACE_ID = "trace_id: not a trace id (32 lowercase hex digits)"
 _TRACE_ID = re.compile("[0-9a-f]{32}")
+_TRACE_ID_PREFIX = re.compile("[0-9a-f]{1,32}")
 _lock = threading.Lock()
 _pool: list[str] = []
 
@@ -52,3 +53,8 @@ def is_trace_id(text: str) -> bool:
     """Whether `text` could be an id this router made: anything else names no trace, and
     is answered as bad input rather than looked up as a missing one."""
     return _TRACE_ID.fullmatch(text) is not None
+
+
+def is_trace_id_prefix(text: str) -> bool:
+    """Whether `text` could be the start of an id this router made (the CLI takes those)."""
+    return _TRACE_ID_PREFIX.fullmatch(text) is not None

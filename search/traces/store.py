@@ -52,6 +52,7 @@ from search.correction.labels import (
 )
 from search.pseudonym import Pseudonymizer, key_path, legacy_digest, load_or_create_key, read_key
 from search.query_text import has_visible_text
+from search.trace_ids import is_trace_id_prefix
 from search.traces.records import NullTraceSink, TraceRecord, TraceSink
 from search.traces.rows import (  # noqa: F401 - redact: re-exported for its callers
     MIGRATIONS,
@@ -887,7 +888,7 @@ class SQLiteTraceStore:
         digits), a prefix shorter than MIN_ID_PREFIX or one several traces start with, so a
         caller can say which instead of "no such trace".
         """
-        if not re.fullmatch(r"[0-9a-f]{1,32}", prefix):
+        if not is_trace_id_prefix(prefix):
             raise TraceIdError(
                 f"trace {prefix!r}: not a trace id (32 lowercase hex digits, or the first"
                 f" {MIN_ID_PREFIX} or more of them)"
