@@ -83,6 +83,8 @@ class PartResult:
     rewritten: str | None = None
     # On a condition: it reads "unless" (the consequence holds when it does not).
     negated: bool = False
+    # On a dry run: the sources the part would try, and those out now (Dispatcher.plan).
+    plan: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -104,6 +106,8 @@ class PartResult:
             data["withheld"] = self.withheld
         if self.negated:
             data["negated"] = True
+        if self.plan is not None:
+            data["plan"] = self.plan
         if self.condition is not None:
             data["condition"] = self.condition.to_dict()
         return data
@@ -380,7 +384,15 @@ class Router:
             )
             confidence = routed.confidence if routed.then else decision.confidence
             if context.dry_run:
-                record(Step.PLANNED, query=text, route=routed.route, stage=decision.stage)
+                plan = self.dispatcher.plan(routed.route, text, routed.then)
+                record(
+                    Step.PLANNED,
+                    query=text,
+                    route=routed.route,
+                    stage=decision.stage,
+                    sources=list(plan.sources),
+                    unavailable=dict(plan.unavailable),
+                )
                 self.dispatcher.withhold_plan(routed.route, text, circumstances)
                 return PartResult(
                     text,
@@ -389,6 +401,7 @@ class Router:
                     route=routed.route,
                     stage=decision.stage,
                     confidence=confidence,
+                    plan=plan.to_dict(),
                 )
             answer: Answer = await self.dispatcher.answer(
                 routed.route, text, circumstances, routed.then

@@ -325,7 +325,23 @@ def _plan_parts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if isinstance(result.get("condition"), dict):
             flat.append(result["condition"])
         flat.append(result)
-    return [{"query": r["query"], "source": r.get("route"), "stage": r.get("stage")} for r in flat]
+    parts = []
+    for r in flat:
+        part = {"query": r["query"], "source": r.get("route"), "stage": r.get("stage")}
+        if isinstance(r.get("plan"), dict):  # the sources it would try, those out now
+            part.update(r["plan"])
+        parts.append(part)
+    return parts
+
+
+def _plan_line(part: dict[str, Any]) -> str:
+    """One part of the plan, and what it would meet: "'lights' -> ha (intent_keyword);
+    ha is disabled, and nothing stands in: it would fail"."""
+    line = f"{part['query']!r} -> {part['source'] or 'no source'} ({part['stage']})"
+    from search.traces.narrative import plan_outcome
+
+    meets = plan_outcome(part["source"], part.get("sources"), part.get("unavailable"))
+    return f"{line}; {meets}" if meets else line
 
 
 def _print_plan(
@@ -337,7 +353,7 @@ def _print_plan(
         say(json.dumps({"query": query, "parts": parts}, ensure_ascii=False), json_text=True)
     else:
         for part in parts:
-            say(f"{part['query']!r} -> {part['source'] or 'no source'} ({part['stage']})")
+            say(_plan_line(part))
         say()
         say(chain_table(chain))
 

@@ -95,8 +95,10 @@ class Step(StrEnum):
     )
     PLANNED = (
         "planned",
-        ("query", "route", "stage"),
-        "A dry run's plan for a part, in place of a source call.",
+        ("query", "route", "stage", "sources", "unavailable"),
+        "A dry run's plan for a part, in place of a source call: the `sources` its route "
+        "would try in order, and `unavailable`, those that would be skipped now and why "
+        "(`disabled`, `circuit_open`), as the process knows without calling anything.",
     )
     RESULT_CACHE_HIT = (
         "result_cache_hit",

@@ -68,6 +68,20 @@ class _Outcome:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a part's route would try, as a dry run shows it: its sources in order (a
+    command's one source, a fusion's members, else the fallback chain) and, of those, the
+    ones that could not be called now and why (`disabled` in config, `circuit_open`), as
+    this process knows it without calling anything."""
+
+    sources: tuple[str, ...]
+    unavailable: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sources": list(self.sources), "unavailable": dict(self.unavailable)}
+
+
 def expand_chain(name: str, fallbacks: dict[str, list[str]]) -> list[str]:
     """`name`, then the sources it names as its own fallbacks, each once.
 
@@ -138,6 +152,37 @@ class Dispatcher:
         if command is None:
             return None
         return route, command, when
+
+    def plan(self, route: str, query: str, then: tuple[str, ...] = ()) -> Plan:
+        """What `answer` would try for `query` on `route`, without calling a source, the
+        result cache or Redis: for a dry run, so it can say a part would fail (its source is
+        disabled, its circuit open, and nothing stands in) before a real run finds out."""
+        found = self.command_for(route, query)
+        if found is not None:
+            sources: list[str] = [found[0]]  # a command is never sent down a chain
+        elif route in self.fusion:
+            sources = list(self.fusion[route])
+        else:
+            sources = self._chain(route, then)
+        unavailable = {name: why for name in sources if (why := self._unavailable(name))}
+        return Plan(tuple(sources), unavailable)
+
+    def _unavailable(self, name: str) -> str | None:
+        """Why `name` would be skipped right now, as far as this process knows: `disabled`
+        in config, or `circuit_open` (a shared circuit as this worker last saw it)."""
+        if name not in self.sources or not self.enabled.get(name, True):
+            return "disabled"
+        breaker = self.breakers.get(name)
+        if breaker is not None and breaker.state == "open":
+            return "circuit_open"
+        return None
+
+    def _chain(self, name: str, then: tuple[str, ...] = ()) -> list[str]:
+        """The sources a read of route `name` tries in order: its chain, then `then`'s."""
+        chain = list(self.chains.get(name, [name]))
+        for extra in then:
+            chain += [s for s in self.chains.get(extra, [extra]) if s not in chain]
+        return chain
 
     def withhold_plan(self, route: str, query: str, circumstances: Circumstances) -> bool:
         """On a dry run: record why a command in the plan would not run now; True if any."""
@@ -371,9 +416,7 @@ class Dispatcher:
             )
 
     async def _with_fallback(self, name: str, query: str, then: tuple[str, ...] = ()) -> Answer:
-        chain = list(self.chains[name])
-        for extra in then:
-            chain += [s for s in self.chains.get(extra, [extra]) if s not in chain]
+        chain = self._chain(name, then)
         empty_from: str | None = None
         last = _Outcome("error", [], "error", "no source tried")
         for position, source_name in enumerate(chain):

@@ -54,6 +54,11 @@ class ErrorDetail(BaseModel):
     field: str | None = None
 
 
+class PlanDetail(BaseModel):
+    sources: list[str]
+    unavailable: dict[str, str]
+
+
 class PartResult(BaseModel):
     query: str
     source: str | None
@@ -75,6 +80,11 @@ class PartResult(BaseModel):
     )
     # a follow-up asked as the question it stands for (see the `rewritten` event)
     rewritten: str | None = None
+    plan: PlanDetail | None = Field(
+        default=None,
+        description="with status planned: the sources the part would try, in order, and "
+        "those that would be skipped now and why (disabled, circuit_open)",
+    )
 
 
 class Event(BaseModel):

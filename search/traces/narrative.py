@@ -29,6 +29,8 @@ _FAILURES = {
     "circuit_open": "was skipped (circuit open)",
     "cancelled": "had not answered when the request ended",
 }
+# Why a dry run's plan would skip a source (the `planned` event's `unavailable`).
+_OUT = {"disabled": "is disabled", "circuit_open": "has its circuit open"}
 # Why an act changed nothing, when the source said (`reason` beside outcome `empty`).
 _UNCHANGED = {"ambiguous": "it could mean several devices"}
 # Command actions that are particles of "turn": said as "turn on ...".
@@ -140,7 +142,7 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
             f"so it went to {event.get('to_route')} ({event.get('from_route')} if that fails)"
         )
     if step == Step.PLANNED:
-        return f"planned for {event.get('route')} (dry run, {event.get('stage')})"
+        return _planned(event)
     if step == Step.RESULT_CACHE_HIT:
         count = event.get("result_count")
         what = f"answered {_count(count)}" if isinstance(count, int) else "answered"
@@ -189,6 +191,30 @@ def _conditional(event: dict[str, Any], with_text: bool) -> str:
             f"then {_quote(event.get('consequence'))}"
         )
     return f"a condition was found ({word})"
+
+
+def _planned(event: dict[str, Any]) -> str:
+    """A dry run's plan, and what it would meet: a source that is out and who stands in."""
+    route = event.get("route")
+    text = f"planned for {route} (dry run, {event.get('stage')})"
+    meets = plan_outcome(route, event.get("sources"), event.get("unavailable"))
+    return f"{text}; {meets}" if meets else text
+
+
+def plan_outcome(route: Any, sources: Any, unavailable: Any) -> str | None:
+    """What a plan would meet when some of its `sources` are out ("ha is disabled, and
+    nothing stands in: it would fail"); None when all are up (or a trace from before
+    plans said so)."""
+    if not isinstance(unavailable, dict) or not unavailable:
+        return None
+    listed = [str(s) for s in sources] if isinstance(sources, list) else []
+    out = ", ".join(
+        f"{name} " + _OUT.get(str(why), f"is out ({why})") for name, why in unavailable.items()
+    )
+    up = [s for s in listed if s not in unavailable]
+    if not up:
+        return f"{out}, and nothing stands in: it would fail"
+    return f"{out}: {' + '.join(up) if route not in listed else up[0]} would answer"
 
 
 def _semantic(event: dict[str, Any], with_text: bool) -> str:

@@ -380,7 +380,16 @@
                detail: ` withheld: not carried out${why ? " (" + why + ")" : ""}; nothing was changed` };
     }
     if (result.status === "planned") {
-      return { target: result.source || result.route || "no source", detail: " planned (dry run)" };
+      // The plan says which of its sources are out now (disabled, circuit open).
+      const plan = result.plan || {};
+      const out = Object.entries(plan.unavailable || {});
+      const up = (plan.sources || []).filter((s) => !(s in (plan.unavailable || {})));
+      let meets = "";
+      if (out.length) {
+        const said = out.map(([name, why]) => `${name} ${why === "disabled" ? "is disabled" : why === "circuit_open" ? "has its circuit open" : "is out (" + why + ")"}`).join(", ");
+        meets = up.length ? `; ${said}: ${up[0]} would answer` : `; ${said}, and nothing stands in: it would fail`;
+      }
+      return { target: result.source || result.route || "no source", detail: ` planned (dry run)${meets}` };
     }
     return { target: result.source || "no source", detail: ` ${result.status}` };
   }

@@ -98,10 +98,30 @@ def test_route_prints_the_plan_without_calling_sources(tmp_path: Path, demo_zim:
     )
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
+    # each part with the sources it would try, and those out now (both disabled here)
     assert plan["parts"] == [
-        {"query": "lights status", "source": "ha", "stage": "intent_keyword"},
-        {"query": "what is the weather", "source": "forecast", "stage": "intent_keyword"},
+        {
+            "query": "lights status",
+            "source": "ha",
+            "stage": "intent_keyword",
+            "sources": ["ha"],
+            "unavailable": {"ha": "disabled"},
+        },
+        {
+            "query": "what is the weather",
+            "source": "forecast",
+            "stage": "intent_keyword",
+            "sources": ["forecast", "kiwix"],
+            "unavailable": {"forecast": "disabled"},
+        },
     ]
+    said = run("route", "lights status and also what is the weather", "--config", str(config))
+    assert said.returncode == 0, said.stderr
+    assert (
+        "'lights status' -> ha (intent_keyword); ha is disabled, and nothing stands in: "
+        "it would fail" in said.stdout
+    )
+    assert "forecast is disabled: kiwix would answer" in said.stdout
 
 
 def test_route_input_reads_lines_and_jsonl(tmp_path: Path, demo_zim: Path) -> None:

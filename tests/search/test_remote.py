@@ -176,7 +176,13 @@ def test_the_cli_says_so_and_answers_in_process(
     assert done.returncode == 0, done.stderr
     assert "does not answer as this router" in done.stderr and "Traceback" not in done.stderr
     assert json.loads(done.stdout)["parts"] == [
-        {"query": "lights status", "source": "ha", "stage": "intent_keyword"}
+        {
+            "query": "lights status",
+            "source": "ha",
+            "stage": "intent_keyword",
+            "sources": ["ha"],
+            "unavailable": {"ha": "disabled"},
+        }
     ]
 
 

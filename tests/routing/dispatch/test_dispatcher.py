@@ -290,3 +290,95 @@ async def test_a_source_can_opt_out_of_the_result_cache() -> None:
         result = await ask(service, "kitchen light status")
         assert "result_cache_hit" not in steps(result.chain)
     assert service.sources["ha"].calls == 2
+
+
+def planned(result) -> dict:
+    (event,) = [e for e in result.chain if e["step"] == "planned"]
+    return event
+
+
+async def test_a_dry_run_says_which_sources_are_out_and_who_would_answer() -> None:
+    from search.traces.narrative import sentence
+
+    config = scripted_config(
+        {"kiwix": {}, "ha": {"enabled": False, "fallback": ["kiwix"]}, "web": {"enabled": False}},
+        keywords={"ha": ["lights"], "web": ["news"]},
+    )
+    service = Service(config)
+    covered = await ask(service, "lights status", dry_run=True)
+    event = planned(covered)
+    assert (event["sources"], event["unavailable"]) == (["ha", "kiwix"], {"ha": "disabled"})
+    assert covered.body["results"][0]["status"] == "planned"
+    assert covered.body["results"][0]["plan"] == {
+        "sources": ["ha", "kiwix"],
+        "unavailable": {"ha": "disabled"},
+    }
+    assert sentence(event).endswith("; ha is disabled: kiwix would answer")
+    assert service.sources["kiwix"].calls == 0  # a plan calls nothing
+
+    stranded = await ask(service, "latest news", dry_run=True)
+    assert planned(stranded)["unavailable"] == {"web": "disabled"}
+    assert sentence(planned(stranded)).endswith(
+        "web is disabled, and nothing stands in: it would fail"
+    )
+    # ... and the real run does what the plan said: it fails, and kiwix answers the other
+    assert (await ask(service, "latest news")).status_code == 502
+    assert (await ask(service, "lights status")).body["results"][0]["source"] == "kiwix"
+
+    up = await ask(service, "what is a lighthouse", dry_run=True)
+    assert planned(up)["unavailable"] == {} and "would" not in sentence(planned(up))
+
+
+async def test_a_dry_run_sees_an_open_circuit_without_spending_its_probe() -> None:
+    config = scripted_config(
+        {
+            "kiwix": {},
+            "ha": {
+                "fail": "unavailable",
+                "fallback": ["kiwix"],
+                "circuit_failures": 1,
+                "circuit_cooldown_s": 0.2,
+            },
+        },
+        keywords={"ha": ["lights"]},
+    )
+    service = Service(config)
+    ha = service.sources["ha"]
+    await ask(service, "lights 0")  # one failure opens it
+    assert planned(await ask(service, "lights 1", dry_run=True))["unavailable"] == {
+        "ha": "circuit_open"
+    }
+    await asyncio.sleep(0.25)  # half-open: the next real call probes
+    assert planned(await ask(service, "lights 2", dry_run=True))["unavailable"] == {}
+    ha.config = ha.config.model_copy(update={"fail": None})
+    probe = await ask(service, "lights 3")
+    assert probe.body["results"][0]["source"] == "ha" and ha.calls == 2
+
+
+async def test_a_planned_command_names_its_one_source_not_the_fallbacks() -> None:
+    config = scripted_config(
+        {
+            "kiwix": {},
+            "ha": {"control_prefix": "unlock", "allow_control": True, "fallback": ["kiwix"]},
+        },
+        keywords={"ha": ["door"]},
+    )
+    service = Service(config)
+    plan = await ask(service, "unlock the front door", dry_run=True)
+    assert (planned(plan)["sources"], planned(plan)["unavailable"]) == (["ha"], {})
+    assert [e["reason"] for e in plan.chain if e["step"] == "control_withheld"] == ["dry_run"]
+    assert service.sources["ha"].acted == [] and service.sources["kiwix"].calls == 0
+
+
+async def test_a_planned_fusion_names_its_members() -> None:
+    from search.traces.narrative import sentence
+
+    config = scripted_config(
+        {"kiwix": {}, "web": {"enabled": False}},
+        keywords={"everything": ["everything"]},
+        fusion={"everything": ["kiwix", "web"]},
+    )
+    service = Service(config)
+    event = planned(await ask(service, "everything about owls", dry_run=True))
+    assert (event["sources"], event["unavailable"]) == (["kiwix", "web"], {"web": "disabled"})
+    assert sentence(event).endswith("web is disabled: kiwix would answer")
