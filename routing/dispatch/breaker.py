@@ -55,6 +55,13 @@ class CircuitBreaker:
 
     def admit(self) -> Admission:
         """Whether a call may go through now (a half-open circuit admits one probe)."""
+        admission = self.would_admit()
+        if admission.probe:
+            self._probe_at = self._now()
+        return admission
+
+    def would_admit(self) -> Admission:
+        """What `admit` would answer now, without letting a probe through (a dry run)."""
         if self.failure_threshold <= 0 or self.opened_at is None:
             return Admission(True)
         now = self._now()
@@ -62,8 +69,7 @@ class CircuitBreaker:
         if elapsed < self.cooldown_s:
             return Admission(False, time_left_s=round(self.cooldown_s - elapsed, 3))
         if self._probe_at is not None and now - self._probe_at < self.cooldown_s:
-            return Admission(False, time_left_s=0.0)
-        self._probe_at = now
+            return Admission(False, time_left_s=0.0)  # another call is probing
         return Admission(True, probe=True)
 
     def succeeded(self) -> None:

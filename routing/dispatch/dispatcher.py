@@ -173,7 +173,7 @@ class Dispatcher:
         if name not in self.sources or not self.enabled.get(name, True):
             return "disabled"
         breaker = self.breakers.get(name)
-        if breaker is not None and breaker.state == "open":
+        if breaker is not None and not breaker.would_admit().allowed:
             return "circuit_open"
         return None
 

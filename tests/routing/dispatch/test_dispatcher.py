@@ -270,6 +270,19 @@ def test_a_failed_probe_reopens_the_circuit() -> None:
     assert breaker.state == "open" and breaker.admit().time_left_s == 10.0
 
 
+def test_asking_whether_a_probe_would_go_through_lets_none_through() -> None:
+    from routing.dispatch.breaker import CircuitBreaker
+
+    clock = [0.0]
+    breaker = CircuitBreaker(1, 10.0, now=lambda: clock[0])
+    breaker.failed()
+    assert not breaker.would_admit().allowed  # open
+    clock[0] = 10.0
+    assert breaker.would_admit().probe and breaker.would_admit().probe  # asked twice
+    assert breaker.admit().probe  # the probe is still there for a real call
+    assert not breaker.would_admit().allowed  # and while it runs, a plan sees none
+
+
 async def test_state_changing_calls_are_never_served_from_the_cache() -> None:
     config = scripted_config(
         {"ha": {"control_prefix": "turn", "allow_control": True}}, keywords={"ha": ["turn off"]}
