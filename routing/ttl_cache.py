@@ -37,6 +37,11 @@ class TTLCache(Generic[K, V]):
         self._data.move_to_end(key)
         return value
 
+    def holds(self, key: K) -> bool:
+        """Whether `get(key)` would answer now, without touching the entry's recency."""
+        entry = self._data.get(key)
+        return entry is not None and entry[0] > self._now()
+
     def set(self, key: K, value: V, ttl_s: float | None = None) -> None:
         """Store `value`; `ttl_s` overrides the cache's lifetime for this entry."""
         ttl = self.ttl_s if ttl_s is None else ttl_s

@@ -164,16 +164,18 @@ class Dispatcher:
             sources = list(self.fusion[route])
         else:
             sources = self._chain(route, then)
-        unavailable = {name: why for name in sources if (why := self._unavailable(name))}
+        unavailable = {name: why for name in sources if (why := self._unavailable(name, query))}
         return Plan(tuple(sources), unavailable)
 
-    def _unavailable(self, name: str) -> str | None:
+    def _unavailable(self, name: str, query: str) -> str | None:
         """Why `name` would be skipped right now, as far as this process knows: `disabled`
-        in config, or `circuit_open` (a shared circuit as this worker last saw it)."""
+        in config, or `circuit_open` (a shared circuit as this worker last saw it) with no
+        answer to `query` in this process's result cache (which `_call` asks first)."""
         if name not in self.sources or not self.enabled.get(name, True):
             return "disabled"
         breaker = self.breakers.get(name)
-        if breaker is not None and not breaker.would_admit().allowed:
+        shut = breaker is not None and not breaker.would_admit().allowed
+        if shut and not self.result_cache.holds((name, normalise(query))):
             return "circuit_open"
         return None
 

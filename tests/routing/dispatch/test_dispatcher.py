@@ -161,6 +161,18 @@ def test_the_ttl_cache_expires_and_evicts_least_recently_used() -> None:
     assert cache.get("a") is None and len(cache) == 1
 
 
+def test_asking_whether_the_ttl_cache_holds_a_key_leaves_its_order() -> None:
+    clock = [0.0]
+    cache: TTLCache[str, int] = TTLCache(2, 10.0, now=lambda: clock[0])
+    cache.set("a", 1)
+    cache.set("b", 2)
+    assert cache.holds("a") and not cache.holds("z")
+    cache.set("c", 3)  # a is still the least recently used: holds() did not touch it
+    assert not cache.holds("a") and cache.holds("b")
+    clock[0] = 10.5
+    assert not cache.holds("b") and not cache.holds("c")
+
+
 async def test_fusion_fans_out_and_merges_by_reciprocal_rank() -> None:
     config = scripted_config(
         {"kiwix": {"items": 2}, "web": {"items": 3}, "down": {"fail": "error"}},
@@ -366,6 +378,24 @@ async def test_a_dry_run_sees_an_open_circuit_without_spending_its_probe() -> No
     ha.config = ha.config.model_copy(update={"fail": None})
     probe = await ask(service, "lights 3")
     assert probe.body["results"][0]["source"] == "ha" and ha.calls == 2
+
+
+async def test_a_dry_run_counts_a_cached_answer_as_reachable_through_an_open_circuit() -> None:
+    config = scripted_config(
+        {"kiwix": {}, "ha": {"fallback": ["kiwix"], "circuit_failures": 1}},
+        keywords={"ha": ["lights"]},
+    )
+    service = Service(config)
+    ha = service.sources["ha"]
+    await ask(service, "lights a")  # answered, and cached
+    ha.config = ha.config.model_copy(update={"fail": "unavailable"})
+    await ask(service, "lights b")  # fails: the circuit opens
+    assert planned(await ask(service, "lights b", dry_run=True))["unavailable"] == {
+        "ha": "circuit_open"
+    }
+    assert planned(await ask(service, "lights a", dry_run=True))["unavailable"] == {}
+    real = await ask(service, "lights a")  # as planned: ha's cached answer
+    assert real.body["results"][0]["source"] == "ha" and real.body["cached"] is True
 
 
 async def test_a_planned_command_names_its_one_source_not_the_fallbacks() -> None:
