@@ -17,6 +17,7 @@ libzim calls hold the GIL and block, so every call runs in a worker of the sourc
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from sources.base import Item, Source, SourceError
 from sources.registry import SourceConfig
 from sources.workers import run_source_work
 from sources.zim_build import ZimBuildError, ensure_zim, is_up_to_date
+
+log = logging.getLogger(__name__)
 
 MAX_ARTICLE_BYTES = 1024 * 1024  # snippets come from the text; huge pages are cut here
 MAX_QUERY_WORDS = 8  # each word costs one term-frequency lookup
@@ -300,11 +303,23 @@ class ZimSource(Source):
         paths = [Path(p).expanduser() for p in self.config.paths]
         if self.config.build_from:
             corpus = Path(self.config.build_from).expanduser()
-            if not is_up_to_date(corpus, paths[0]):
+            if not corpus.is_file() and paths[0].is_file():
+                # Started from another directory, say: the built file still answers.
+                log.warning(
+                    "%s: build_from %s is not there (a relative path is read from the "
+                    "working directory, %s); using %s as it is",
+                    self.name,
+                    corpus,
+                    Path.cwd(),
+                    paths[0],
+                )
+            elif not is_up_to_date(corpus, paths[0]):
                 try:
                     ensure_zim(corpus, paths[0])
                 except ZimBuildError as exc:
-                    raise ZimUnavailable(f"cannot build {paths[0]}: {exc}") from None
+                    lost = not corpus.is_file() and not corpus.is_absolute()
+                    where = f" (a relative path is read from {Path.cwd()})" if lost else ""
+                    raise ZimUnavailable(f"cannot build {paths[0]}: {exc}{where}") from None
         return [open_book(p) for p in paths]
 
     async def aclose(self) -> None:

@@ -305,6 +305,32 @@ async def test_build_from_a_broken_corpus_fails_start(tmp_path: Path) -> None:
     assert "bad.jsonl:1: not JSON" in str(err.value)
 
 
+async def test_a_built_file_answers_when_its_corpus_is_not_where_build_from_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Started from another directory, a relative `build_from` is not found: the ZIM
+    already built from it still answers, and the log says why it was not checked."""
+    corpus = write_jsonl(tmp_path / "small.jsonl", SMALL)
+    target = tmp_path / "small.zim"
+    await started([target], build_from=str(corpus))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with caplog.at_level("WARNING", logger="sources.zim"):
+        source = await started([target], build_from="small.jsonl")
+    assert [i.title for i in await source.search("kettle")] == ["Kettle"]
+    assert "small.jsonl is not there" in caplog.text and str(elsewhere) in caplog.text
+
+
+async def test_a_relative_build_from_that_is_missing_names_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ZimUnavailable, match="corpus not found") as err:
+        await started([tmp_path / "x.zim"], build_from="corpus/articles.jsonl")
+    assert f"a relative path is read from {tmp_path}" in str(err.value)
+
+
 # --- configuration and the pure helpers ------------------------------------------
 
 
