@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from search import __version__
 from search.client_settings import ClientSettings, read_client_settings, settings_of
 from search.errors import ConfigError
 from search.query_text import encodable, query_problem
@@ -55,6 +56,7 @@ def _port(text: str) -> int:
 
 def _parser(full: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="search", description="Explainable search router")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve the HTTP API")

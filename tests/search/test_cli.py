@@ -63,6 +63,14 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_version_is_the_package_version() -> None:
+    from importlib.metadata import version
+
+    done = run("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"search {version('search-router')}"
+
+
 def test_query_answers_from_the_real_zim_with_its_chain(tmp_path: Path, demo_zim: Path) -> None:
     config = write_config(tmp_path, demo_zim)
     done = run(
