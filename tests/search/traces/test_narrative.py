@@ -236,3 +236,28 @@ async def test_web_failing_and_kiwix_answering_a_time_sensitive_question_says_so
     (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
     assert "web answered with a server error" in line
     assert line.endswith("the live source web gave no answer: kiwix's answer may be out of date")
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ({}, "planned for web (dry run, intent_keyword)"),  # a trace from before plans
+        (
+            {"sources": ["web", "kiwix"], "unavailable": {}},
+            "planned for web (dry run, intent_keyword)",
+        ),
+        (
+            {"sources": ["web", "kiwix"], "unavailable": {"web": "disabled"}},
+            "planned for web (dry run, intent_keyword); web is disabled: kiwix would answer",
+        ),
+        (
+            {"sources": ["web", "kiwix"], "unavailable": {"web": "circuit_open", "kiwix": "odd"}},
+            "planned for web (dry run, intent_keyword); web has its circuit open, kiwix is out "
+            "(odd), and nothing stands in: it would fail",
+        ),
+        ({"sources": "junk", "unavailable": ["junk"]}, "planned for web (dry run, intent_keyword)"),
+    ],
+)
+def test_a_plan_says_what_it_would_meet(extra: dict[str, Any], said: str) -> None:
+    event = {"step": "planned", "query": "latest news", "route": "web", "stage": "intent_keyword"}
+    assert sentence({**event, **extra}) == said
