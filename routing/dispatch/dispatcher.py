@@ -169,8 +169,9 @@ class Dispatcher:
 
     def _unavailable(self, name: str, query: str) -> str | None:
         """Why `name` would be skipped right now, as far as this process knows: `disabled`
-        in config, or `circuit_open` (a shared circuit as this worker last saw it) with no
-        answer to `query` in this process's result cache (which `_call` asks first)."""
+        in config, or `circuit_open` with no answer to `query` in this process's result
+        cache (which `_call` asks first). The circuit is this process's own, as its calls
+        left it: with circuits shared in Redis, what other workers met is not asked."""
         if name not in self.sources or not self.enabled.get(name, True):
             return "disabled"
         breaker = self.breakers.get(name)
