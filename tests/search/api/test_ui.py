@@ -519,49 +519,27 @@ def test_unserved_and_withheld_parts_read_as_such(page: Any, site: dict[str, Any
 def test_a_planned_part_says_which_of_its_sources_are_out(page: Any, site: dict[str, Any]) -> None:
     """A dry run's result carries its plan (`plan`: the sources it would try, those out);
     the page says who would answer, or that the part would fail."""
-    page.goto(f"{site['base']}/ui#/trace/{site['ids']['plain']}")
-    page.wait_for_selector("#view-trace .waterfall")
     planned = {"source": "ha", "status": "planned", "route": "ha", "item_count": 0}
-    page.route(
-        "**/traces/fake*",
-        lambda route: route.fulfill(
-            json={
-                "trace_id": "fake",
-                "started_at": 1.0,
-                "query": "lights status and also the news",
-                "status_code": 200,
-                "duration_ms": 1.0,
-                "failed": False,
-                "fallback": False,
-                "cached": False,
-                "dry_run": True,
-                "redacted": False,
-                "dropped_events": 0,
-                "error": None,
-                "chain": [],
-                "narrative": [],
-                "labels": [],
-                "label_routes": [],
-                "results": [
-                    {
-                        **planned,
-                        "query": "lights status",
-                        "plan": {"sources": ["ha"], "unavailable": {"ha": "disabled"}},
-                    },
-                    {
-                        **planned,
-                        "query": "the news",
-                        "source": "web",
-                        "route": "web",
-                        "plan": {
-                            "sources": ["web", "kiwix"],
-                            "unavailable": {"web": "circuit_open"},
-                        },
-                    },
-                ],
-            }
-        ),
+    trace = fake_trace(
+        query="lights status and also the news",
+        dry_run=True,
+        results=[
+            {
+                **planned,
+                "query": "lights status",
+                "plan": {"sources": ["ha"], "unavailable": {"ha": "disabled"}},
+            },
+            {
+                **planned,
+                "query": "the news",
+                "source": "web",
+                "route": "web",
+                "plan": {"sources": ["web", "kiwix"], "unavailable": {"web": "circuit_open"}},
+            },
+        ],
     )
+    page.goto(f"{site['base']}/ui#/traces")
+    page.route("**/traces/fake*", lambda route: route.fulfill(json=trace))
     page.evaluate("location.hash = '#/trace/fake'")
     parts = page.locator(".results li[data-status=planned]")
     expect(parts.nth(0)).to_contain_text(
