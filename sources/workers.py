@@ -10,7 +10,9 @@ source calls.
 Why the deadline pauses: a source's timeout measures the source, not this process's own
 queue. `source_deadline(timeout_s)` is the timeout around one source call; while that call
 waits for a free worker of a pool, its deadline is paused, and it goes on from the moment
-a worker starts running the call, with what was left of it. The request's own deadline is
+a worker starts running the call, with what was left of it. It pauses again from the moment
+the worker has answered until the call has the answer: a busy event loop may take seconds
+to come round to it, and that is this process's time too. The request's own deadline is
 another timeout and never pauses, so a pool that never frees up still ends the request.
 
 Work runs in a copy of the caller's context (`contextvars`), so events recorded in the
@@ -60,13 +62,15 @@ class _Clock:
         self.waiting = 0
         self.remaining = 0.0
 
-    def pause(self) -> bool:
-        """Stop the deadline for one waiting call; False when there is nothing to stop."""
+    def pause(self, since: float | None = None) -> bool:
+        """Stop the deadline for one waiting call, as from `since` (the loop's clock; now
+        by default); False when there is nothing to stop."""
         if self.waiting == 0:
             when = self.timeout.when()
             if when is None or self.timeout.expired():
                 return False
-            remaining = max(0.0, when - asyncio.get_running_loop().time())
+            at = asyncio.get_running_loop().time() if since is None else since
+            remaining = max(0.0, when - at)
             try:
                 self.timeout.reschedule(None)
             except RuntimeError:  # its call has ended: work a task it started outlives it
@@ -134,6 +138,41 @@ class _Resume:
             self.clock.resume(started)
 
 
+class _Delivery:
+    """Pauses the waiting call's clock from the moment its worker finished until the call
+    has its answer: the answer waits on this process's event loop then, not on the source.
+    A busy loop (a flood of requests) can take seconds to come round to it, and the
+    deadline's timer, which fires in the same turn of the loop, would otherwise call a
+    source that answered in a millisecond too slow. The worker's message is queued before
+    that turn's timers run, so the pause it asks for stops the timer in time."""
+
+    __slots__ = ("clock", "loop", "paused", "done")
+
+    def __init__(self, clock: _Clock, loop: asyncio.AbstractEventLoop) -> None:
+        self.clock = clock
+        self.loop = loop
+        self.paused = False
+        self.done = False
+
+    def from_worker(self) -> None:
+        finished = time.monotonic()  # what the loop's `time()` reads
+        try:
+            self.loop.call_soon_threadsafe(self.on_loop, finished)
+        except RuntimeError:  # the loop is closed: nobody waits for the answer
+            pass
+
+    def on_loop(self, finished: float) -> None:
+        if not self.done:
+            self.paused = self.clock.pause(since=finished)
+
+    def collected(self, now: float) -> None:
+        """The call has its answer (or was cancelled): the clock runs again from `now`."""
+        self.done = True
+        if self.paused:
+            self.paused = False
+            self.clock.resume(now)
+
+
 class WorkerPool:
     """A bounded pool of threads for one kind of blocking work."""
 
@@ -154,11 +193,16 @@ class WorkerPool:
         context = contextvars.copy_context()
         clock = _clock.get()
         resume = _Resume(clock, loop) if clock is not None and clock.pause() else None
+        delivery = _Delivery(clock, loop) if clock is not None else None
 
         def work() -> T:
             if resume is not None:
                 resume.from_worker()
-            return context.run(func, *args, **kwargs)
+            try:
+                return context.run(func, *args, **kwargs)
+            finally:
+                if delivery is not None:
+                    delivery.from_worker()
 
         try:
             return await loop.run_in_executor(self._executor, work)
@@ -168,6 +212,8 @@ class WorkerPool:
                 # worker did start, its message is already on the loop's queue and this
                 # `done` flag makes that message a no-op.
                 resume.on_loop(loop.time())
+            if delivery is not None:
+                delivery.collected(loop.time())
 
     def shutdown(self) -> None:
         """No new work; the threads end once the work already given them is done."""

@@ -15,7 +15,14 @@ from collections.abc import Iterator
 import pytest
 
 from routing.chain.events import part_scope, record, route_log
-from sources.workers import INFERENCE, SOURCES, WorkerPool, pool, source_deadline
+from sources.workers import (
+    INFERENCE,
+    SOURCES,
+    WorkerPool,
+    pool,
+    run_source_work,
+    source_deadline,
+)
 
 WAIT_S = 10.0  # bound on every wait for a thread to get somewhere: never reached when correct
 
@@ -115,6 +122,29 @@ async def test_the_deadline_runs_while_the_worker_runs() -> None:
         async with source_deadline(0.2):
             await WorkerPool("slow", 1).run(time.sleep, 1.5)
     assert time.monotonic() - started < 1.4  # it did not wait for the work to end
+
+
+async def test_an_answer_waiting_on_a_busy_event_loop_is_not_a_timeout() -> None:
+    """The worker answers at once, but the loop is busy past the deadline before it comes
+    round to the answer (a flood of requests): the deadline's timer fires in that same turn
+    of the loop, and used to beat the answer. The source was not slow; the process was."""
+    running, answer = threading.Event(), threading.Event()
+
+    def work() -> int:
+        running.set()
+        answer.wait(5)
+        return 42
+
+    async def busy_loop() -> None:
+        await asyncio.to_thread(running.wait, 5)
+        await asyncio.sleep(0.05)  # the worker's start is on the loop's books
+        answer.set()
+        time.sleep(0.4)  # the loop is blocked: the worker answers, the deadline passes
+
+    hog = asyncio.ensure_future(busy_loop())
+    async with source_deadline(0.2):
+        assert await run_source_work(work) == 42
+    await hog
 
 
 async def test_time_spent_before_the_wait_still_counts() -> None:
