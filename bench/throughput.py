@@ -99,6 +99,8 @@ def bare_body(query: str) -> dict[str, Any]:
                 "status": "ok",
                 "items": items,
                 "route": "forecast",
+                "stage": "intent_keyword",
+                "confidence": 1.0,
             }
         ],
         "cached": True,
@@ -318,6 +320,11 @@ def main() -> None:
             bare = httpx.post(f"{url}/bare", **json_body)
             assert hit.json()["cached"] is True and not first["cached"], hit.text
             sizes = {"search": len(hit.content), "bare": len(bare.content)}
+            if sizes["search"] != sizes["bare"]:  # the anchor must answer as much as search
+                raise SystemExit(
+                    f"the bare answer ({sizes['bare']} B) is not the size of the search "
+                    f"answer ({sizes['search']} B): make bare_body match {hit.text}"
+                )
             for path in ("/search", "/bare"):  # warm both paths under load
                 load(tool, url + path, 1, script)
             rounds: dict[str, list[dict[str, float]]] = {"search": [], "bare": []}
