@@ -85,6 +85,8 @@ class PartResult:
     negated: bool = False
     # On a dry run: the sources the part would try, and those out now (Dispatcher.plan).
     plan: dict[str, Any] | None = None
+    # A snapshot answered a question meant for the live source (`snapshot_answered`).
+    may_be_out_of_date: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -108,6 +110,8 @@ class PartResult:
             data["negated"] = True
         if self.plan is not None:
             data["plan"] = self.plan
+        if self.may_be_out_of_date:
+            data["may_be_out_of_date"] = True
         if self.condition is not None:
             data["condition"] = self.condition.to_dict()
         return data
@@ -415,6 +419,9 @@ class Router:
         if answer.status == "error":
             error = answer.error or {"type": "error", "message": "failed"}
             record(Step.ERROR, query=text, error_type=error["type"], message=error["message"])
+        live = self.live.stands_in(routed, answer.source) if answer.status == "ok" else None
+        if live is not None:
+            record(Step.SNAPSHOT_ANSWERED, query=text, source=answer.source, live_route=live)
         return PartResult(
             text,
             answer.source,
@@ -425,4 +432,5 @@ class Router:
             error=answer.error,
             withheld=answer.withheld,
             confidence=confidence,
+            may_be_out_of_date=live is not None,
         )

@@ -93,6 +93,14 @@ class Step(StrEnum):
         "model reads as fixed (`probability` under `below`): a snapshot answers it, the live "
         "source after it; `confidence` is the stage's times one minus `probability`.",
     )
+    SNAPSHOT_ANSWERED = (
+        "snapshot_answered",
+        ("query", "source", "live_route"),
+        "A snapshot source answered a part meant for the live source (routed there, or "
+        "read as time-sensitive), which did not answer: disabled, failed, or not "
+        "configured. Its answer may be out of date; the part's result says so "
+        "(`may_be_out_of_date`).",
+    )
     PLANNED = (
         "planned",
         ("query", "route", "stage", "sources", "unavailable"),

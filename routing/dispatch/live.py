@@ -68,11 +68,13 @@ RULED_STAGES = frozenset({"intent_keyword", "intent_session"})
 class Routed:
     """Where a part goes, and the routes whose chains follow if that fails (only a redirect
     has them: the route it left); then also how sure routing is of the new route (None: not
-    known)."""
+    known). `time_sensitive`: its answer changes with time but no live route could take it
+    (none configured), so the snapshot it stays on answers a question of now."""
 
     route: str
     then: tuple[str, ...] = ()
     confidence: float | None = None
+    time_sensitive: bool = False
 
 
 def _times(stated: float | None, likely: float | None) -> float | None:
@@ -211,8 +213,19 @@ class LiveRedirect:
             **extra,
         )
         if to_route == route:
-            return Routed(route)
+            return Routed(route, time_sensitive=True)
         return Routed(live, (route,), confidence=stated)
+
+    def stands_in(self, routed: Routed, source: str | None) -> str | None:
+        """The live route that `source`, a snapshot's, answered in place of (None when it
+        did not): the part was routed to the live route (by a stage, or by its time words)
+        and the live source gave no answer, or it was read as time-sensitive with no live
+        route to take it. The answer may be out of date."""
+        if not self.config.enabled or source not in self.from_routes:
+            return None
+        if routed.route == self.config.live_route or routed.time_sensitive:
+            return self.config.live_route
+        return None
 
     async def _to_snapshot(
         self, text: str, route: str, embedding: Any, confidence: float | None

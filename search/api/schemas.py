@@ -85,6 +85,11 @@ class PartResult(BaseModel):
         description="with status planned: the sources the part would try, in order, and "
         "those that would be skipped now and why (disabled, circuit_open)",
     )
+    may_be_out_of_date: bool | None = Field(
+        default=None,
+        description="true when a snapshot (the offline encyclopedia) answered a question "
+        "meant for the live source, which gave no answer (see the snapshot_answered event)",
+    )
 
 
 class Event(BaseModel):

@@ -141,6 +141,11 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
             f"the time-sensitivity model reads its answer as fixed ({event.get('probability')}), "
             f"so it went to {event.get('to_route')} ({event.get('from_route')} if that fails)"
         )
+    if step == Step.SNAPSHOT_ANSWERED:
+        return (
+            f"{source} answered in place of the live source {event.get('live_route')}: "
+            "its answer may be out of date"
+        )
     if step == Step.PLANNED:
         return _planned(event)
     if step == Step.RESULT_CACHE_HIT:
@@ -290,7 +295,7 @@ def _time_sensitive(event: dict[str, Any], with_text: bool) -> str:
     if reason is None:
         return f"{text}, so it went to {live} ({snapshot} if {live} fails)"
     why = "is not configured" if reason == "not_configured" else "is disabled"
-    return f"{text}, but the live source {live} {why}: {snapshot}'s answer may be out of date"
+    return f"{text}, but the live source {live} {why}, so {snapshot} answers"
 
 
 def _rewritten(event: dict[str, Any], with_text: bool) -> str:
@@ -378,37 +383,6 @@ def _label_clause(labels: list[dict[str, Any]]) -> str:
     return text
 
 
-def _clauses(events: list[dict[str, Any]], with_text: bool) -> list[str]:
-    """Each event's sentence, in order. When a part sent live for its time-sensitive
-    words is answered by the snapshot after all (the live source gave no answer), that
-    answer may be out of date, and the line says so after it."""
-    clauses: list[str] = []
-    live: dict[str, Any] | None = None
-    for event in events:
-        clauses.append(sentence(event, with_text))
-        step = event.get("step")
-        if step == Step.TIME_SENSITIVE and event.get("reason") is None:
-            live = event
-        elif live is not None and _answered(event, live.get("from_route")):
-            snapshot = live.get("from_route")
-            source = live.get("live_route") or live.get("to_route")
-            clauses.append(
-                f"the live source {source} gave no answer: {snapshot}'s answer may be out of date"
-            )
-            live = None
-    return clauses
-
-
-def _answered(event: dict[str, Any], source: Any) -> bool:
-    """Whether `event` is `source` answering a search (called, or from the result cache)."""
-    if event.get("source") != source or event.get("operation") == "act":
-        return False
-    step = event.get("step")
-    return step == Step.RESULT_CACHE_HIT or (
-        step == Step.SOURCE_INVOKED and event.get("outcome") == "ok"
-    )
-
-
 def narrative(
     chain: Iterable[dict[str, Any]],
     *,
@@ -427,7 +401,7 @@ def narrative(
     lines: list[str] = []
     for path in sorted(by_part, key=part_key):
         events = by_part[path]
-        clauses = _clauses(events, with_text)
+        clauses = [sentence(event, with_text) for event in events]
         if path in labelled:
             clauses.append(_label_clause(labelled[path]))
         if path == "":

@@ -27,6 +27,8 @@ def _event_row(event: dict[str, Any]) -> tuple[str, ...]:
     reason = event.get("reason") or event.get("error_type") or ""
     if event["step"] == Step.INTENT_SEMANTIC and isinstance(event.get("similarity"), (int, float)):
         reason = f"similarity {event['similarity']:.3f}"
+    elif event["step"] == Step.SNAPSHOT_ANSWERED:
+        reason = f"in place of {event.get('live_route')}"
     return (
         str(event["seq"]),
         f"{event['t_ms']:.1f}",
@@ -132,7 +134,10 @@ def results_text(results: list[dict[str, Any]]) -> str:
             for item in condition["items"][:1]:
                 lines.append(f"      {_one(item['title'])}: {_one(item['text'][:160])}")
         where = result["source"] or NO_SOURCE
-        lines.append(f"[{index}] {result['query']!r} -> {where} ({result['status']})")
+        status = result["status"]
+        if result.get("may_be_out_of_date") is True:
+            status += ", may be out of date"
+        lines.append(f"[{index}] {result['query']!r} -> {where} ({status})")
         if result.get("error"):
             error = result["error"]
             lines.append(f"    error: {_one(error['type'])}: {_one(error['message'])}")

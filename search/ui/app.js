@@ -210,6 +210,7 @@
     if (step === "decomposed") return `split in ${(event.parts || []).length}`;
     if (step === "conditional_detected") return event.negated ? "unless…" : "if…";
     if (step === "control_withheld") return `withheld ${event.source}`;
+    if (step === "snapshot_answered") return `${event.source} for ${event.live_route}: may be old`;
     if (step === "error") return `error ${event.error_type || ""}`.trim();
     return step;
   }
@@ -391,7 +392,9 @@
       }
       return { target: result.source || result.route || "no source", detail: ` planned (dry run)${meets}` };
     }
-    return { target: result.source || "no source", detail: ` ${result.status}` };
+    // A snapshot answered a question meant for the live source (snapshot_answered).
+    const old = result.may_be_out_of_date === true ? ", may be out of date" : "";
+    return { target: result.source || "no source", detail: ` ${result.status}${old}` };
   }
 
   // Whether each conditional result's condition was an "unless", as its

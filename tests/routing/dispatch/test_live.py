@@ -110,6 +110,8 @@ async def test_web_answers_and_kiwix_is_not_asked(build: Build) -> None:
     assert part["items"][0]["url"] == "https://example.org/everest"
     assert [e["source"] for e in steps(outcome.chain, "source_invoked")] == ["web"]
     assert outcome.body["fallback_occurred"] is False
+    # the live source answered: nothing to warn about
+    assert "may_be_out_of_date" not in part and not steps(outcome.chain, "snapshot_answered")
 
 
 @pytest.mark.parametrize("fallback", [["kiwix"], []])
@@ -132,6 +134,11 @@ async def test_kiwix_answers_when_web_fails(build: Build, fallback: list[str]) -
     assert (part["source"], part["status"]) == ("kiwix", "ok")
     assert part["items"][0]["title"] == "Mount Everest"
     assert outcome.body["fallback_occurred"] is True
+    # recorded after the answer it is about, and said on the part's result
+    (stale,) = steps(outcome.chain, "snapshot_answered")
+    assert (stale["source"], stale["live_route"]) == ("kiwix", "web")
+    assert stale["seq"] > steps(outcome.chain, "source_invoked")[-1]["seq"]
+    assert part["may_be_out_of_date"] is True
 
 
 async def test_without_web_kiwix_answers_and_the_narrative_says_it_may_be_old(
@@ -155,10 +162,66 @@ async def test_without_web_kiwix_answers_and_the_narrative_says_it_may_be_old(
     assert [r["source"] for r in planned.body["results"]] == ["web"]
     (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
     assert "'the current' makes its answer change with time" in line
-    assert "web is disabled: kiwix's answer may be out of date" in line
+    assert "but the live source web is disabled, so kiwix answers" in line
+    assert line.endswith(
+        "kiwix answered in place of the live source web: its answer may be out of date"
+    )
+    assert part["may_be_out_of_date"] is True
     # a fixed fact says nothing of the kind
     plain = await svc.search("who wrote Romeo and Juliet", explain=True)
     assert not any("out of date" in line for line in narrative(plain.chain))
+    assert "may_be_out_of_date" not in plain.body["results"][0]
+    # nor does a dry run, which answers nothing
+    assert not steps(planned.chain, "snapshot_answered")
+
+
+@pytest.mark.parametrize(
+    ("query", "stage"),
+    [
+        ("latest news", "intent_keyword"),  # the keyword rules name web
+        ("what is the current price of bitcoin", "intent_semantic"),  # likeness names web
+    ],
+)
+async def test_kiwix_standing_in_for_a_disabled_web_says_its_answer_may_be_old(
+    build: Build, query: str, stage: str
+) -> None:
+    """Not only a redirected part: any part routed to web that kiwix answers in its place
+    (the shipped `web: fallback [kiwix]`) is a question of now answered by a snapshot."""
+    svc = await build()  # the shipped config: web is disabled
+    outcome = await svc.search(query, explain=True)
+    (part,) = outcome.body["results"]
+    assert (part["route"], part["stage"], part["source"]) == ("web", stage, "kiwix")
+    assert not steps(outcome.chain, "time_sensitive")
+    (stale,) = steps(outcome.chain, "snapshot_answered")
+    assert (stale["source"], stale["live_route"], stale["query"]) == ("kiwix", "web", query)
+    assert part["may_be_out_of_date"] is True
+    # the time-sensitivity feature switched off says nothing of live and snapshot routes
+    off = await build(time_sensitive={"enabled": False})
+    quiet = await off.search(query, explain=True)
+    assert quiet.body["results"][0]["source"] == "kiwix"
+    assert not steps(quiet.chain, "snapshot_answered")
+    assert "may_be_out_of_date" not in quiet.body["results"][0]
+
+
+async def test_with_no_web_configured_kiwix_answers_a_question_of_now_as_such(
+    demo_zim: Path,
+) -> None:
+    data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    data["sources"] = {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}}
+    data["routing"]["fusion"] = {}
+    data["trace"] = {"enabled": False}
+    svc = Service(parse_config(data))
+    await svc.start()
+    try:
+        outcome = await svc.search(EVEREST, explain=True)
+        plain = await svc.search("who wrote Romeo and Juliet", explain=True)
+    finally:
+        await svc.aclose()
+    (part,) = outcome.body["results"]
+    assert (part["route"], part["source"], part["may_be_out_of_date"]) == ("kiwix", "kiwix", True)
+    (stale,) = steps(outcome.chain, "snapshot_answered")
+    assert stale["live_route"] == "web"
+    assert "may_be_out_of_date" not in plain.body["results"][0]
 
 
 async def _planned_with_kiwix_alone(demo_zim: Path, query: str) -> Any:

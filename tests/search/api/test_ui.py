@@ -548,6 +548,40 @@ def test_a_planned_part_says_which_of_its_sources_are_out(page: Any, site: dict[
     expect(parts.nth(1)).to_contain_text("web has its circuit open: kiwix would answer")
 
 
+def test_a_snapshots_answer_to_a_question_of_now_says_it_may_be_old(
+    page: Any, site: dict[str, Any]
+) -> None:
+    """`may_be_out_of_date` on a result (kiwix answered for the live source) is said beside
+    its status; a result without it says nothing of the kind."""
+    answered = {"status": "ok", "item_count": 2, "route": "web"}
+    trace = fake_trace(
+        query="latest news and also tell me about tides",
+        results=[
+            {**answered, "query": "latest news", "source": "kiwix", "may_be_out_of_date": True},
+            {**answered, "query": "tell me about tides", "source": "kiwix", "route": "kiwix"},
+        ],
+        chain=[
+            {
+                "step": "snapshot_answered",
+                "seq": 0,
+                "t_ms": 1.0,
+                "part": "0",
+                "query": "latest news",
+                "source": "kiwix",
+                "live_route": "web",
+            }
+        ],
+    )
+    page.goto(f"{site['base']}/ui#/traces")
+    page.route("**/traces/fake*", lambda route: route.fulfill(json=trace))
+    page.evaluate("location.hash = '#/trace/fake'")
+    parts = page.locator(".results li[data-status=ok]")
+    expect(parts.nth(0)).to_contain_text("ok, may be out of date")
+    expect(parts.nth(1)).to_contain_text("ok")
+    assert "out of date" not in parts.nth(1).inner_text()
+    expect(page.locator("body")).to_contain_text("kiwix for web: may be old")
+
+
 def test_a_part_is_labelled_from_its_trace_page(browser: Any, tmp_path: Path) -> None:
     with uvicorn_server(create_app(ui_config(tmp_path))) as base:
         with httpx.Client(base_url=base, timeout=30) as http:

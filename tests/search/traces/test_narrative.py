@@ -181,7 +181,8 @@ def test_a_withheld_on_off_command_reads_as_the_command() -> None:
 
 
 def live_chain(answered_by: str, reason: str | None = None) -> list[dict[str, Any]]:
-    """A time-sensitive part sent to web, web failing, and `answered_by` answering."""
+    """A time-sensitive part sent to web, web failing, and `answered_by` answering; kiwix's
+    answer recorded as the snapshot's (`snapshot_answered`), as the pipeline records it."""
     moved: dict[str, Any] = {"step": "time_sensitive", "from_route": "kiwix", "to_route": "web"}
     moved.update(cue="the current", kind="present", probability=0.9)
     if reason is not None:
@@ -192,6 +193,8 @@ def live_chain(answered_by: str, reason: str | None = None) -> list[dict[str, An
         {"step": "fallback", "from_source": "web", "to_source": "kiwix"},
         {"step": "source_invoked", "source": answered_by, "outcome": "ok", "result_count": 2},
     ]
+    if answered_by == "kiwix":
+        events.append({"step": "snapshot_answered", "source": "kiwix", "live_route": "web"})
     for seq, event in enumerate(events):
         event.update(seq=seq, t_ms=float(seq), part="0", query="the current mayor", elapsed_ms=3)
     return events
@@ -201,7 +204,7 @@ def test_the_snapshot_answering_after_the_live_source_failed_may_be_out_of_date(
     (line,) = narrative(live_chain("kiwix"))
     assert line.endswith(
         "kiwix answered 2 results in 3 ms; "
-        "the live source web gave no answer: kiwix's answer may be out of date"
+        "kiwix answered in place of the live source web: its answer may be out of date"
     )
     # said once, also without the query text
     (safe,) = narrative(live_chain("kiwix"), with_text=False)
@@ -209,8 +212,9 @@ def test_the_snapshot_answering_after_the_live_source_failed_may_be_out_of_date(
     # another source answering is no snapshot's answer
     (other,) = narrative(live_chain("forecast"))
     assert "out of date" not in other
-    # with the live source disabled the redirect's own sentence says it, and only it
+    # with the live source disabled the redirect says who answers, and the answer says it
     (disabled,) = narrative(live_chain("kiwix", reason="disabled"))
+    assert "but the live source web is disabled, so kiwix answers;" in disabled
     assert disabled.count("may be out of date") == 1
 
 
@@ -232,10 +236,12 @@ async def test_web_failing_and_kiwix_answering_a_time_sensitive_question_says_so
         finally:
             await svc.aclose()
     (part,) = outcome.body["results"]
-    assert (part["source"], part["status"]) == ("kiwix", "ok")
+    assert (part["source"], part["status"], part["may_be_out_of_date"]) == ("kiwix", "ok", True)
     (line,) = [line for line in narrative(outcome.chain) if line.startswith("part 0")]
     assert "web answered with a server error" in line
-    assert line.endswith("the live source web gave no answer: kiwix's answer may be out of date")
+    assert line.endswith(
+        "kiwix answered in place of the live source web: its answer may be out of date"
+    )
 
 
 @pytest.mark.parametrize(
