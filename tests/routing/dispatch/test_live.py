@@ -203,9 +203,8 @@ async def test_kiwix_standing_in_for_a_disabled_web_says_its_answer_may_be_old(
     assert "may_be_out_of_date" not in quiet.body["results"][0]
 
 
-async def test_with_no_web_configured_kiwix_answers_a_question_of_now_as_such(
-    demo_zim: Path,
-) -> None:
+async def _with_kiwix_alone(demo_zim: Path, *queries: str, dry_run: bool = False) -> list[Any]:
+    """Each of `queries` by config.yaml's routing with kiwix the only source configured."""
     data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
     data["sources"] = {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}}
     data["routing"]["fusion"] = {}
@@ -213,10 +212,15 @@ async def test_with_no_web_configured_kiwix_answers_a_question_of_now_as_such(
     svc = Service(parse_config(data))
     await svc.start()
     try:
-        outcome = await svc.search(EVEREST, explain=True)
-        plain = await svc.search("who wrote Romeo and Juliet", explain=True)
+        return [await svc.search(q, explain=True, dry_run=dry_run) for q in queries]
     finally:
         await svc.aclose()
+
+
+async def test_with_no_web_configured_kiwix_answers_a_question_of_now_as_such(
+    demo_zim: Path,
+) -> None:
+    outcome, plain = await _with_kiwix_alone(demo_zim, EVEREST, "who wrote Romeo and Juliet")
     (part,) = outcome.body["results"]
     assert (part["route"], part["source"], part["may_be_out_of_date"]) == ("kiwix", "kiwix", True)
     (stale,) = steps(outcome.chain, "snapshot_answered")
@@ -224,22 +228,8 @@ async def test_with_no_web_configured_kiwix_answers_a_question_of_now_as_such(
     assert "may_be_out_of_date" not in plain.body["results"][0]
 
 
-async def _planned_with_kiwix_alone(demo_zim: Path, query: str) -> Any:
-    """`query` planned by config.yaml's routing with kiwix the only source configured."""
-    data = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
-    data["sources"] = {"kiwix": {"type": "zim", "paths": [str(demo_zim)]}}
-    data["routing"]["fusion"] = {}
-    data["trace"] = {"enabled": False}
-    svc = Service(parse_config(data))
-    await svc.start()
-    try:
-        return await svc.search(query, explain=True, dry_run=True)
-    finally:
-        await svc.aclose()
-
-
 async def test_a_live_route_that_is_not_configured_is_named(build: Build, demo_zim: Path) -> None:
-    outcome = await _planned_with_kiwix_alone(demo_zim, EVEREST)
+    (outcome,) = await _with_kiwix_alone(demo_zim, EVEREST, dry_run=True)
     (event,) = steps(outcome.chain, "time_sensitive")
     assert event["reason"] == "not_configured" and event["to_route"] == "kiwix"
     assert any("web is not configured" in line for line in narrative(outcome.chain))
@@ -433,7 +423,7 @@ async def test_a_part_sent_to_the_snapshot_states_the_model_s_fixed_reading(buil
 
 
 async def test_with_no_live_source_the_part_keeps_the_stage_s_confidence(demo_zim: Path) -> None:
-    outcome = await _planned_with_kiwix_alone(demo_zim, EVEREST)
+    (outcome,) = await _with_kiwix_alone(demo_zim, EVEREST, dry_run=True)
     (event,) = steps(outcome.chain, "time_sensitive")
     assert event["to_route"] == "kiwix" and "confidence" not in event
     stated = _stage_confidence(outcome.chain)
