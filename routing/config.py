@@ -106,6 +106,11 @@ class TimeSensitiveConfig(Strict):
         "words alone decide.",
     )
 
+    def snapshot_for_live(self, meant_for: str, answered_by: str | None) -> bool:
+        """Whether `answered_by`, a snapshot route's source, answers what was meant for the
+        live route `meant_for`: its answer may be out of date (`snapshot_answered`)."""
+        return self.enabled and meant_for == self.live_route and answered_by in self.from_routes
+
 
 class RoutingConfig(Strict):
     default_source: str = "kiwix"

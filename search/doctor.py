@@ -187,7 +187,7 @@ def coverage(findings: list[Finding], config: Config) -> list[str]:
         listed = config.sources[f.name].fallback
         if f.covered_by is not None:
             line = f"{f.name} is down: {f.covered_by} answers its questions meanwhile"
-            if _snapshot_for_live(config, f.name, f.covered_by):
+            if config.routing.time_sensitive.snapshot_for_live(f.name, f.covered_by):
                 line += " (an offline snapshot: its answers may be out of date)"
             lines.append(line)
         elif listed:
@@ -198,13 +198,6 @@ def coverage(findings: list[Finding], config: Config) -> list[str]:
         else:
             lines.append(f"{f.name} is down and has no fallback: its questions get no answer")
     return lines
-
-
-def _snapshot_for_live(config: Config, down: str, stand_in: str) -> bool:
-    """Whether `stand_in` is a snapshot answering for the live source `down`, as a search
-    records it (`snapshot_answered`, routing.time_sensitive)."""
-    timely = config.routing.time_sensitive
-    return timely.enabled and down == timely.live_route and stand_in in timely.from_routes
 
 
 def table(findings: list[Finding]) -> list[tuple[str, ...]]:

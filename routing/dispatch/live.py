@@ -221,11 +221,9 @@ class LiveRedirect:
         did not): the part was routed to the live route (by a stage, or by its time words)
         and the live source gave no answer, or it was read as time-sensitive with no live
         route to take it. The answer may be out of date."""
-        if not self.config.enabled or source not in self.from_routes:
-            return None
-        if routed.route == self.config.live_route or routed.time_sensitive:
-            return self.config.live_route
-        return None
+        live = self.config.live_route
+        meant_for = live if routed.time_sensitive else routed.route
+        return live if self.config.snapshot_for_live(meant_for, source) else None
 
     async def _to_snapshot(
         self, text: str, route: str, embedding: Any, confidence: float | None
