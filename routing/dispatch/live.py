@@ -68,13 +68,14 @@ RULED_STAGES = frozenset({"intent_keyword", "intent_session"})
 class Routed:
     """Where a part goes, and the routes whose chains follow if that fails (only a redirect
     has them: the route it left); then also how sure routing is of the new route (None: not
-    known). `time_sensitive`: its answer changes with time but no live route could take it
-    (none configured), so the snapshot it stays on answers a question of now."""
+    known). `no_live_route`: its answer changes with time, but no live route is configured
+    to take it, so the snapshot it stays on answers a question of now. (A part redirected
+    to the live route says so by its route.)"""
 
     route: str
     then: tuple[str, ...] = ()
     confidence: float | None = None
-    time_sensitive: bool = False
+    no_live_route: bool = False
 
 
 def _times(stated: float | None, likely: float | None) -> float | None:
@@ -213,7 +214,7 @@ class LiveRedirect:
             **extra,
         )
         if to_route == route:
-            return Routed(route, time_sensitive=True)
+            return Routed(route, no_live_route=True)
         return Routed(live, (route,), confidence=stated)
 
     def stands_in(self, routed: Routed, source: str | None) -> str | None:
@@ -222,7 +223,7 @@ class LiveRedirect:
         and the live source gave no answer, or it was read as time-sensitive with no live
         route to take it. The answer may be out of date."""
         live = self.config.live_route
-        meant_for = live if routed.time_sensitive else routed.route
+        meant_for = live if routed.no_live_route else routed.route
         return live if self.config.snapshot_for_live(meant_for, source) else None
 
     async def _to_snapshot(
