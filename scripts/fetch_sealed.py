@@ -138,12 +138,33 @@ def topv2_tsv(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
                 yield cells[1].strip(), f"{cells[0].strip()}/{intent.group(1)}"
 
 
+def dyknow_json(repo: Repo, spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """DyKnow's questions (`grc_generated.json`: domain, then the subject, then for some
+    domains the relation asked, down to `{"questions": {variant: text}, "answers": [...]}`),
+    labelled `<variant>/<domain>` (variants: `generic`, `rephrased_N`, `contextualized`)."""
+
+    def questions(node: Any) -> Iterator[dict[str, Any]]:
+        if isinstance(node, dict):
+            if isinstance(node.get("questions"), dict):
+                yield node["questions"]
+            else:
+                for value in node.values():
+                    yield from questions(value)
+
+    for domain, subjects in json.loads(repo.read(spec["path"])).items():
+        for variants in questions(subjects):
+            for variant, text in variants.items():
+                if isinstance(text, str) and text.strip():
+                    yield text.strip(), f"{variant}/{domain}"
+
+
 READERS = {
     "fb_tsv": fb_tsv,
     "sq_tsv": sq_tsv,
     "ha_yaml": ha_yaml,
     "taskmaster_json": taskmaster_json,
     "topv2_tsv": topv2_tsv,
+    "dyknow_json": dyknow_json,
 }
 
 
