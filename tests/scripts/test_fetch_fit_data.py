@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from types import ModuleType
 
+from tests.support.git_repo import commit_files
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,13 +29,7 @@ def _script() -> ModuleType:
 
 
 def _repo(tmp: Path, files: dict[str, str]) -> str:
-    for name, body in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_text(body, encoding="utf-8")
-    git = ["git", "-C", str(tmp), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "data"], check=True)
+    commit_files(tmp, files)
     return str(tmp / ".git")
 
 
@@ -122,7 +118,6 @@ def test_multiwoz_takes_the_first_user_turn_of_train_dialogues_only(tmp_path: Pa
 def test_without_the_evaluation_sets_it_exits_2_before_fetching_anything(tmp_path: Path) -> None:
     """No row could be checked against the evaluation texts, so nothing is fetched."""
     import os
-    import subprocess
     import sys
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "fetch_fit_data.py"

@@ -10,12 +10,13 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
-import subprocess
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
+
+from tests.support.git_repo import commit_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,16 +58,7 @@ def _script() -> ModuleType:
 
 def _mirror(tmp: Path, name: str, files: dict[str, str]) -> str:
     """A git repository at `tmp/<owner+name>/repo`, as `--mirror-root` expects; its commit."""
-    work = tmp / name.replace("/", "+") / "repo"
-    for path, body in files.items():
-        (work / path).parent.mkdir(parents=True, exist_ok=True)
-        (work / path).write_text(body, encoding="utf-8")
-    git = ["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "data"], check=True)
-    found = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, check=True)
-    return found.stdout.decode().strip()
+    return commit_files(tmp / name.replace("/", "+") / "repo", files)
 
 
 @pytest.fixture
