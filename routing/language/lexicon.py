@@ -64,6 +64,7 @@ class SentenceWords(_Section):
     wish_openers: Words
     inquiry_verbs: Words
     plan_verbs: Words
+    world_requests: Words
 
 
 class ConditionalWords(_Section):

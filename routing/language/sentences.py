@@ -110,18 +110,31 @@ _QUESTION_OPENERS = frozenset(
 _WH_OPENERS = frozenset(w for w in _QUESTION_OPENERS if w.startswith(("wh", "how")))
 # ...and the imperative that asks for one: "name a song by ...", "name the capital of ...".
 _WORLD_OPENERS = _WH_OPENERS | {"name"}
+# ...and the imperatives that ask for one in more words: "tell me about ...", "describe
+# ...", "explain to me ...", the longest first ("explain to me" before "explain").
+_WORLD_REQUESTS = tuple(sorted(phrases(_WORDS.world_requests), key=len, reverse=True))
 _FIRST_PERSON = _WORDS.first_person
 
 
 def asks_about_the_world(words: list[str]) -> bool:
-    """ "who sang the theme song", "when did the first season air", "name a film by ...": a
-    question word (or "name") opens it and nothing in it is the asker's own ("my calendar", "our flight"). Such a question
-    is rarely one no source serves, whatever its topic words ("song", "calendar")."""
-    return (
-        len(words) >= 3
-        and words[0] in _WORLD_OPENERS
-        and not any(word in _FIRST_PERSON for word in words)
-    )
+    """ "who sang the theme song", "when did the first season air", "name a film by ...",
+    "tell me about the album ...": a question word (or an imperative that asks for a fact)
+    opens it and nothing after that is the asker's own ("my calendar", "our flight"). Such
+    a question is rarely one no source serves, whatever its topic words ("song", "album")."""
+    if len(words) < 3:
+        return False
+    asked = _after_world_opener(words)
+    return asked is not None and bool(asked) and not _FIRST_PERSON.intersection(asked)
+
+
+def _after_world_opener(words: list[str]) -> list[str] | None:
+    """The words after what opens a question about the world, or None if nothing does."""
+    if words[0] in _WORLD_OPENERS:
+        return words[1:]
+    for phrase in _WORLD_REQUESTS:
+        if tuple(words[: len(phrase)]) == phrase:
+            return words[len(phrase) :]
+    return None
 
 
 def is_question(words: list[str]) -> bool:

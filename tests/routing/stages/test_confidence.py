@@ -308,6 +308,14 @@ def test_a_decline_shows_the_threshold_as_it_was_set() -> None:
         ("name my new lamp the reading light", False),  # the asker's own
         ("is it raining", False),  # a yes/no question may be a request ("can you play ...")
         ("who won", False),  # too short to tell
+        # the imperatives that ask for a fact: their own "me" is not the asker's affairs
+        ("tell me about the album that band made first", True),
+        ("explain to me how a rainbow forms", True),
+        ("describe the painting with the melting clocks", True),
+        ("tell me about my day", False),  # what follows them may be
+        ("explain my electricity bill", False),
+        ("tell me a joke", False),  # asks for no fact
+        ("describe it", False),  # too short to tell
     ],
 )
 def test_a_question_about_the_world_is_told_from_its_words(
