@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         time_model = time_fit.fit_time_model(questions, vectors)
         time_seconds = time.perf_counter() - started
         with tempfile.TemporaryDirectory() as scratch:
-            written = Path(scratch) / "time_sensitive.json"
+            written = Path(scratch) / "time_sensitive.npz"
             time_fit.write(time_model, written)
             time_artefact = written.stat().st_size
     else:

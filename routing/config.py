@@ -102,7 +102,7 @@ class TimeSensitiveConfig(Strict):
     model: bool = Field(
         default=True,
         description="Also read the question with the fitted time-sensitivity model "
-        "(routing/fitted/time_sensitive.json) when the semantic stage runs; false: the cue "
+        "(routing/fitted/time_sensitive.npz) when the semantic stage runs; false: the cue "
         "words alone decide.",
     )
 

@@ -4,9 +4,12 @@ The cue words (routing/language/time_sensitive.py) name what they saw ("the curr
 but many questions whose answer moves say no such word ("who won the cup", "when is the
 next episode out"), and some cue kinds also fire on fixed facts ("the most gold", "how
 many legs do ants have"). This model reads the question's embedding, the same vector the
-semantic stage compares with exemplars: a logistic regression fitted by `search fit
---shipped --situatedqa DIR` (routing/fitting/time_fit.py) on questions labelled by
-whether their answer depends on when they are asked.
+semantic stage compares with exemplars: a network of one hidden layer fitted by `search
+fit --shipped --situatedqa DIR` (routing/fitting/time_fit.py) on questions labelled by
+whether their answer depends on when they are asked. Why a hidden layer: "who won the
+cup" and "who wrote the play" lie close together in the embedding, and a plane through it
+(a logistic regression) told them apart less often and said so too surely (measured in
+bench/README.md, "Time-sensitivity").
 
 A question is time-sensitive when
 - a cue of a kind the fit found reliable on its own said so, or
@@ -30,7 +33,8 @@ import numpy as np
 
 from routing.language.time_sensitive import TimeCue
 
-ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "time_sensitive.json"
+ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "time_sensitive.npz"
+_GELU_SCALE = math.sqrt(2.0 / math.pi)
 MODEL_KIND = "model"  # the event's `kind` when the model alone said so
 
 
@@ -48,11 +52,18 @@ class Verdict:
         return self.cue.kind if self.cue is not None and self.sensitive else MODEL_KIND
 
 
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU in its tanh form, as the fit trains with it (torch's `approximate="tanh"`)."""
+    return 0.5 * x * (1.0 + np.tanh(_GELU_SCALE * (x + 0.044715 * x**3)))
+
+
 @dataclass(frozen=True, slots=True)
 class TimeSensitivityModel:
-    """Logistic regression over the normalised question embedding, and its decision rule."""
+    """One hidden layer over the normalised question embedding, and its decision rule."""
 
-    weights: np.ndarray  # (dimension,)
+    hidden: np.ndarray  # (dimension, units)
+    hidden_bias: np.ndarray  # (units,)
+    weights: np.ndarray  # (units,)
     bias: float
     threshold: float  # the model alone says so at or above this
     confirm: float  # a cue that needs confirming holds at or above this
@@ -60,7 +71,8 @@ class TimeSensitivityModel:
     report: Mapping[str, Any] = field(default_factory=dict)
 
     def probability(self, vector: np.ndarray) -> float:
-        logit = float(np.dot(vector, self.weights)) + self.bias
+        units = gelu(np.asarray(vector, dtype=np.float32) @ self.hidden + self.hidden_bias)
+        logit = float(np.dot(units, self.weights)) + self.bias
         return 1.0 / (1.0 + math.exp(-max(min(logit, 50.0), -50.0)))
 
     def judge(self, cue: TimeCue | None, probability: float) -> Verdict:
@@ -70,30 +82,61 @@ class TimeSensitivityModel:
             return Verdict(True, probability, cue)
         return Verdict(probability >= self.threshold, probability, cue)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "weights": [round(float(w), 6) for w in self.weights],
-            "bias": round(self.bias, 6),
+    @classmethod
+    def rule(
+        cls, threshold: float, confirm: float, confirmed_kinds: frozenset[str]
+    ) -> TimeSensitivityModel:
+        """The decision rule alone, with no layers worth reading: to weigh a threshold."""
+        empty = np.zeros((1, 1), dtype=np.float32)
+        return cls(empty, empty[0], empty[0], 0.0, threshold, confirm, confirmed_kinds)
+
+    def save(self, path: Path = ARTEFACT) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "bias": self.bias,
             "threshold": self.threshold,
             "confirm": self.confirm,
             "confirmed_kinds": sorted(self.confirmed_kinds),
             "report": dict(self.report),
         }
+        with path.open("wb") as handle:  # np.savez_compressed(path) would append ".npz"
+            np.savez_compressed(
+                handle,
+                hidden=self.hidden.astype(np.float32),
+                hidden_bias=self.hidden_bias.astype(np.float32),
+                weights=self.weights.astype(np.float32),
+                meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), np.uint8),
+            )
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TimeSensitivityModel:
-        return cls(
-            np.asarray(data["weights"], dtype=np.float32),
-            float(data["bias"]),
-            float(data["threshold"]),
-            float(data["confirm"]),
-            frozenset(data["confirmed_kinds"]),
-            dict(data.get("report", {})),
-        )
+    def load(cls, path: Path) -> TimeSensitivityModel:
+        """The model at `path`; ValueError naming what is wrong with a malformed file."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                hidden = np.asarray(data["hidden"], dtype=np.float32)
+                hidden_bias = np.asarray(data["hidden_bias"], dtype=np.float32)
+                weights = np.asarray(data["weights"], dtype=np.float32)
+                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+            model = cls(
+                hidden,
+                hidden_bias,
+                weights,
+                float(meta["bias"]),
+                float(meta["threshold"]),
+                float(meta["confirm"]),
+                frozenset(meta["confirmed_kinds"]),
+                dict(meta.get("report", {})),
+            )
+        except (OSError, KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"time-sensitivity model {path}: unreadable ({exc})") from exc
+        units = hidden.shape[1] if hidden.ndim == 2 else -1
+        if hidden_bias.shape != (units,) or weights.shape != (units,):
+            raise ValueError(f"time-sensitivity model {path}: its layers do not fit together")
+        return model
 
     @property
     def dimension(self) -> int:
-        return int(self.weights.shape[0])
+        return int(self.hidden.shape[0])
 
 
 @lru_cache(maxsize=2)
@@ -102,4 +145,4 @@ def load_time_model(path: str | None = None) -> TimeSensitivityModel | None:
     target = Path(path) if path else ARTEFACT
     if not target.is_file():
         return None
-    return TimeSensitivityModel.from_json(json.loads(target.read_text("utf-8")))
+    return TimeSensitivityModel.load(target)

@@ -14,7 +14,7 @@ is written to the data directory), to routing/fitted/confidence.json (or PATH). 
 `--situatedqa DIR` (a local copy of SituatedQA, whose rows are not shipped) it first fits
 the exemplar classifier's prior, routing/fitted/classifier_prior.npz (or `--prior-output`),
 then the weights with that prior in place, then the time-sensitivity model,
-routing/fitted/time_sensitive.json (or `--time-output`).
+routing/fitted/time_sensitive.npz (or `--time-output`).
 """
 
 from __future__ import annotations

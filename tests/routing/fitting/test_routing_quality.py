@@ -36,10 +36,10 @@ SLACK = 0.015
 TRIVIA = rq.fit_only_name("opentriviaqa")  # a fit corpus with no evaluation file
 FLOORS: dict[str, dict[str, float]] = {
     "ha_intents_tests.jsonl": {"ha": 0.952, "*": 0.952},
-    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.895, "kiwix": 0.800, "web": 0.883, "*": 0.895},
+    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.895, "kiwix": 0.767, "web": 0.883, "*": 0.895},
     "slurp_devel_compound.jsonl": {"*": 0.792},
     "mixsnips_dev.jsonl": {"*": 0.933},
-    TRIVIA: {"kiwix": 0.890},
+    TRIVIA: {"kiwix": 0.902},
 }
 # Since 2026-12-03 the exemplar classifier also trains on the prior of SituatedQA's stable
 # questions (routing/stages/classifier_prior.py): SituatedQA's dev questions 75.3% -> 80.5%
@@ -61,7 +61,10 @@ SHORT_OF_TARGET = {
     ("slurp_devel.jsonl", "kiwix"): "85.8% (88.3% before the written distinctions); 77.5% "
     f"{_TIME_SENSITIVE} ('how old is ...', 'who is the governor of ...', 'this week'; "
     "../shared/eval/README.md counts about 15% of its questions as current events); 80.0% "
-    "with the classifier prior",
+    "with the classifier prior; 76.7% with a hidden layer in the time-sensitivity model "
+    "(2026-12-06), which finds more of the questions whose answer changes (SituatedQA dev: "
+    "recall 0.74 -> 0.79 at precision 0.86 -> 0.91) and so reads 'how old is ...' and "
+    "'what age is ...' of living people as such, as the routing issue asks",
 }
 NONE_CONFIDENT_CEILING = {"slurp_devel.jsonl": 0.083, "ha_intents_tests.jsonl": 0.067}
 

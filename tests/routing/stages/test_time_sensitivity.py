@@ -3,6 +3,8 @@ words, and the shipped artefact read over real MiniLM embeddings."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from routing.stages.time_sensitivity import (
     load_time_model,
 )
 
-RULE = TimeSensitivityModel(np.zeros(2), 0.0, 0.7, 0.5, frozenset({"superlative"}))
+RULE = TimeSensitivityModel.rule(0.7, 0.5, frozenset({"superlative"}))
 
 
 def test_a_reliable_cue_holds_whatever_the_model_says() -> None:
@@ -35,13 +37,59 @@ def test_without_a_cue_the_model_alone_decides_at_its_threshold() -> None:
     assert alone.sensitive and alone.kind == MODEL_KIND and alone.cue is None
 
 
-def test_the_probability_is_a_logistic_of_the_embedding() -> None:
-    model = TimeSensitivityModel(np.asarray([2.0, -1.0]), -0.5, 0.7, 0.5, frozenset())
-    assert model.probability(np.asarray([1.0, 0.0])) == pytest.approx(1 / (1 + np.exp(-1.5)))
+def _two_units() -> TimeSensitivityModel:
+    hidden = np.asarray([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)  # unit i reads input i
+    return TimeSensitivityModel(
+        hidden,
+        np.asarray([0.5, 0.0], dtype=np.float32),
+        np.asarray([2.0, -1.0], dtype=np.float32),
+        -0.5,
+        0.7,
+        0.5,
+        frozenset({"superlative"}),
+        {"rows": {"test": 2}},
+    )
+
+
+def test_the_probability_is_a_logistic_of_the_hidden_layer() -> None:
+    model = _two_units()
+
+    def gelu(x: float) -> float:  # the tanh form, written out
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+    logit = 2.0 * gelu(1.0 + 0.5) - 1.0 * gelu(0.0) - 0.5
+    assert model.probability(np.asarray([1.0, 0.0])) == pytest.approx(1 / (1 + np.exp(-logit)))
     assert model.probability(np.asarray([-100.0, 100.0])) == pytest.approx(0.0)  # no overflow
-    assert TimeSensitivityModel.from_json(model.to_json()).probability(
-        np.asarray([0.5, 0.5])
-    ) == pytest.approx(model.probability(np.asarray([0.5, 0.5])), abs=1e-6)
+
+
+def test_the_model_is_saved_and_read_back_whole(tmp_path: Path) -> None:
+    model = _two_units()
+    path = tmp_path / "time.npz"
+    model.save(path)
+    read = TimeSensitivityModel.load(path)
+    probe = np.asarray([0.3, 0.8])
+    assert read.probability(probe) == pytest.approx(model.probability(probe), abs=1e-6)
+    assert (read.threshold, read.confirm, read.confirmed_kinds, dict(read.report)) == (
+        0.7,
+        0.5,
+        frozenset({"superlative"}),
+        {"rows": {"test": 2}},
+    )
+    assert read.dimension == 2
+
+
+def test_a_malformed_model_file_is_refused_naming_it(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="garbage.npz: unreadable"):
+        TimeSensitivityModel.load(garbage)
+    model = _two_units()
+    mismatched = tmp_path / "mismatched.npz"
+    TimeSensitivityModel(
+        model.hidden, np.zeros(3, dtype=np.float32), model.weights, 0.0, 0.7, 0.5, frozenset()
+    ).save(mismatched)
+    with pytest.raises(ValueError, match="do not fit together"):
+        TimeSensitivityModel.load(mismatched)
 
 
 def test_the_shipped_model_reads_the_bundled_embeddings() -> None:

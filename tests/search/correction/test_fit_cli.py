@@ -140,7 +140,7 @@ def test_fit_shipped_refits_the_time_model_and_prior_from_a_local_situatedqa(
     assert prior.label == "kiwix" and prior.counts.tolist() == [12]
     assert prior_artefact.stat().st_mtime_ns == shipped_prior
     assert "time-sensitivity model: " in done.stdout and f"wrote {time_out}" in done.stdout
-    fitted = TimeSensitivityModel.from_json(json.loads(time_out.read_text()))
+    fitted = TimeSensitivityModel.load(time_out)
     assert fitted.dimension == 384
     assert fitted.report["rows"]["situatedqa"] == 24  # with the shipped fit rows beside it
     assert fitted.report["rows"]["opentriviaqa"] > 0

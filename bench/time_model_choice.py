@@ -1,0 +1,147 @@
+"""Which time-sensitivity model: a logistic regression or a hidden layer, and how big.
+
+    .venv/bin/python bench/time_model_choice.py --situatedqa DIR [--json-out PATH]
+
+Each variant is fitted the way `search fit --shipped --situatedqa DIR` fits the shipped
+one (routing/fitting/time_fit.py: the same rows, the same cue-word rule, its threshold
+chosen by five-fold cross-validation over the fit rows), and reported twice:
+- cross-validated over the fit rows (SituatedQA's temporal train split and the written
+  distinctions): what the choice is made on;
+- on SituatedQA's dev split, which no variant was fitted on: precision, recall and
+  accuracy of the whole rule, and how honest the probability is where routing states it
+  (the questions the model alone calls time-sensitive: mean probability against the share
+  that is; and the ECE over every dev question, 10 bins).
+The logistic regression is the model shipped before 2026-12-06 (L2 1e-4, 600 steps of
+gradient descent). SituatedQA's repository states no licence: DIR is a local copy
+(a checkout or the git directory `fetch` makes); its test split is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.sealed_quality import stamp  # noqa: E402
+from routing.fitting import time_fit  # noqa: E402
+from routing.language.time_sensitive import time_cue  # noqa: E402
+
+
+@dataclass(frozen=True, slots=True)
+class Logistic:
+    """The former model: a plane through the embedding."""
+
+    weights: np.ndarray
+    bias: float
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-np.clip(x @ self.weights + self.bias, -50.0, 50.0)))
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray) -> Logistic:
+    """Class-balanced, L2-regularised (1e-4) logistic regression, 600 steps of rate 5."""
+    weight = np.where(y, 0.5 / max(y.mean(), 1e-9), 0.5 / max(1 - y.mean(), 1e-9))
+    weight = (weight / weight.sum()).astype(np.float32)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    w = np.zeros(x.shape[1], dtype=np.float32)
+    b = np.float32(0.0)
+    for _ in range(600):
+        p = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+        grad = (p - y.astype(np.float32)) * weight
+        w -= np.float32(5.0) * (x.T @ grad + np.float32(1e-4) * w)
+        b -= np.float32(5.0) * grad.sum()
+    return Logistic(w, float(b))
+
+
+def network(units: int, epochs: int) -> Callable[[np.ndarray, np.ndarray], Any]:
+    return lambda x, y: time_fit.fit_network(x, y, units=units, epochs=epochs)
+
+
+VARIANTS: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
+    "logistic regression": fit_logistic,
+    "128 units, 40 epochs": network(128, 40),
+    "256 units, 40 epochs": network(256, 40),
+    "256 units, 80 epochs": network(256, 80),
+    "256 units, 200 epochs": network(256, 200),
+    "512 units, 120 epochs": network(512, 120),
+}
+
+
+def calibration(probability: np.ndarray, y: np.ndarray, alone: np.ndarray) -> dict[str, float]:
+    bins = np.minimum((probability * 10).astype(int), 9)
+    ece = sum(
+        abs(probability[bins == b].mean() - y[bins == b].mean()) * int((bins == b).sum())
+        for b in range(10)
+        if (bins == b).any()
+    ) / len(y)
+    return {
+        "alone": int(alone.sum()),
+        "alone_stated": round(float(probability[alone].mean()), 4) if alone.any() else 0.0,
+        "alone_right": round(float(y[alone].mean()), 4) if alone.any() else 0.0,
+        "ece": round(float(ece), 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--situatedqa", required=True, type=Path)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    from routing.stages.embedder import load_embedder
+
+    fit_rows = time_fit.training_questions(args.situatedqa)
+    dev_rows = time_fit.read_situatedqa(args.situatedqa, "dev")
+    embedder = load_embedder(None, threads=2)
+    x = embedder.encode_exemplars([q.text for q in fit_rows])
+    x_dev = embedder.encode_exemplars([q.text for q in dev_rows])
+    y = np.asarray([q.sensitive for q in fit_rows])
+    y_dev = np.asarray([q.sensitive for q in dev_rows])
+    cues = [time_cue(q.text) for q in fit_rows]
+    cues_dev = [time_cue(q.text) for q in dev_rows]
+    no_cue_dev = np.asarray([c is None for c in cues_dev])
+    confirmed = time_fit.confirmed_kinds(cues, y)
+    when = stamp()
+    print(f"{when} fit rows {len(y)} ({int(y.sum())} time-sensitive), dev {len(y_dev)}")
+    results: dict[str, Any] = {}
+    for name, fit in VARIANTS.items():
+        started = time.perf_counter()
+        threshold, sweep = time_fit.best_threshold(
+            cues, time_fit.cross_validated(x, y, fit), y, confirmed
+        )
+        held = sweep[threshold]
+        on_dev = fit(x, y).probabilities(x_dev)
+        dev = time_fit.rule_counts(cues_dev, on_dev, y_dev, threshold, confirmed)
+        honest = calibration(on_dev, y_dev, no_cue_dev & (on_dev >= threshold))
+        seconds = time.perf_counter() - started
+        results[name] = {
+            "threshold": threshold,
+            "cross_validated": held,
+            "dev": dev,
+            "dev_calibration": honest,
+            "seconds": round(seconds, 1),
+        }
+        print(
+            f"{when} {name:22s} threshold {threshold:.2f}; cross-validated accuracy "
+            f"{held['accuracy']:.3f}; dev precision {dev['precision']:.3f} recall "
+            f"{dev['recall']:.3f} accuracy {dev['accuracy']:.3f}; the model alone said so "
+            f"{honest['alone']} times at {honest['alone_stated']:.3f}, right "
+            f"{honest['alone_right']:.3f}; dev ECE {honest['ece']:.3f}; {seconds:.0f} s",
+            flush=True,
+        )
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"date": when, "variants": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
