@@ -15,10 +15,11 @@ is chosen by five-fold cross-validation over the same rows: a cue kind whose pre
 there is under RELIABLE needs the model to agree (probability >= CONFIRM); the model alone
 decides from the threshold with the best cross-validated accuracy of the whole rule.
 
-Why this size: five-fold cross-validation on these rows (bench/README.md,
-"Time-sensitivity") put a logistic regression at 0.897 and networks of 128 to 512 units
-trained 40 to 200 epochs at 0.909 to 0.931, rising with the epochs; 80 epochs (0.925) costs
-a third of 200's fit time.
+Why this size (bench/time_model_choice.py; bench/README.md, "Time-sensitivity with a
+hidden layer"): five-fold cross-validation on these rows put a logistic regression at
+0.897 and networks of 128 to 512 units trained 40 to 200 epochs at 0.910 to 0.929, rising
+with the epochs, and with them how much the probability overstates; 80 epochs (0.923)
+overstates least of the best three and costs a third of 200's fit time.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ fit --shipped --situatedqa DIR` (routing/fitting/time_fit.py) on questions label
 whether their answer depends on when they are asked. Why a hidden layer: "who won the
 cup" and "who wrote the play" lie close together in the embedding, and a plane through it
 (a logistic regression) told them apart less often and said so too surely (measured in
-bench/README.md, "Time-sensitivity").
+bench/README.md, "Time-sensitivity with a hidden layer").
 
 A question is time-sensitive when
 - a cue of a kind the fit found reliable on its own said so, or
