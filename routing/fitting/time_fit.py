@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from routing.language.time_sensitive import TimeCue, time_cue
-from routing.stages.time_sensitivity import ARTEFACT, TimeSensitivityModel, gelu
+from routing.stages.time_sensitivity import ARTEFACT, Network, TimeSensitivityModel
 
 SITUATEDQA_FILE = "data/id_data/temp.{split}.jsonl"
 LEFT_OUT_SOURCES = frozenset({"webq"})  # WebQuestions: an evaluation corpus elsewhere
@@ -106,20 +106,6 @@ def shipped_questions(directory: Path = FIT_DATA) -> list[Question]:
 def training_questions(situatedqa: Path) -> list[Question]:
     """Everything the model is fitted on: SituatedQA's train split and the shipped rows."""
     return read_situatedqa(situatedqa) + shipped_questions()
-
-
-@dataclass(frozen=True, slots=True)
-class Network:
-    """The fitted layers (numpy, float32)."""
-
-    hidden: np.ndarray  # (dimension, units)
-    hidden_bias: np.ndarray  # (units,)
-    weights: np.ndarray  # (units,)
-    bias: float
-
-    def probabilities(self, x: np.ndarray) -> np.ndarray:
-        units = gelu(np.asarray(x, dtype=np.float32) @ self.hidden + self.hidden_bias)
-        return 1.0 / (1.0 + np.exp(-np.clip(units @ self.weights + self.bias, -50.0, 50.0)))
 
 
 def fit_network(x: np.ndarray, y: np.ndarray, units: int = UNITS, epochs: int = EPOCHS) -> Network:
@@ -240,16 +226,7 @@ def fit_time_model(questions: Sequence[Question], vectors: np.ndarray) -> TimeSe
         "threshold_sweep": {str(t): v for t, v in sweep.items()},
         "network": {"units": UNITS, "epochs": EPOCHS, "dropout": DROPOUT},
     }
-    return TimeSensitivityModel(
-        network.hidden,
-        network.hidden_bias,
-        network.weights,
-        network.bias,
-        best,
-        CONFIRM,
-        confirmed,
-        report,
-    )
+    return TimeSensitivityModel(network, best, CONFIRM, confirmed, report)
 
 
 def write(model: TimeSensitivityModel, path: Path = ARTEFACT) -> None:

@@ -20,13 +20,14 @@ configured `routing.semantic.model_path`) does not get the prior.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from routing.stages.arrays_file import load_arrays, save_arrays
 
 Shipped = Literal["shipped"]
 SHIPPED: Shipped = "shipped"  # "the prior as shipped", where None means "no prior"
@@ -58,28 +59,19 @@ class ClassifierPrior:
         return float(np.dot(probe_vector, self.probe_vector)) >= SAME_MODEL
 
     def save(self, path: Path = ARTEFACT) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"label": self.label, "share": self.share, "report": self.report}
-        with path.open("wb") as handle:  # np.savez_compressed(path) would append ".npz"
-            np.savez_compressed(
-                handle,
-                centroids=self.centroids.astype(np.float32),
-                counts=self.counts.astype(np.int32),
-                probe_vector=self.probe_vector.astype(np.float32),
-                meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), np.uint8),
-            )
+        arrays = {
+            "centroids": self.centroids.astype(np.float32),
+            "counts": self.counts.astype(np.int32),
+            "probe_vector": self.probe_vector.astype(np.float32),
+        }
+        save_arrays(path, arrays, {"label": self.label, "share": self.share, "report": self.report})
 
     @classmethod
     def load(cls, path: Path) -> ClassifierPrior:
         """The prior at `path`; ValueError naming what is wrong with a malformed file."""
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                centroids = np.asarray(data["centroids"], dtype=np.float32)
-                counts = np.asarray(data["counts"], dtype=np.float64)
-                probe = np.asarray(data["probe_vector"], dtype=np.float32)
-                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
-        except (OSError, KeyError, ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"classifier prior {path}: unreadable ({exc})") from exc
+        kinds = {"centroids": np.float32, "counts": np.float64, "probe_vector": np.float32}
+        arrays, meta = load_arrays(path, "classifier prior", kinds)
+        centroids, counts, probe = arrays["centroids"], arrays["counts"], arrays["probe_vector"]
         if centroids.ndim != 2 or counts.shape != (centroids.shape[0],) or not len(counts):
             raise ValueError(f"classifier prior {path}: one count per centroid expected")
         if probe.shape != (centroids.shape[1],) or (counts <= 0).any():

@@ -21,7 +21,6 @@ artefact says what they measured.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from routing.language.time_sensitive import TimeCue
+from routing.stages.arrays_file import load_arrays, save_arrays
 
 ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "time_sensitive.npz"
 _GELU_SCALE = math.sqrt(2.0 / math.pi)
@@ -58,22 +58,36 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
-class TimeSensitivityModel:
-    """One hidden layer over the normalised question embedding, and its decision rule."""
+class Network:
+    """One hidden layer over the normalised question embedding (numpy, float32)."""
 
     hidden: np.ndarray  # (dimension, units)
     hidden_bias: np.ndarray  # (units,)
     weights: np.ndarray  # (units,)
     bias: float
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        """Of one vector (a 0-d array) or of each row of a matrix."""
+        units = gelu(np.asarray(x, dtype=np.float32) @ self.hidden + self.hidden_bias)
+        return 1.0 / (1.0 + np.exp(-np.clip(units @ self.weights + self.bias, -50.0, 50.0)))
+
+    @property
+    def dimension(self) -> int:
+        return int(self.hidden.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSensitivityModel:
+    """The fitted network and its decision rule."""
+
+    network: Network
     threshold: float  # the model alone says so at or above this
     confirm: float  # a cue that needs confirming holds at or above this
     confirmed_kinds: frozenset[str]  # cue kinds that need the model to agree
     report: Mapping[str, Any] = field(default_factory=dict)
 
     def probability(self, vector: np.ndarray) -> float:
-        units = gelu(np.asarray(vector, dtype=np.float32) @ self.hidden + self.hidden_bias)
-        logit = float(np.dot(units, self.weights)) + self.bias
-        return 1.0 / (1.0 + math.exp(-max(min(logit, 50.0), -50.0)))
+        return float(self.network.probabilities(vector))
 
     def judge(self, cue: TimeCue | None, probability: float) -> Verdict:
         if cue is not None and (
@@ -88,55 +102,48 @@ class TimeSensitivityModel:
     ) -> TimeSensitivityModel:
         """The decision rule alone, with no layers worth reading: to weigh a threshold."""
         empty = np.zeros((1, 1), dtype=np.float32)
-        return cls(empty, empty[0], empty[0], 0.0, threshold, confirm, confirmed_kinds)
+        return cls(Network(empty, empty[0], empty[0], 0.0), threshold, confirm, confirmed_kinds)
 
     def save(self, path: Path = ARTEFACT) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        network = self.network
+        arrays = {
+            "hidden": network.hidden.astype(np.float32),
+            "hidden_bias": network.hidden_bias.astype(np.float32),
+            "weights": network.weights.astype(np.float32),
+        }
         meta = {
-            "bias": self.bias,
+            "bias": network.bias,
             "threshold": self.threshold,
             "confirm": self.confirm,
             "confirmed_kinds": sorted(self.confirmed_kinds),
             "report": dict(self.report),
         }
-        with path.open("wb") as handle:  # np.savez_compressed(path) would append ".npz"
-            np.savez_compressed(
-                handle,
-                hidden=self.hidden.astype(np.float32),
-                hidden_bias=self.hidden_bias.astype(np.float32),
-                weights=self.weights.astype(np.float32),
-                meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), np.uint8),
-            )
+        save_arrays(path, arrays, meta)
 
     @classmethod
     def load(cls, path: Path) -> TimeSensitivityModel:
         """The model at `path`; ValueError naming what is wrong with a malformed file."""
+        what = "time-sensitivity model"
+        layers = {"hidden": np.float32, "hidden_bias": np.float32, "weights": np.float32}
+        arrays, meta = load_arrays(path, what, layers)
+        hidden, hidden_bias, weights = arrays["hidden"], arrays["hidden_bias"], arrays["weights"]
+        units = hidden.shape[1] if hidden.ndim == 2 else -1
+        if hidden_bias.shape != (units,) or weights.shape != (units,):
+            raise ValueError(f"{what} {path}: its layers do not fit together")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                hidden = np.asarray(data["hidden"], dtype=np.float32)
-                hidden_bias = np.asarray(data["hidden_bias"], dtype=np.float32)
-                weights = np.asarray(data["weights"], dtype=np.float32)
-                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
-            model = cls(
-                hidden,
-                hidden_bias,
-                weights,
-                float(meta["bias"]),
+            return cls(
+                Network(hidden, hidden_bias, weights, float(meta["bias"])),
                 float(meta["threshold"]),
                 float(meta["confirm"]),
                 frozenset(meta["confirmed_kinds"]),
                 dict(meta.get("report", {})),
             )
-        except (OSError, KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"time-sensitivity model {path}: unreadable ({exc})") from exc
-        units = hidden.shape[1] if hidden.ndim == 2 else -1
-        if hidden_bias.shape != (units,) or weights.shape != (units,):
-            raise ValueError(f"time-sensitivity model {path}: its layers do not fit together")
-        return model
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{what} {path}: unreadable ({exc})") from exc
 
     @property
     def dimension(self) -> int:
-        return int(self.hidden.shape[0])
+        return self.network.dimension
 
 
 @lru_cache(maxsize=2)

@@ -12,6 +12,7 @@ from routing.language.time_sensitive import TimeCue, time_cue
 from routing.stages.embedder import load_embedder
 from routing.stages.time_sensitivity import (
     MODEL_KIND,
+    Network,
     TimeSensitivityModel,
     load_time_model,
 )
@@ -40,10 +41,12 @@ def test_without_a_cue_the_model_alone_decides_at_its_threshold() -> None:
 def _two_units() -> TimeSensitivityModel:
     hidden = np.asarray([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)  # unit i reads input i
     return TimeSensitivityModel(
-        hidden,
-        np.asarray([0.5, 0.0], dtype=np.float32),
-        np.asarray([2.0, -1.0], dtype=np.float32),
-        -0.5,
+        Network(
+            hidden,
+            np.asarray([0.5, 0.0], dtype=np.float32),
+            np.asarray([2.0, -1.0], dtype=np.float32),
+            -0.5,
+        ),
         0.7,
         0.5,
         frozenset({"superlative"}),
@@ -85,9 +88,9 @@ def test_a_malformed_model_file_is_refused_naming_it(tmp_path: Path) -> None:
         TimeSensitivityModel.load(garbage)
     model = _two_units()
     mismatched = tmp_path / "mismatched.npz"
-    TimeSensitivityModel(
-        model.hidden, np.zeros(3, dtype=np.float32), model.weights, 0.0, 0.7, 0.5, frozenset()
-    ).save(mismatched)
+    layers = model.network
+    wrong = Network(layers.hidden, np.zeros(3, dtype=np.float32), layers.weights, 0.0)
+    TimeSensitivityModel(wrong, 0.7, 0.5, frozenset()).save(mismatched)
     with pytest.raises(ValueError, match="do not fit together"):
         TimeSensitivityModel.load(mismatched)
 
