@@ -124,7 +124,9 @@ def asks_about_the_world(words: list[str]) -> bool:
     if len(words) < 3:
         return False
     asked = _after_world_opener(words)
-    return asked is not None and bool(asked) and not _FIRST_PERSON.intersection(asked)
+    if not asked:
+        return False
+    return not _FIRST_PERSON.intersection(asked)
 
 
 def _after_world_opener(words: list[str]) -> list[str] | None:

@@ -6,9 +6,9 @@ next episode out"), and some cue kinds also fire on fixed facts ("the most gold"
 many legs do ants have"). This model reads the question's embedding, the same vector the
 semantic stage compares with exemplars: a network of one hidden layer fitted by `search
 fit --shipped --situatedqa DIR` (routing/fitting/time_fit.py) on questions labelled by
-whether their answer depends on when they are asked. Why a hidden layer: "who won the
-cup" and "who wrote the play" lie close together in the embedding, and a plane through it
-(a logistic regression) told them apart less often and said so too surely (measured in
+whether their answer depends on when they are asked. Why a hidden layer: a plane through
+the embedding (a logistic regression) told questions whose answer changes from fixed ones
+less often, and stated its verdict more surely than it was right (measured in
 bench/README.md, "Time-sensitivity with a hidden layer").
 
 A question is time-sensitive when
@@ -67,7 +67,7 @@ class Network:
     bias: float
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
-        """Of one vector (a 0-d array) or of each row of a matrix."""
+        """Of one vector (as a 0-d array), or of each row of a matrix."""
         units = gelu(np.asarray(x, dtype=np.float32) @ self.hidden + self.hidden_bias)
         return 1.0 / (1.0 + np.exp(-np.clip(units @ self.weights + self.bias, -50.0, 50.0)))
 
