@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 
 from bench.sealed_quality import stamp  # noqa: E402
 from routing.fitting import time_fit  # noqa: E402
+from routing.fitting.fit import calibration_error  # noqa: E402
 from routing.language.time_sensitive import time_cue  # noqa: E402
 
 
@@ -79,12 +80,9 @@ VARIANTS: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
 
 
 def calibration(probability: np.ndarray, y: np.ndarray, alone: np.ndarray) -> dict[str, float]:
-    bins = np.minimum((probability * 10).astype(int), 9)
-    ece = sum(
-        abs(probability[bins == b].mean() - y[bins == b].mean()) * int((bins == b).sum())
-        for b in range(10)
-        if (bins == b).any()
-    ) / len(y)
+    """Where the model alone said so: its mean probability and the share right; and the
+    ECE of the probability over every row (as the weights' fit measures its own)."""
+    ece = calibration_error(probability, y.astype(float))
     return {
         "alone": int(alone.sum()),
         "alone_stated": round(float(probability[alone].mean()), 4) if alone.any() else 0.0,

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from routing.language.time_sensitive import TimeCue, time_cue
-from routing.stages.time_sensitivity import ARTEFACT, Network, TimeSensitivityModel
+from routing.stages.time_sensitivity import Network, TimeSensitivityModel
 
 SITUATEDQA_FILE = "data/id_data/temp.{split}.jsonl"
 LEFT_OUT_SOURCES = frozenset({"webq"})  # WebQuestions: an evaluation corpus elsewhere
@@ -227,10 +227,6 @@ def fit_time_model(questions: Sequence[Question], vectors: np.ndarray) -> TimeSe
         "network": {"units": UNITS, "epochs": EPOCHS, "dropout": DROPOUT},
     }
     return TimeSensitivityModel(network, best, CONFIRM, confirmed, report)
-
-
-def write(model: TimeSensitivityModel, path: Path = ARTEFACT) -> None:
-    model.save(path)
 
 
 def render(model: TimeSensitivityModel) -> str:

@@ -154,6 +154,7 @@ def _fit_time_model(config: Any, args: argparse.Namespace, questions: list[Any])
     """The time-sensitivity model from SituatedQA's train split and the shipped fit rows."""
     from routing.fitting import time_fit
     from routing.stages.embedder import load_embedder
+    from routing.stages.time_sensitivity import ARTEFACT
 
     progress(f"fitting the time-sensitivity model on {len(questions)} questions")
     embedder = load_embedder(config.routing.semantic.model_path)
@@ -161,8 +162,8 @@ def _fit_time_model(config: Any, args: argparse.Namespace, questions: list[Any])
     model = time_fit.fit_time_model(questions, vectors)
     say(time_fit.render(model))
     if not args.dry_run:
-        path = Path(args.time_output) if args.time_output else time_fit.ARTEFACT
-        time_fit.write(model, path)
+        path = Path(args.time_output) if args.time_output else ARTEFACT
+        model.save(path)
         say(f"wrote {path}")
 
 
