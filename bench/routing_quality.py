@@ -20,8 +20,10 @@ halves by a hash of the text ("tune" and "holdout"): tune on one, judge on the o
 exemplars and rules that merely memorise sentences show up as a gap between the halves.
 
 Then each file routed by a confidence fitted without its corpus (leave-one-corpus-out: accuracy per label, compound, `none` routed
-confidently, the held-out calibration error), and how many gibberish strings end at
-`intent_default`. The targets are checked against those, not the in-corpus ones.
+confidently, the held-out calibration error), how many gibberish strings end at
+`intent_default`, and how many requests no source serves are routed to one anyway
+(routing/fit_data/staged/banking77_check.jsonl: Banking77 train rows that the `none`
+route's classifier prior was not fitted on; at most 10%, as for unserved rows above). The targets are checked against those, not the in-corpus ones.
 
     .venv/bin/python bench/routing_quality.py [--config config.yaml] [--eval-dir DIR]
         [--half all|tune|holdout] [--errors N] [--json]
@@ -482,6 +484,26 @@ async def gibberish_defaults(config: Any) -> tuple[int, int]:
     return sum(all(s == "intent_default" for s in found) for found in stages), len(GIBBERISH)
 
 
+UNSERVED_CHECK = ROOT / "routing" / "fit_data" / "staged" / "banking77_check.jsonl"
+
+
+async def unserved_routed(config: Any, path: Path = UNSERVED_CHECK) -> tuple[int, int]:
+    """(how many of `path`'s requests, none of which any source serves, some part of went
+    to a source; how many there are). Banking77 train rows that the `none` route's
+    classifier prior was not fitted on (routing/fitting/prior_fit.py)."""
+    from search.service import Service
+
+    texts = [json.loads(line)["text"] for line in path.read_text().splitlines() if line]
+    service = Service(config, household=None)
+    await service.start(sources=False)
+    try:
+        rows = [Row(path.name, text, "none", "") for text in texts]
+        outcomes = await route_rows(service, rows)
+    finally:
+        await service.aclose()
+    return sum(o.confident_source for o in outcomes), len(outcomes)
+
+
 def render_loco(found: dict[str, LeftOut]) -> str:
     lines = ["== leave-one-corpus-out (each file routed by a fit without its corpus)"]
     for name, left in sorted(found.items()):
@@ -612,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.llm:
         runs["LLM, bias check"] = outcomes
     gibberish = asyncio.run(gibberish_defaults(config))
+    unserved = asyncio.run(unserved_routed(config))
     loco: dict[str, LeftOut] = {}
     if not args.no_loco:
         import tempfile
@@ -627,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
             misses.append(f"[loco] {name}: ECE {left.ece:.3f} > {ECE_MAX}")
     if gibberish[0] < gibberish[1]:
         misses.append(f"gibberish: {gibberish[1] - gibberish[0]} of {gibberish[1]} routed")
+    if unserved[0] > NONE_CONFIDENT_MAX * unserved[1]:
+        misses.append(f"unserved check: {unserved[0]} of {unserved[1]} routed to a source")
     if args.json:
         print(
             json.dumps(
@@ -641,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
                         for name, left in loco.items()
                     },
                     "gibberish_to_default": {"defaulted": gibberish[0], "of": gibberish[1]},
+                    "unserved_check": {"routed": unserved[0], "of": unserved[1]},
                 },
                 indent=2,
             )
@@ -664,6 +690,10 @@ def main(argv: list[str] | None = None) -> int:
             print(render_loco(loco))
             print()
         print(f"gibberish -> intent_default: {gibberish[0]}/{gibberish[1]}")
+        print(
+            f"unserved check ({UNSERVED_CHECK.name}, not fitted on) -> a source: "
+            f"{unserved[0]}/{unserved[1]} ({_pct(unserved[0] / unserved[1])})"
+        )
         total = sum(len(rows) for rows in outcomes.values())
         print(f"{total} utterances in {elapsed:.1f}s (model load included)")
         print("targets: all met" if not misses else "targets missed:\n  " + "\n  ".join(misses))

@@ -71,9 +71,10 @@ class SemanticConfig(Strict):
     )
     classifier_prior: bool = Field(
         default=True,
-        description="Train the classifier on the shipped prior of real questions about the "
-        "world (routing/fitted/classifier_prior.npz) beside the encyclopedia route's "
-        "exemplars (false: the exemplars alone).",
+        description="Train the classifier on the shipped priors beside the exemplars: real "
+        "questions about the world for the encyclopedia route "
+        "(routing/fitted/classifier_prior.npz) and requests to services nobody here offers "
+        "for `none` (classifier_prior_none.npz); false: the exemplars alone.",
     )
     reuse_threshold: float = Field(
         default=0.85,

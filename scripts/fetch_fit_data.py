@@ -17,7 +17,8 @@ from and regenerates them.
 - Banking77 (PolyAI-LDN/task-specific-datasets, CC BY 4.0): banking_data/train.csv only
   (test.csv is that benchmark's test set), a few short rows per intent, labelled none: no
   source here serves a bank account. Its exchange_rate intent is left out, since "what is
-  the current exchange rate?" is a web question here.
+  the current exchange rate?" is a web question here. As many other rows of each intent go
+  to banking77_check.jsonl, on which bench/routing_quality.py checks the `none` prior.
 - MultiWOZ 2.2 (budzianowski/multiwoz, MIT): the first user turn of train/ dialogues only
   (never dev/ or test/), short ones, labelled none: booking hotels, tables, trains and
   taxis, or a town's local information, is a service nobody here offers. Written only with
@@ -186,7 +187,10 @@ def plain(text: str) -> str:
     return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
 
 
-def banking77(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
+def banking77(
+    git_dir: str | None, exclude: set[str]
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Rows for the `none` prior, and as many other rows of the same intents to check it on."""
     read = reader(BANKING_REPO, git_dir)
     by_intent: dict[str, set[str]] = {}
     for row in csv.DictReader(io.StringIO(read("banking_data/train.csv"))):
@@ -199,14 +203,14 @@ def banking77(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
         ):
             by_intent.setdefault(row["category"], set()).add(text)
     rows: list[dict[str, str]] = []
+    check: list[dict[str, str]] = []
     for intent, found in sorted(by_intent.items()):
         texts = sorted(found)
         random.Random(f"banking77:{intent}").shuffle(texts)
-        rows += [
-            {"text": t, "route": "none", "origin": f"banking77:{intent}"}
-            for t in texts[:BANKING_PER_INTENT]
-        ]
-    return rows
+        labelled = [{"text": t, "route": "none", "origin": f"banking77:{intent}"} for t in texts]
+        rows += labelled[:BANKING_PER_INTENT]
+        check += labelled[BANKING_PER_INTENT : 2 * BANKING_PER_INTENT]
+    return rows, check
 
 
 def multiwoz(git_dir: str | None, exclude: set[str]) -> list[dict[str, str]]:
@@ -318,7 +322,9 @@ def main() -> None:
     write("hwu64.jsonl", hwu64(args.git_dir_hwu, eval_texts()))
     write("opentriviaqa.jsonl", trivia(args.git_dir_trivia))
     write("snips.jsonl", snips(args.git_dir_snips, eval_texts()))
-    write("banking77.jsonl", banking77(args.git_dir_banking, eval_plain()), STAGED)
+    prior_rows, check_rows = banking77(args.git_dir_banking, eval_plain())
+    write("banking77.jsonl", prior_rows, STAGED)
+    write("banking77_check.jsonl", check_rows, STAGED)
     if args.multiwoz or args.git_dir_multiwoz:
         write("multiwoz.jsonl", multiwoz(args.git_dir_multiwoz, eval_plain()), STAGED)
     for name in ("slurp_devel.jsonl", "ha_intents_tests.jsonl"):

@@ -124,10 +124,12 @@ def shipped_rows(directory: Path = FIT_DATA) -> list[Labelled]:
 
 
 async def describe(
-    config: Any, rows: Sequence[Labelled], prior: ClassifierPrior | None | Shipped = SHIPPED
+    config: Any,
+    rows: Sequence[Labelled],
+    priors: Sequence[ClassifierPrior] | Shipped = SHIPPED,
 ) -> Examples:
     """Every row's features under `config`'s resolved routes (loads the model once);
-    `prior`: the exemplar classifier's, when not the shipped one (a refit of it)."""
+    `priors`: the exemplar classifier's, when not the shipped ones (a refit of them)."""
     from routing.stages.build import build_resolver
     from routing.stages.keyword import KeywordStage
     from routing.stages.semantic import SemanticStage
@@ -135,8 +137,8 @@ async def describe(
     resolver = build_resolver(config)
     keyword = next(s for s in resolver.stages if isinstance(s, KeywordStage))
     semantic = next((s for s in resolver.stages if isinstance(s, SemanticStage)), None)
-    if semantic is not None and prior != SHIPPED:
-        semantic.prior = prior
+    if semantic is not None and priors != SHIPPED:
+        semantic.priors = tuple(priors)
     await resolver.start()
     if semantic is None or semantic.embedder is None:
         raise ValueError("routing.semantic must be enabled to fit")
@@ -366,12 +368,12 @@ async def fit(
     config: Any,
     extra: Iterable[Labelled] = (),
     rows: Sequence[Labelled] | None = None,
-    prior: ClassifierPrior | None | Shipped = SHIPPED,
+    priors: Sequence[ClassifierPrior] | Shipped = SHIPPED,
 ) -> tuple[ConfidenceModel, dict[str, Any]]:
     """Fit on the shipped rows (or `rows`) plus `extra`; the model and its held-out report.
-    `prior`: the exemplar classifier's, when not the shipped one."""
+    `priors`: the exemplar classifier's, when not the shipped ones."""
     rows = [*(shipped_rows() if rows is None else rows), *extra]
-    examples = await describe(config, rows, prior)
+    examples = await describe(config, rows, priors)
     return fit_described(examples)
 
 

@@ -1,6 +1,6 @@
-"""Fit the exemplar classifier's prior (routing/stages/classifier_prior.py) from SituatedQA.
+"""Fit the exemplar classifier's priors (routing/stages/classifier_prior.py).
 
-Rows: the questions of SituatedQA's temporal train split whose answer does not depend on
+The encyclopedia route's, from SituatedQA. Rows: the questions of SituatedQA's temporal train split whose answer does not depend on
 when they are asked (read as routing/fitting/time_fit.py reads them: from a local copy,
 without the rows taken from WebQuestions, never a dev or test split). Each is embedded
 by the configured model, and k-means (CENTROIDS clusters, fewer for a small corpus so that
@@ -11,11 +11,18 @@ reduces them to weighted centroids: the same rows and model give the same file.
 SHARE, the centroids' total weight against the encyclopedia route's exemplars, was chosen
 on the leave-one-corpus-out figures of bench/routing_quality.py and SituatedQA's dev split
 (bench/situatedqa_routing.py), never on a sealed corpus.
+
+The `none` route's, from the requests of routing/fit_data/staged/banking77.jsonl (banking:
+a service nobody here offers; committed, so `search fit --shipped` refits it with no
+download). UNSERVED_SHARE was chosen on the same leave-one-corpus-out figures and on other
+Banking77 train rows (`bench/routing_quality.py`'s unserved check), never on a sealed corpus.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,6 +34,9 @@ if TYPE_CHECKING:
     from routing.stages.embedder import Embedder
 
 LABEL = "kiwix"  # the route that answers questions whose answer does not change
+UNSERVED_LABEL = "none"
+UNSERVED_ROWS = Path(__file__).resolve().parents[1] / "fit_data" / "staged" / "banking77.jsonl"
+UNSERVED_SHARE = 0.5
 CENTROIDS = 128
 # A centroid stands for at least this many questions (fewer centroids for a small corpus):
 # a mean of one question's embedding would be that question, which is not shipped.
@@ -101,13 +111,34 @@ def fit_prior(
     """The prior from `questions` (SituatedQA's stable ones) and their embeddings."""
     if len(questions) != len(vectors):
         raise ValueError("one vector per question")
-    if len(questions) < PER_CENTROID:
-        raise ValueError(f"{len(questions)} stable questions: at least {PER_CENTROID} needed")
+    return fit_points(vectors, probe_vector, LABEL, SHARE, "situatedqa")
+
+
+def fit_points(
+    vectors: np.ndarray, probe_vector: np.ndarray, label: str, share: float, source: str
+) -> ClassifierPrior:
+    """`label`'s prior: weighted k-means centroids of `vectors` (embedded rows)."""
+    if len(vectors) < PER_CENTROID:
+        raise ValueError(f"{len(vectors)} rows from {source}: at least {PER_CENTROID} needed")
     centroids, counts = kmeans(
-        vectors, min(CENTROIDS, len(questions) // PER_CENTROID), smallest=SMALLEST
+        vectors, min(CENTROIDS, len(vectors) // PER_CENTROID), smallest=SMALLEST
     )
-    report = {"questions": len(questions), "centroids": len(counts), "source": "situatedqa"}
-    return ClassifierPrior(LABEL, centroids, counts, SHARE, probe_vector, report)
+    report = {"questions": len(vectors), "centroids": len(counts), "source": source}
+    return ClassifierPrior(label, centroids, counts, share, probe_vector, report)
+
+
+def unserved_texts(path: Path = UNSERVED_ROWS) -> list[str]:
+    """The requests of a staged `none` corpus (JSONL rows with `text` and `route`)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [row["text"] for row in rows if row.get("route") == UNSERVED_LABEL]
+
+
+def fit_unserved(embedder: Embedder, path: Path = UNSERVED_ROWS) -> ClassifierPrior:
+    """The `none` route's prior from the staged requests no source here serves."""
+    vectors = embedder.encode_exemplars(unserved_texts(path))
+    return fit_points(
+        vectors, embedder.encode_one(PROBE), UNSERVED_LABEL, UNSERVED_SHARE, "banking77"
+    )
 
 
 def fit_with(embedder: Embedder, questions: Sequence[Question]) -> ClassifierPrior:
@@ -121,7 +152,8 @@ def fit_with(embedder: Embedder, questions: Sequence[Question]) -> ClassifierPri
 def render(prior: ClassifierPrior) -> str:
     counts = prior.counts
     return (
-        f"classifier prior: {len(counts)} centroids of {int(counts.sum())} stable SituatedQA "
-        f"questions for `{prior.label}` (median {int(np.median(counts))} questions each, "
-        f"at most {int(counts.max())}), weighing {prior.share:g}x its exemplars"
+        f"classifier prior: {len(counts)} centroids of {int(counts.sum())} "
+        f"{prior.report.get('source', '')} rows for `{prior.label}` (median "
+        f"{int(np.median(counts))} rows each, at most {int(counts.max())}), weighing "
+        f"{prior.share:g}x its exemplars"
     )

@@ -81,9 +81,9 @@ def semantic_stage(
     learned: LearnedDecisions | None = None,
     model: ConfidenceModel | None = None,
 ) -> SemanticStage:
-    """The semantic stage over the resolved routes' exemplars; the classifier's prior
-    belongs to the shipped encyclopedia route, so routes written from scratch
-    (`routing.shipped_routes: false`) go without it."""
+    """The semantic stage over the resolved routes' exemplars; the classifier's priors
+    belong to the shipped routes, so routes written from scratch
+    (`routing.shipped_routes: false`) go without them."""
     data = resolved_routes(config) if routes_data is None else routes_data
     return SemanticStage(
         config.routing.semantic,
@@ -95,7 +95,7 @@ def semantic_stage(
         min_confidence=config.routing.min_confidence,
         model=model or load_model(config.routing.confidence_path),
         dictionary=known_words(config.routing.semantic.model_path),
-        prior=SHIPPED if config.routing.shipped_routes else None,
+        priors=SHIPPED if config.routing.shipped_routes else (),
     )
 
 

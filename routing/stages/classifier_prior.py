@@ -1,4 +1,4 @@
-"""Training points for the exemplar classifier beyond the exemplars: real questions.
+"""Training points for the exemplar classifier beyond the exemplars: real requests.
 
 The encyclopedia route's exemplars are sentences written for it and quiz questions.
 Questions people type into a search box ("who sang the song that opens the film",
@@ -8,6 +8,11 @@ questions lie in embedding space: the k-means centroids of the questions of Situ
 train split whose answer does not change with time, embedded by the bundled model, each
 weighed by how many questions it stands for. The classifier trains on them beside the
 label's exemplars, together weighing `share` times what those exemplars weigh.
+
+A second prior does the same for `none` with requests to a service nobody here offers
+(Banking77's banking requests: "my card was declined", "how do I top up"), which the
+`none` exemplars, a few sentences per kind, cover too thinly to keep them from the nearest
+encyclopedia or web exemplar.
 
 Centroids, not questions: SituatedQA states no licence, so none of its rows ships; each
 centroid is the mean of about twenty questions' embeddings. Refitted by `search fit
@@ -33,6 +38,8 @@ Shipped = Literal["shipped"]
 SHIPPED: Shipped = "shipped"  # "the prior as shipped", where None means "no prior"
 
 ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "classifier_prior.npz"
+UNSERVED_ARTEFACT = ARTEFACT.with_name("classifier_prior_none.npz")
+SHIPPED_ARTEFACTS = (ARTEFACT, UNSERVED_ARTEFACT)
 PROBE = "who wrote the novel that the film was based on"
 SAME_MODEL = 0.999  # the probe's cosine similarity across runs of one model is ~1.0
 
@@ -58,6 +65,17 @@ class ClassifierPrior:
             return False
         return float(np.dot(probe_vector, self.probe_vector)) >= SAME_MODEL
 
+    def same_as(self, other: ClassifierPrior) -> bool:
+        """Whether `other` holds the same points (to float noise across machines)."""
+        return (
+            self.label == other.label
+            and self.share == other.share
+            and self.centroids.shape == other.centroids.shape
+            and np.array_equal(self.counts, other.counts)
+            and np.allclose(self.centroids, other.centroids, atol=1e-4)
+            and np.allclose(self.probe_vector, other.probe_vector, atol=1e-4)
+        )
+
     def save(self, path: Path = ARTEFACT) -> None:
         arrays = {
             "centroids": self.centroids.astype(np.float32),
@@ -82,10 +100,16 @@ class ClassifierPrior:
         return cls(meta["label"], centroids, counts, share, probe, dict(meta.get("report", {})))
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=4)
 def load_prior(path: str | None = None) -> ClassifierPrior | None:
     """The shipped prior (or the one at `path`), read once per process; None without one."""
     target = Path(path) if path else ARTEFACT
     if not target.is_file():
         return None
     return ClassifierPrior.load(target)
+
+
+def load_priors() -> tuple[ClassifierPrior, ...]:
+    """The shipped priors that are present, one per label, read once per process."""
+    priors = (load_prior(str(path)) for path in SHIPPED_ARTEFACTS)
+    return tuple(prior for prior in priors if prior is not None)

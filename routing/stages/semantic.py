@@ -39,7 +39,7 @@ from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.language.sentences import asks_about_the_world
 from routing.language.text import normalise, words
-from routing.stages.classifier_prior import PROBE, SHIPPED, ClassifierPrior, Shipped, load_prior
+from routing.stages.classifier_prior import PROBE, SHIPPED, ClassifierPrior, Shipped, load_priors
 from routing.stages.confidence import (
     NEAREST_COUNTED,
     ConfidenceModel,
@@ -135,14 +135,14 @@ class LabelClassifier:
     """Softmax regression over exemplar embeddings, trained at start-up (deterministic).
 
     Class-balanced, L2-regularised, plain gradient descent: ~0.1 s for a thousand exemplars.
-    A `prior` (routing/stages/classifier_prior.py) adds weighted points to its label.
+    Each of `priors` (routing/stages/classifier_prior.py) adds weighted points to its label.
     """
 
     def __init__(
         self,
         index: ExemplarIndex,
         *,
-        prior: ClassifierPrior | None = None,
+        priors: Sequence[ClassifierPrior] = (),
         iterations: int = 300,
         rate: float = 5.0,
         l2: float = 1e-3,
@@ -152,16 +152,17 @@ class LabelClassifier:
         targets = np.repeat(np.arange(len(self.labels)), counts)
         x = np.ascontiguousarray(index.matrix, dtype=np.float32)
         weights = (len(targets) / (len(self.labels) * counts))[targets].astype(np.float32)
-        # The prior, when its label is one of these (a configuration without it has none).
-        self.prior = prior if prior is not None and prior.label in self.labels else None
-        if self.prior is not None:
-            label = self.labels.index(self.prior.label)
-            total = float(weights[targets == label].sum()) * self.prior.share
-            counts_of_prior = self.prior.counts
-            x = np.concatenate([x, self.prior.centroids.astype(np.float32)])
-            targets = np.concatenate([targets, np.full(len(counts_of_prior), label)])
+        # The priors whose label is one of these (a configuration without it has none).
+        self.priors = tuple(p for p in priors if p.label in self.labels)
+        exemplar_weights = weights
+        for prior in self.priors:
+            label = self.labels.index(prior.label)
+            total = float(exemplar_weights[targets[: len(exemplar_weights)] == label].sum())
+            total *= prior.share
+            x = np.concatenate([x, prior.centroids.astype(np.float32)])
+            targets = np.concatenate([targets, np.full(len(prior.counts), label)])
             weights = np.concatenate(
-                [weights, (total * counts_of_prior / counts_of_prior.sum()).astype(np.float32)]
+                [weights, (total * prior.counts / prior.counts.sum()).astype(np.float32)]
             )
         x_t = np.ascontiguousarray(x.T)  # a strided transpose makes BLAS several times slower
         onehot = np.eye(len(self.labels), dtype=np.float32)[targets]
@@ -182,12 +183,12 @@ class LabelClassifier:
 
     @property
     def prior_used(self) -> bool:
-        return self.prior is not None
+        return bool(self.priors)
 
     @property
     def prior_source(self) -> str:
-        """What the chain names as the prior's origin ("" without one)."""
-        return "" if self.prior is None else str(self.prior.report.get("source", "prior"))
+        """What the chain names as the priors' origins, "+"-joined ("" without one)."""
+        return "+".join(str(p.report.get("source", "prior")) for p in self.priors)
 
     def probabilities(self, vector: np.ndarray) -> dict[str, float]:
         logits = vector @ self.w + self.b
@@ -265,14 +266,14 @@ class SemanticStage:
         model: ConfidenceModel | None = None,
         labelled: Iterable[str] = (),
         dictionary: frozenset[str] = frozenset(),
-        prior: ClassifierPrior | None | Shipped = SHIPPED,
+        priors: Sequence[ClassifierPrior] | Shipped = SHIPPED,
     ) -> None:
         """`exemplars` per route (and `none`), as routing/stages/route_data.py resolves them.
         `labelled`: exemplars that are the household's own labels (`origin: user_label`).
         `dictionary`: words spelled right (routing/language/spelling.py); a query with none of them
         and no keyword rule matched ("blorp zibble quux") carries nothing to decide by.
-        `prior`: the classifier's extra training points (routing/stages/classifier_prior.py);
-        by default the shipped one when `config.classifier_prior` is on."""
+        `priors`: the classifier's extra training points (routing/stages/classifier_prior.py);
+        by default the shipped ones when `config.classifier_prior` is on."""
         self.dictionary = dictionary
         self.labelled = frozenset(rule_key(text) for text in labelled)
         self.config = config
@@ -288,9 +289,9 @@ class SemanticStage:
         self.embedder: Embedder | None = None
         self.index: ExemplarIndex | None = None
         self.classifier: LabelClassifier | None = None
-        if prior == SHIPPED:
-            prior = load_prior() if config.classifier and config.classifier_prior else None
-        self.prior: ClassifierPrior | None = prior
+        if priors == SHIPPED:
+            priors = load_priors() if config.classifier and config.classifier_prior else ()
+        self.priors: tuple[ClassifierPrior, ...] = tuple(priors)
 
     def ready(self) -> bool:
         """Whether the model is loaded and the exemplars embedded (`start` has run)."""
@@ -313,22 +314,24 @@ class SemanticStage:
         vectors = await run_inference(self.embedder.encode_exemplars, texts)
         index = ExemplarIndex(groups, vectors)
         if self.config.classifier and len(index.labels) > 1:
-            prior = await self._usable_prior()
-            self.classifier = await run_inference(LabelClassifier, index, prior=prior)
+            priors = await self._usable_priors()
+            self.classifier = await run_inference(LabelClassifier, index, priors=priors)
         self.index = index
 
-    async def _usable_prior(self) -> ClassifierPrior | None:
-        """The prior, if the loaded model is the one whose embedding space it is in."""
-        if self.prior is None or self.embedder is None:
-            return None
+    async def _usable_priors(self) -> tuple[ClassifierPrior, ...]:
+        """The priors made in the loaded model's embedding space (each is checked)."""
+        if not self.priors or self.embedder is None:
+            return ()
         probe = await run_inference(self.embedder.encode_one, PROBE)
-        if self.prior.made_by(probe):
-            return self.prior
-        log.warning(
-            "routing.semantic: the classifier prior was made with another embedding model; "
-            "the classifier trains on the exemplars alone"
-        )
-        return None
+        usable = tuple(prior for prior in self.priors if prior.made_by(probe))
+        for prior in self.priors:
+            if not prior.made_by(probe):
+                log.warning(
+                    "routing.semantic: the classifier prior for %r was made with another "
+                    "embedding model; the classifier trains without it",
+                    prior.label,
+                )
+        return usable
 
     async def embed(self, query: str) -> np.ndarray | None:
         """The query's normalised embedding (None until started)."""

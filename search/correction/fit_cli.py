@@ -10,7 +10,10 @@ with it. `--dry-run` reports and writes nothing.
 
 `search fit --shipped [--output PATH]` is how the project refreshes what it ships: the
 weights fitted on the shipped corpora alone, hermetic (no household data is read, nothing
-is written to the data directory), to routing/fitted/confidence.json (or PATH). With
+is written to the data directory), to routing/fitted/confidence.json (or PATH). It first
+refits the `none` route's classifier prior from the committed requests nobody here serves,
+routing/fitted/classifier_prior_none.npz (or `--unserved-prior-output`; a file that
+already holds what the fit gives is left as it is). With
 `--situatedqa DIR` (a local copy of SituatedQA, whose rows are not shipped) it first fits
 the exemplar classifier's prior, routing/fitted/classifier_prior.npz (or `--prior-output`),
 then the weights with that prior in place, then the time-sensitivity model,
@@ -56,6 +59,10 @@ def add_fit_command(commands: Any) -> dict[str, Callable[[argparse.Namespace], i
     fit.add_argument(
         "--time-output", help="with --situatedqa: where to write the time-sensitivity model"
     )
+    fit.add_argument(
+        "--unserved-prior-output",
+        help="with --shipped: where to write the `none` route's classifier prior",
+    )
     fit.add_argument("--json", action="store_true", help="print the report as JSON")
     return {"fit": _guarded(cmd_fit)}
 
@@ -82,7 +89,11 @@ def progress(message: str) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    for flag, given in (("--output", args.output), ("--situatedqa", args.situatedqa)):
+    for flag, given in (
+        ("--output", args.output),
+        ("--situatedqa", args.situatedqa),
+        ("--unserved-prior-output", args.unserved_prior_output),
+    ):
         if given and not args.shipped:
             raise ConfigError(
                 f"{flag} goes with --shipped (a household fit writes its data directory)"
@@ -96,14 +107,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def _fit_shipped(config: Any, args: argparse.Namespace) -> int:
     from routing.fitting import fit
+    from routing.stages.classifier_prior import load_priors
 
     rows = fit.shipped_rows()
     if not rows:
         raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
     questions = _time_questions(args.situatedqa) if args.situatedqa else None
-    prior: Any = _fit_prior(config, args, questions) if questions is not None else "shipped"
+    priors = [_fit_unserved_prior(config, args)]
+    if questions is not None:
+        priors.insert(0, _fit_prior(config, args, questions))
+    else:
+        priors[:0] = [p for p in load_priors() if p.label != priors[-1].label]
     progress(f"fitting on {len(rows)} utterances of the shipped corpora")
-    model, report = asyncio.run(fit.fit(config, rows=rows, prior=prior))
+    model, report = asyncio.run(fit.fit(config, rows=rows, priors=priors))
     if args.json:
         say(json.dumps(report, indent=2), json_text=True)
     else:
@@ -148,6 +164,35 @@ def _fit_prior(config: Any, args: argparse.Namespace, questions: list[Any]) -> A
         prior.save(path)
         say(f"wrote {path}")
     return prior
+
+
+def _fit_unserved_prior(config: Any, args: argparse.Namespace) -> Any:
+    """The `none` route's classifier prior from the committed requests nobody serves."""
+    from routing.fitting import prior_fit
+    from routing.stages.classifier_prior import UNSERVED_ARTEFACT
+    from routing.stages.embedder import load_embedder
+
+    progress("fitting the `none` route's classifier prior")
+    embedder = load_embedder(config.routing.semantic.model_path)
+    prior = prior_fit.fit_unserved(embedder)
+    say(prior_fit.render(prior))
+    path = Path(args.unserved_prior_output or UNSERVED_ARTEFACT)
+    if path.is_file() and _readable_prior(path, prior):
+        say(f"{path}: unchanged")  # the shipped rows reproduce it: a fit writes only --output
+    elif not args.dry_run:
+        prior.save(path)
+        say(f"wrote {path}")
+    return prior
+
+
+def _readable_prior(path: Path, prior: Any) -> bool:
+    """Whether the prior at `path` is `prior` (False for an unreadable file)."""
+    from routing.stages.classifier_prior import ClassifierPrior
+
+    try:
+        return bool(ClassifierPrior.load(path).same_as(prior))
+    except ValueError:
+        return False
 
 
 def _fit_time_model(config: Any, args: argparse.Namespace, questions: list[Any]) -> None:

@@ -41,7 +41,7 @@ def _csv(rows: list[tuple[str, str]]) -> str:
     return out.getvalue()
 
 
-def test_banking77_takes_five_short_train_rows_per_intent_and_never_the_test_set(
+def test_banking77_takes_five_short_train_rows_per_intent_and_five_others_to_check(
     tmp_path: Path,
 ) -> None:
     fetch = _script()
@@ -57,15 +57,18 @@ def test_banking77_takes_five_short_train_rows_per_intent_and_never_the_test_set
         tmp_path, {"banking_data/train.csv": _csv(train), "banking_data/test.csv": _csv(test)}
     )
 
-    rows = fetch.banking77(git_dir, exclude={"is my card lost"})
+    rows, check = fetch.banking77(git_dir, exclude={"is my card lost"})
 
-    assert {r["route"] for r in rows} == {"none"}
+    assert {r["route"] for r in rows + check} == {"none"}
+    # The other four card_arrival rows are the check set, none of them a prior row.
+    assert [r["origin"] for r in check] == ["banking77:card_arrival"] * 4
+    assert not {r["text"] for r in check} & {r["text"] for r in rows}
     origins = [r["origin"] for r in rows]
     assert origins.count("banking77:card_arrival") == 5
     assert [r["text"] for r in rows if r["origin"] == "banking77:top_up_limits"] == [
         "top up failed"
     ]
-    texts = {r["text"] for r in rows}
+    texts = {r["text"] for r in rows + check}
     assert "a test sentence" not in texts  # test.csv is never read
     assert "what is the current exchange rate?" not in texts  # a web question here
     assert "Is my card lost?" not in texts  # an evaluation text, compared as words

@@ -1,6 +1,9 @@
-"""Fitting the classifier prior: clusters, their sizes, and what is fitted on."""
+"""Fitting the classifier priors: clusters, their sizes, and what is fitted on."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,3 +67,31 @@ def test_each_centroid_stands_for_at_least_ten_questions() -> None:
     assert fitted.report == {"questions": 25, "centroids": 2, "source": "situatedqa"}
     with pytest.raises(ValueError, match="at least 10"):
         prior_fit.fit_prior(questions[:9], points[:9], probe)
+
+
+def test_the_unserved_prior_is_fitted_from_its_staged_requests(tmp_path: Path) -> None:
+    """The `none` route's prior: only the rows labelled `none`, their centroids for `none`,
+    named after their source; a file with too few rows is refused by name."""
+    rows = tmp_path / "staged.jsonl"
+    texts = [f"request {i}" for i in range(30)]
+    rows.write_text(
+        "".join(json.dumps({"text": t, "route": "none"}) + "\n" for t in texts)
+        + json.dumps({"text": "who wrote hamlet", "route": "kiwix"})
+        + "\n"
+    )
+    assert prior_fit.unserved_texts(rows) == texts
+
+    class Embedder:
+        def encode_exemplars(self, batch: list[str]) -> np.ndarray:
+            points, _ = blobs()
+            return points[::3][: len(batch)]  # ten of each group
+
+        def encode_one(self, text: str) -> np.ndarray:
+            return np.ones(8, np.float32) / np.sqrt(8)
+
+    fitted = prior_fit.fit_unserved(Embedder(), rows)  # type: ignore[arg-type]
+    assert fitted.label == "none" and fitted.share == prior_fit.UNSERVED_SHARE
+    assert fitted.report == {"questions": 30, "centroids": 3, "source": "banking77"}
+    rows.write_text(json.dumps({"text": "one", "route": "none"}) + "\n")
+    with pytest.raises(ValueError, match="1 rows from banking77: at least 10"):
+        prior_fit.fit_unserved(Embedder(), rows)  # type: ignore[arg-type]

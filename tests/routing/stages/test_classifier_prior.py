@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from routing.config import SemanticConfig
-from routing.stages.classifier_prior import PROBE, ClassifierPrior, load_prior
+from routing.stages.classifier_prior import PROBE, ClassifierPrior, load_prior, load_priors
 from routing.stages.embedder import load_embedder
 from routing.stages.semantic import ExemplarIndex, LabelClassifier, SemanticStage
 
@@ -80,12 +80,14 @@ def test_it_belongs_to_the_model_that_embeds_its_probe_the_same_way() -> None:
     assert not made.made_by(unit(np.ones(5)))
 
 
-def test_the_shipped_prior_is_in_the_bundled_models_space() -> None:
-    shipped = load_prior()
-    assert shipped is not None and shipped.label == "kiwix"
-    assert shipped.report["source"] == "situatedqa"
-    assert 100 <= len(shipped.counts) <= 128 and shipped.counts.min() >= 5
-    assert shipped.made_by(load_embedder().encode_one(PROBE))
+def test_the_shipped_priors_are_in_the_bundled_models_space() -> None:
+    kiwix, unserved = load_priors()
+    assert kiwix.label == "kiwix" and kiwix.report["source"] == "situatedqa"
+    assert 100 <= len(kiwix.counts) <= 128 and kiwix.counts.min() >= 5
+    assert unserved.label == "none" and unserved.report["source"] == "banking77"
+    assert 20 <= len(unserved.counts) <= 38 and unserved.counts.min() >= 5
+    probe = load_embedder().encode_one(PROBE)
+    assert kiwix.made_by(probe) and unserved.made_by(probe)
 
 
 def test_the_prior_pulls_its_label_towards_its_points_and_no_other() -> None:
@@ -100,12 +102,46 @@ def test_the_prior_pulls_its_label_towards_its_points_and_no_other() -> None:
     index = ExemplarIndex(groups, vectors)
     query = unit(np.asarray([0.9, 0.3, 0.0, 0.0]))  # near the prior's points and `none`
     alone = LabelClassifier(index).probabilities(query)
-    helped = LabelClassifier(index, prior=prior())
+    helped = LabelClassifier(index, priors=[prior()])
     assert helped.prior_used
     assert helped.probabilities(query)["kiwix"] > alone["kiwix"] + 0.1
-    elsewhere = LabelClassifier(index, prior=prior(label="recipes"))
+    elsewhere = LabelClassifier(index, priors=[prior(label="recipes")])
     assert not elsewhere.prior_used
     assert elsewhere.probabilities(query) == pytest.approx(alone)
+
+
+def test_two_priors_each_pull_their_own_label() -> None:
+    """A `none` prior near one query and a `kiwix` prior near another: each query moves
+    towards its own prior's label, and both are named in the chain's source."""
+    groups = {"kiwix": ["a", "b"], "web": ["c", "d"], "none": ["e", "f"]}
+    vectors = np.asarray(
+        [
+            unit(np.asarray(v, dtype=np.float64))
+            for v in ([0, 0, 1, 0.2], [0, 0.2, 1, 0], [0, 0, 0.2, 1], [0.2, 0, 0, 1])
+            + ([0.2, 0.2, 1, 1], [0.3, 0, 1, 1])
+        ]
+    )
+    index = ExemplarIndex(groups, vectors)
+    towards_kiwix = unit(np.asarray([0.9, 0.3, 0.0, 0.0]))  # the kiwix prior's points
+    unserved = ClassifierPrior(
+        "none",
+        np.asarray([[0.0, 1.0, 0.0, 0.0]], np.float32),
+        np.asarray([20.0]),
+        1.0,
+        unit(np.ones(4)),
+        {"source": "requests"},
+    )
+    towards_none = unit(np.asarray([0.1, 1.0, 0.0, 0.0]))  # the none prior's point
+    alone = LabelClassifier(index)
+    both = LabelClassifier(index, priors=[prior(), unserved])
+    assert both.prior_source == "test+requests"
+    assert (
+        both.probabilities(towards_none)["none"] > alone.probabilities(towards_none)["none"] + 0.1
+    )
+    assert (
+        both.probabilities(towards_kiwix)["kiwix"]
+        > alone.probabilities(towards_kiwix)["kiwix"] + 0.1
+    )
 
 
 def semantic_config(**semantic: bool) -> SemanticConfig:
@@ -123,11 +159,21 @@ async def test_a_prior_made_with_another_model_is_not_used(
         1.0,
         unit(np.arange(384, dtype=np.float64)),  # no MiniLM embeds the probe like this
     )
-    stage = SemanticStage(semantic_config(), ["kiwix", "web"], exemplars=exemplars, prior=foreign)
+    stage = SemanticStage(
+        semantic_config(), ["kiwix", "web"], exemplars=exemplars, priors=[foreign]
+    )
     with caplog.at_level(logging.WARNING, logger="routing.stages.semantic"):
         await stage.start()
     assert stage.classifier is not None and not stage.classifier.prior_used
-    assert "another embedding model" in caplog.text
+    assert "another embedding model" in caplog.text and "'kiwix'" in caplog.text
+
+    _, unserved = load_priors()  # one made elsewhere, one here: only the second trains
+    mixed = SemanticStage(
+        semantic_config(), ["kiwix", "web"], exemplars=exemplars, priors=[foreign, unserved]
+    )
+    await mixed.start()
+    assert mixed.classifier is not None
+    assert [p.label for p in mixed.classifier.priors] == ["none"]
 
     shipped = SemanticStage(semantic_config(), ["kiwix", "web"], exemplars=exemplars)
     await shipped.start()
@@ -136,7 +182,7 @@ async def test_a_prior_made_with_another_model_is_not_used(
     off = SemanticStage(
         semantic_config(classifier_prior=False), ["kiwix", "web"], exemplars=exemplars
     )
-    assert off.prior is None
+    assert off.priors == ()
 
 
 async def test_the_chain_shows_the_classifiers_say_and_whether_the_prior_trained_it() -> None:
@@ -156,7 +202,7 @@ async def test_the_chain_shows_the_classifiers_say_and_whether_the_prior_trained
     finally:
         await service.aclose()
     (event,) = [e for e in outcome.chain if e["step"] == "intent_semantic"]
-    assert event["classifier_prior"] == "situatedqa"
+    assert event["classifier_prior"] == "situatedqa+banking77"
     said = {c["route"]: c["classifier"] for c in event["candidates"]}
     assert all(0.0 <= p <= 1.0 for p in said.values()) and sum(said.values()) <= 1.0 + 1e-6
     assert event["decision"] == max(said, key=lambda route: said[route])

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from routing.stages.classifier_prior import ARTEFACT as prior_artefact
-from routing.stages.classifier_prior import ClassifierPrior
+from routing.stages.classifier_prior import UNSERVED_ARTEFACT, ClassifierPrior
 from routing.stages.confidence import ConfidenceModel, load_model
 from routing.stages.time_sensitivity import TimeSensitivityModel
 
@@ -56,7 +56,9 @@ def test_fit_shipped_is_hermetic_and_reproduces_the_whole_shipped_artefact(
 ) -> None:
     """Run elsewhere than the checkout, with a household's data directory full of labels
     and a fit of its own: `--shipped` reads none of it, writes only its --output, and gives
-    the artefact the package ships, threshold and report included."""
+    the artefact the package ships, threshold and report included; the `none` route's
+    prior it refits from committed rows is the shipped one, so it is left untouched."""
+    unserved_prior = UNSERVED_ARTEFACT.stat().st_mtime_ns
     household = tmp_path / "household"
     household.mkdir()
     (household / "routing-household.json").write_text("not even json")  # never read
@@ -79,6 +81,8 @@ def test_fit_shipped_is_hermetic_and_reproduces_the_whole_shipped_artefact(
     ):
         assert heading in done.stdout, done.stdout
     assert sorted(p.name for p in household.iterdir()) == ["routing-household.json"]
+    assert f"{UNSERVED_ARTEFACT}: unchanged" in done.stdout
+    assert UNSERVED_ARTEFACT.stat().st_mtime_ns == unserved_prior
     fitted = json.loads(out.read_text())
     shipped = json.loads((ROOT / "routing" / "fitted" / "confidence.json").read_text())
     _close(fitted, shipped)
@@ -135,7 +139,7 @@ def test_fit_shipped_refits_the_time_model_and_prior_from_a_local_situatedqa(
     assert done.returncode == 0, done.stderr
     # The prior: the 12 stable questions (three copies of four), one centroid of them all,
     # written where asked and nowhere else.
-    assert "classifier prior: 1 centroids of 12 stable SituatedQA questions" in done.stdout
+    assert "classifier prior: 1 centroids of 12 situatedqa rows for `kiwix`" in done.stdout
     prior = ClassifierPrior.load(prior_out)
     assert prior.label == "kiwix" and prior.counts.tolist() == [12]
     assert prior_artefact.stat().st_mtime_ns == shipped_prior
@@ -164,6 +168,24 @@ def test_output_goes_with_shipped_only(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--output goes with --shipped" in done.stderr
     assert not (tmp_path / "x.json").exists()
+    done = run(
+        "--config", str(ROOT / "config.yaml"), "--unserved-prior-output", str(tmp_path / "p")
+    )
+    assert done.returncode == 2 and "--unserved-prior-output goes with --shipped" in done.stderr
+
+
+def test_the_unserved_prior_goes_where_asked_and_a_broken_one_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """`--unserved-prior-output` names where the `none` route's prior goes; a file there
+    that is not a prior is replaced by the refit, which is the shipped one."""
+    target = tmp_path / "none.npz"
+    target.write_text("not a prior")
+    args = ["--shipped", "--config", str(ROOT / "config.yaml"), "--output"]
+    done = run(*args, str(tmp_path / "c.json"), "--unserved-prior-output", str(target))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {target}" in done.stdout
+    assert ClassifierPrior.load(target).same_as(ClassifierPrior.load(UNSERVED_ARTEFACT))
 
 
 def test_a_dry_run_with_a_bad_config_exits_2_naming_it(tmp_path: Path) -> None:
