@@ -55,6 +55,7 @@ class DecomposeWords(_Section):
 class SentenceWords(_Section):
     statement_verbs: Words
     first_person: Words
+    own_affairs: Words
     context_subjects: Words
     delayed_subjects: Words
     greetings: Words

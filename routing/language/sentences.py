@@ -114,6 +114,7 @@ _WORLD_OPENERS = _WH_OPENERS | {"name"}
 # ...", "explain to me ...", the longest first ("explain to me" before "explain").
 _WORLD_REQUESTS = tuple(sorted(phrases(_WORDS.world_requests), key=len, reverse=True))
 _FIRST_PERSON = _WORDS.first_person
+_OWN_AFFAIRS = _WORDS.own_affairs
 
 
 def asks_about_the_world(words: list[str]) -> bool:
@@ -137,6 +138,12 @@ def _after_world_opener(words: list[str]) -> list[str] | None:
         if tuple(words[: len(phrase)]) == phrase:
             return words[len(phrase) :]
     return None
+
+
+def speaks_of_the_asker(words: list[str]) -> bool:
+    """ "why is my transfer late", "can we get a refund": the request is about the asker's
+    own affairs (a first-person word other than the "me" of "tell me ...")."""
+    return not _OWN_AFFAIRS.isdisjoint(words)
 
 
 def is_question(words: list[str]) -> bool:

@@ -179,6 +179,7 @@ def build_resolver(
             min_confidence=routing.min_confidence,
             model=model,
             defer_world_questions=semantic.ready if semantic is not None else None,
+            world_routes=frozenset(n for n, r in data.items() if r.about_the_world),
         ),
         DecisionCacheStage(decision_cache),
     ]

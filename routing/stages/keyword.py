@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from routing.chain.events import record
 from routing.chain.steps import Step
-from routing.language.sentences import asks_about_the_world
+from routing.language.sentences import asks_about_the_world, speaks_of_the_asker
 from routing.language.text import words
 from routing.stages.confidence import ConfidenceModel, Ranked, declined, load_model
 from routing.stages.keyword_rules import NONE, KeywordMatch, KeywordRules
@@ -30,6 +30,11 @@ _MEMO_SIZE = 2048  # the texts a household repeats, remembered (bounded)
 # meaning. (A `none` rule in such a question, "what time is it", is already weighed
 # against by the fitted confidence, `none_question`.)
 WORLD_QUESTION = "keyword: a question about the world, its meaning is weighed too"
+# And why it leaves a request about the asker's own affairs ("why is my transfer late") to
+# it when the rules give a route `about_the_world` (routing/stages/route_data.py): there a
+# rule word ("transfer") names a topic of the asker's business, which such a source rarely
+# serves.
+OWN_AFFAIRS = "keyword: the asker's own affairs, its meaning is weighed too"
 
 CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
 
@@ -42,7 +47,7 @@ class _Ranking(NamedTuple):
     confidence: float  # rounded, as the event shows it
     candidates: tuple[tuple[str, float, float], ...]  # (route, confidence, margin)
     declined: str | None  # why it declines (under `min_confidence`), else None
-    deferrable: bool  # a question about the world its rules give a source's route
+    deferred: str | None  # why it leaves the text to the semantic stage when that is ready
 
 
 class KeywordStage:
@@ -61,10 +66,13 @@ class KeywordStage:
         min_confidence: float | None = None,
         model: ConfidenceModel | None = None,
         defer_world_questions: Callable[[], bool] | None = None,
+        world_routes: frozenset[str] = frozenset(),
     ) -> None:
         """`labels`: every route the confidence ranks (default: those with rules).
         `defer_world_questions`: whether the semantic stage after this one is ready; while
-        it is, a question about the world is left to it (see `WORLD_QUESTION`)."""
+        it is, a question about the world is left to it (see `WORLD_QUESTION`), and so is
+        a request about the asker's own affairs its rules give one of `world_routes`
+        (see `OWN_AFFAIRS`)."""
         self.rules = rules
         self.escalation = escalation
         self.model = model or load_model()
@@ -73,6 +81,7 @@ class KeywordStage:
         )
         self.labels = labels or rules.routes
         self.defer_world_questions = defer_world_questions
+        self.world_routes = world_routes
         self._match = lru_cache(maxsize=_MEMO_SIZE)(rules.match)
         self._scores = lru_cache(maxsize=_MEMO_SIZE)(rules.scores)
         self._ranking = lru_cache(maxsize=_MEMO_SIZE)(self._rank)
@@ -84,7 +93,8 @@ class KeywordStage:
         if match is None:
             return None
         labels = [*self.labels, *(r for r in match.scores if r not in self.labels)]
-        world = asks_about_the_world(words(query))
+        said = words(query)
+        world = asks_about_the_world(said)
         ranked = self.model.keyword(labels, match.scores, world)
         candidates = tuple((c["route"], c["confidence"], c["margin"]) for c in ranked.candidates())
         reason = (
@@ -92,9 +102,13 @@ class KeywordStage:
             if ranked.confidence < self.min_confidence
             else None
         )
-        deferrable = world and ranked.winner != NONE
+        deferred = None
+        if ranked.winner != NONE and world:
+            deferred = WORLD_QUESTION
+        elif ranked.winner in self.world_routes and speaks_of_the_asker(said):
+            deferred = OWN_AFFAIRS
         confidence = round(ranked.confidence, 4)
-        return _Ranking(match, ranked, confidence, candidates, reason, deferrable)
+        return _Ranking(match, ranked, confidence, candidates, reason, deferred)
 
     def claim(self, text: str) -> str | None:
         """The route (or "none") the rules give `text` alone by more than a hint ("nearby"
@@ -122,11 +136,11 @@ class KeywordStage:
         matched = list(match.matched)
         why = ranking.declined
         ready = self.defer_world_questions
-        if why is None and ranking.deferrable and ready is not None and ready():
-            why = WORLD_QUESTION
+        if why is None and ranking.deferred and ready is not None and ready():
+            why = ranking.deferred
         if why is not None:
-            # A tie, words that point several ways, or a question about the world: the
-            # semantic stage weighs the words too.
+            # A tie, words that point several ways, a question about the world or the
+            # asker's own affairs: the semantic stage weighs the words too.
             record(
                 Step.INTENT_KEYWORD,
                 query=query,

@@ -9,10 +9,17 @@ upgrade of the package improves routing for everyone who never edited a rule. A 
       - current temperature ^2
     exemplars:              # example requests, for the semantic stage
       - will it rain tomorrow
+    about_the_world: false  # true for a source of facts about the world (see below)
 
 No route has a threshold: whether a stage decides is its calibrated confidence against
 `routing.min_confidence` (routing/stages/confidence.py). A `threshold` (or another key
 that once decided and no longer does) is refused, naming it, rather than kept silently.
+
+A route `about_the_world` (the encyclopedia, the web) answers what anyone could ask. A
+request about the asker's own affairs ("why is my transfer late") is rarely its, even
+when one of its keywords is in it ("transfer"), so the keyword stage leaves such a request
+to the semantic stage, which weighs the same keyword scores beside its meaning
+(routing/stages/keyword.py).
 
 `none.yaml` is the pseudo-route of requests no source serves (alarms, email, music): its
 matches end a part at a low-confidence default; it is never routed to.
@@ -28,6 +35,7 @@ Assistant merges `custom_sentences` over its shipped intents: what it lists is *
           disable_keywords: [scene]          # a shipped rule, by its text (weight optional)
           disable_exemplars: [what scenes do i have]
           description: "..."                 # replaces the shipped one
+          about_the_world: false             # replaces the shipped one
         sauna:                               # a new route, for a source named `sauna`
           keywords: [sauna]
           exemplars: [heat up the sauna]
@@ -140,6 +148,7 @@ class RouteFile(Strict):
     description: str = ""
     keywords: list[str] = Field(default_factory=list)
     exemplars: list[str] = Field(default_factory=list)
+    about_the_world: bool = False
 
 
 class RouteOverride(Strict):
@@ -156,6 +165,12 @@ class RouteOverride(Strict):
     disable_exemplars: list[str] = Field(
         default_factory=list, description="Shipped exemplars to drop, by their text."
     )
+    about_the_world: bool | None = Field(
+        default=None,
+        description="Whether the route answers questions about the world (replaces the "
+        "shipped setting): its keywords alone do not decide a request about the asker's "
+        "own affairs.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +181,7 @@ class Route:
     description: str = ""
     keywords: tuple[str, ...] = ()
     exemplars: tuple[str, ...] = ()
+    about_the_world: bool = False
 
 
 class RouteDataError(ValueError):
@@ -186,7 +202,13 @@ def parse_route_file(name: str, text: str) -> Route:
         data = RouteFile.model_validate(yaml.load(text, Loader=_LOADER) or {})
     except (yaml.YAMLError, ValidationError) as exc:
         raise RouteDataError(f"routing/routes/{name}.yaml: {exc}") from None
-    return Route(name, data.description, tuple(data.keywords), tuple(data.exemplars))
+    return Route(
+        name,
+        data.description,
+        tuple(data.keywords),
+        tuple(data.exemplars),
+        data.about_the_world,
+    )
 
 
 @lru_cache(maxsize=1)
@@ -253,5 +275,6 @@ def resolve_routes(
             extra.description if extra.description is not None else route.description,
             (*keywords, *extra.keywords),
             (*exemplars, *extra.exemplars),
+            route.about_the_world if extra.about_the_world is None else extra.about_the_world,
         )
     return resolved

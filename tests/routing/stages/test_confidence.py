@@ -14,7 +14,7 @@ import pytest
 
 from bench import routing_quality as rq
 from routing.chain.events import route_log
-from routing.language.sentences import asks_about_the_world
+from routing.language.sentences import asks_about_the_world, speaks_of_the_asker
 from routing.language.text import words
 from routing.stages.confidence import (
     FULL_FEATURES,
@@ -322,6 +322,22 @@ def test_a_question_about_the_world_is_told_from_its_words(
     query: str, about_the_world: bool
 ) -> None:
     assert asks_about_the_world(words(query)) is about_the_world
+
+
+@pytest.mark.parametrize(
+    ("query", "own"),
+    [
+        ("why is my transfer late", True),
+        ("can we get a refund", True),
+        ("I'd like the news", True),
+        ("tell me the capital of peru", False),  # the "me" of a request to the assistant
+        ("what is the capital of peru", False),
+    ],
+)
+def test_a_request_about_the_askers_own_affairs_is_told_from_its_words(
+    query: str, own: bool
+) -> None:
+    assert speaks_of_the_asker(words(query)) is own
 
 
 def test_asking_about_the_world_weighs_on_none_alone() -> None:

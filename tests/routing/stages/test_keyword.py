@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from routing.chain.events import route_log
-from routing.stages.keyword import WORLD_QUESTION, KeywordStage
+from routing.stages.keyword import OWN_AFFAIRS, WORLD_QUESTION, KeywordStage
 from routing.stages.keyword_rules import KeywordRules, parse_rule
 from routing.stages.resolver import Resolver
 from routing.types import ResolveContext
@@ -136,7 +136,33 @@ async def test_a_question_about_the_world_is_left_to_the_semantic_stage() -> Non
         assert event["candidates"][0]["route"] == "none"
         assert event.get("declined") != WORLD_QUESTION
     ranking = deferring._rank("what is the newest spotify alarm")
-    assert ranking is not None and not ranking.deferrable
+    assert ranking is not None and ranking.deferred is None
+
+
+async def test_the_askers_own_affairs_are_left_to_the_semantic_stage_for_world_routes() -> None:
+    """ "is the traffic fine on my account": a rule word of a route about the world names a
+    topic of the asker's business; the stage leaves it to the semantic stage, saying why.
+    The same words about the world, and the asker's own affairs for a route that is not
+    about the world (the home), are still decided by the rules; and so is everything while
+    the semantic stage is not ready."""
+    world = frozenset({"kiwix", "web"})
+    deferring = KeywordStage(RULES, defer_world_questions=lambda: True, world_routes=world)
+    not_ready = KeywordStage(RULES, defer_world_questions=lambda: False, world_routes=world)
+    context = ResolveContext()
+    with route_log() as log:
+        assert await deferring.decide("is the traffic fine on my account", context) is None
+        about_the_world = await deferring.decide("traffic on the bridge", ResolveContext())
+        home = await deferring.decide("turn my kitchen lights off", ResolveContext())
+    [declined, *decided] = log.snapshot()
+    assert declined["outcome"] == "declined" and declined["declined"] == OWN_AFFAIRS
+    assert declined["candidates"][0]["route"] == "web"
+    assert context.ranked is not None and context.ranked.winner == "web"
+    assert about_the_world is not None and about_the_world.route == "web"
+    assert home is not None and home.route == "ha"
+    assert [e["decision"] for e in decided] == ["web", "ha"]
+    with route_log():
+        unready = await not_ready.decide("is the traffic fine on my account", ResolveContext())
+    assert unready is not None and unready.route == "web"
 
 
 async def test_unserved_is_decided_as_no_source_at_all() -> None:

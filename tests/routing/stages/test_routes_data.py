@@ -109,6 +109,46 @@ async def test_a_disabled_rule_no_longer_decides() -> None:
     assert "current temperature ^2" not in resolved_routes(weighted)["forecast"].keywords
 
 
+def test_the_routes_about_the_world_are_the_encyclopedia_and_the_web() -> None:
+    """Shipped: kiwix and web answer questions about the world, the home, the forecast and
+    `none` do not. An override replaces the setting; a new route is not one unless it says
+    so; a value that is not true or false is refused naming the key."""
+    about = {name for name, r in shipped_routes().items() if r.about_the_world}
+    assert about == {"kiwix", "web"}
+    cfg = config(
+        {"routes": {"web": {"about_the_world": False}, "recipes": {"keywords": ["recipe"]}}},
+        extra_sources=("recipes",),
+    )
+    resolved = resolved_routes(cfg)
+    assert not resolved["web"].about_the_world and resolved["kiwix"].about_the_world
+    assert not resolved["recipes"].about_the_world
+    own = config({"routes": {"recipes": {"about_the_world": True}}}, extra_sources=("recipes",))
+    assert resolved_routes(own)["recipes"].about_the_world
+    with pytest.raises(ConfigError, match="about_the_world"):
+        config({"routes": {"web": {"about_the_world": "sometimes"}}})
+
+
+async def test_a_request_about_ones_own_affairs_is_weighed_by_meaning_too() -> None:
+    """With the shipped routes and the semantic stage, a request about one's bank card whose
+    rule word is the encyclopedia's ("explain") is declined by the keyword stage for its
+    own affairs, and ends unrouted (no source here serves a bank card); the same word in a
+    request about the world is the rules'."""
+    from search.config import load_config
+    from search.traces.records import NullTraceSink
+
+    service = Service(load_config(ROOT / "config.yaml"), traces=NullTraceSink(), household=None)
+    await service.start(sources=False)
+    try:
+        own = await service.search("explain why my card was declined", dry_run=True, explain=True)
+        world = await service.search("explain photosynthesis", dry_run=True, explain=True)
+    finally:
+        await service.aclose()
+    [keyword] = [e for e in own.chain if e["step"] == "intent_keyword"]
+    assert keyword["outcome"] == "declined" and "own affairs" in keyword["declined"]
+    assert [(r.route, r.stage) for r in own.results] == [(None, "intent_default")]
+    assert [(r.route, r.stage) for r in world.results] == [("kiwix", "intent_keyword")]
+
+
 def test_a_disabled_exemplar_is_left_out() -> None:
     exemplar = shipped_routes()["ha"].exemplars[0]
     cfg = config({"routes": {"ha": {"disable_exemplars": [exemplar.upper()]}}})
