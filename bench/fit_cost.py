@@ -3,9 +3,10 @@
 Runs the shipped fit in-process (model load and fit-corpus encoding included; the
 encodings are cached on disk by model and text, so `--cold` clears that cache first to
 time a first fit) and prints the seconds, the rows, and the artefact's size beside the
-route data it reads at start-up. With `--situatedqa DIR` it first times the fit of the
-exemplar classifier's prior (routing/fitting/prior_fit.py), fits the weights with it as
-`search fit` does, and then times the fit of the time-sensitivity model
+route data it reads at start-up. It first times the fit of the `none` route's classifier
+prior from the committed Banking77 requests (routing/fitting/prior_fit.py), as `search fit
+--shipped` always does. With `--situatedqa DIR` it also times the fit of the encyclopedia
+route's prior, fits the weights with both as `search fit` does, and then times the fit of the time-sensitivity model
 (routing/fitting/time_fit.py), sizing both artefacts; without it the shipped ones are
 sized. Nothing is written to routing/fitted/.
 
@@ -45,18 +46,28 @@ def main(argv: list[str] | None = None) -> int:
 
     config = load_config(args.config)
     rows = fit.shipped_rows()
+    from routing.fitting import prior_fit
     from routing.stages.classifier_prior import ARTEFACT as PRIOR_ARTEFACT
+    from routing.stages.classifier_prior import load_priors
+    from routing.stages.embedder import load_embedder
 
-    prior: Any = "shipped"
+    embedder = load_embedder(config.routing.semantic.model_path)
+    started = time.perf_counter()
+    unserved = prior_fit.fit_unserved(embedder)
+    unserved_seconds = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as scratch:
+        written = Path(scratch) / "classifier_prior_none.npz"
+        unserved.save(written)
+        unserved_bytes = written.stat().st_size
+    priors: list[Any] = [p for p in load_priors() if p.label != unserved.label]
     prior_seconds = None
     if args.situatedqa:
-        from routing.fitting import prior_fit, time_fit
-        from routing.stages.embedder import load_embedder
+        from routing.fitting import time_fit
 
-        embedder = load_embedder(config.routing.semantic.model_path)
         started = time.perf_counter()
         questions = time_fit.read_situatedqa(Path(args.situatedqa))
         prior = prior_fit.fit_with(embedder, questions)
+        priors = [prior]
         prior_seconds = time.perf_counter() - started
         with tempfile.TemporaryDirectory() as scratch:
             written = Path(scratch) / "classifier_prior.npz"
@@ -65,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         prior_bytes = PRIOR_ARTEFACT.stat().st_size
     started = time.perf_counter()
-    model, _ = asyncio.run(fit.fit(config, rows=rows, prior=prior))
+    model, _ = asyncio.run(fit.fit(config, rows=rows, priors=[*priors, unserved]))
     seconds = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as scratch:
         written = Path(scratch) / "confidence.json"
@@ -76,8 +87,6 @@ def main(argv: list[str] | None = None) -> int:
 
     time_seconds = None
     if args.situatedqa:
-        from routing.stages.embedder import load_embedder
-
         started = time.perf_counter()
         questions = time_fit.training_questions(Path(args.situatedqa))
         vectors = load_embedder(config.routing.semantic.model_path).encode_exemplars(
@@ -105,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         + f"artefact {prior_bytes:,} bytes"
     )
     print(
+        f"`none` classifier prior: {unserved_seconds:.1f} s to fit, "
+        f"artefact {unserved_bytes:,} bytes"
+    )
+    print(
         "time-sensitivity model: "
         + (f"{time_seconds:.1f} s to fit, " if time_seconds is not None else "")
         + f"artefact {time_artefact:,} bytes"
@@ -130,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 "time_model_bytes": time_artefact,
                 "prior_seconds": None if prior_seconds is None else round(prior_seconds, 1),
                 "prior_bytes": prior_bytes,
+                "unserved_prior_seconds": round(unserved_seconds, 1),
+                "unserved_prior_bytes": unserved_bytes,
             },
         )
     return 0

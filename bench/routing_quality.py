@@ -541,7 +541,11 @@ def cost_lines() -> list[str]:
             f"{f['rows']:,} rows; artefact {f['artefact_bytes'] / 1024:.1f} kB, route data "
             f"{f['route_data_bytes'] / 1024:.0f} kB ({f['exemplars']:,} exemplars)"
         )
-        for what, key in (("classifier prior", "prior"), ("time-sensitivity model", "time_model")):
+        for what, key in (
+            ("classifier prior", "prior"),
+            ("`none` classifier prior", "unserved_prior"),
+            ("time-sensitivity model", "time_model"),
+        ):
             if f.get(f"{key}_bytes"):
                 took = f.get(f"{key}_seconds")
                 lines.append(
