@@ -90,16 +90,16 @@ def test_the_shipped_priors_are_in_the_bundled_models_space() -> None:
     assert kiwix.made_by(probe) and unserved.made_by(probe)
 
 
-def test_the_prior_pulls_its_label_towards_its_points_and_no_other() -> None:
+def three_labels(*none: list[float]) -> ExemplarIndex:
+    """kiwix and web exemplars on the third and fourth axes; `none`'s where given."""
     groups = {"kiwix": ["a", "b"], "web": ["c", "d"], "none": ["e", "f"]}
-    vectors = np.asarray(
-        [
-            unit(np.asarray(v, dtype=np.float64))
-            for v in ([0, 0, 1, 0.2], [0, 0.2, 1, 0], [0, 0, 0.2, 1], [0.2, 0, 0, 1])
-            + ([1, 0, 0, 0.1], [1, 0.1, 0, 0])
-        ]
-    )
-    index = ExemplarIndex(groups, vectors)
+    written = ([0, 0, 1, 0.2], [0, 0.2, 1, 0], [0, 0, 0.2, 1], [0.2, 0, 0, 1])
+    vectors = np.asarray([unit(np.asarray(v, dtype=np.float64)) for v in (*written, *none)])
+    return ExemplarIndex(groups, vectors)
+
+
+def test_the_prior_pulls_its_label_towards_its_points_and_no_other() -> None:
+    index = three_labels([1, 0, 0, 0.1], [1, 0.1, 0, 0])
     query = unit(np.asarray([0.9, 0.3, 0.0, 0.0]))  # near the prior's points and `none`
     alone = LabelClassifier(index).probabilities(query)
     helped = LabelClassifier(index, priors=[prior()])
@@ -113,15 +113,7 @@ def test_the_prior_pulls_its_label_towards_its_points_and_no_other() -> None:
 def test_two_priors_each_pull_their_own_label() -> None:
     """A `none` prior near one query and a `kiwix` prior near another: each query moves
     towards its own prior's label, and both are named in the chain's source."""
-    groups = {"kiwix": ["a", "b"], "web": ["c", "d"], "none": ["e", "f"]}
-    vectors = np.asarray(
-        [
-            unit(np.asarray(v, dtype=np.float64))
-            for v in ([0, 0, 1, 0.2], [0, 0.2, 1, 0], [0, 0, 0.2, 1], [0.2, 0, 0, 1])
-            + ([0.2, 0.2, 1, 1], [0.3, 0, 1, 1])
-        ]
-    )
-    index = ExemplarIndex(groups, vectors)
+    index = three_labels([0.2, 0.2, 1, 1], [0.3, 0, 1, 1])
     towards_kiwix = unit(np.asarray([0.9, 0.3, 0.0, 0.0]))  # the kiwix prior's points
     unserved = ClassifierPrior(
         "none",
