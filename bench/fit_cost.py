@@ -6,9 +6,9 @@ time a first fit) and prints the seconds, the rows, and the artefact's size besi
 route data it reads at start-up. It first times the fit of the `none` route's classifier
 prior from the committed Banking77 requests (routing/fitting/prior_fit.py), as `search fit
 --shipped` always does. With `--situatedqa DIR` it also times the fit of the encyclopedia
-route's prior, fits the weights with both as `search fit` does, and then times the fit of the time-sensitivity model
-(routing/fitting/time_fit.py), sizing both artefacts; without it the shipped ones are
-sized. Nothing is written to routing/fitted/.
+route's prior, fits the weights with both as `search fit` does, and then times the fit of
+the time-sensitivity model (routing/fitting/time_fit.py), sizing each artefact; without
+it the shipped ones are sized. Nothing is written to routing/fitted/.
 
     .venv/bin/python bench/fit_cost.py [--config config.yaml] [--cold]
         [--situatedqa DIR] [--json-out PATH]
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         written = Path(scratch) / "classifier_prior_none.npz"
         unserved.save(written)
         unserved_bytes = written.stat().st_size
-    priors: list[Any] = [p for p in load_priors() if p.label != unserved.label]
+    priors: list[Any] = [p for p in load_priors() if p.label == prior_fit.LABEL]
     prior_seconds = None
     if args.situatedqa:
         from routing.fitting import time_fit

@@ -23,7 +23,8 @@ Then each file routed by a confidence fitted without its corpus (leave-one-corpu
 confidently, the held-out calibration error), how many gibberish strings end at
 `intent_default`, and how many requests no source serves are routed to one anyway
 (routing/fit_data/staged/banking77_check.jsonl: Banking77 train rows that the `none`
-route's classifier prior was not fitted on; at most 10%, as for unserved rows above). The targets are checked against those, not the in-corpus ones.
+route's classifier prior was not fitted on; at most 10%, as for unserved rows above). The
+targets are checked against those, not the in-corpus ones.
 
     .venv/bin/python bench/routing_quality.py [--config config.yaml] [--eval-dir DIR]
         [--half all|tune|holdout] [--errors N] [--json]

@@ -106,18 +106,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _fit_shipped(config: Any, args: argparse.Namespace) -> int:
-    from routing.fitting import fit
+    from routing.fitting import fit, prior_fit
     from routing.stages.classifier_prior import load_priors
 
     rows = fit.shipped_rows()
     if not rows:
         raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
     questions = _time_questions(args.situatedqa) if args.situatedqa else None
-    priors = [_fit_unserved_prior(config, args)]
     if questions is not None:
-        priors.insert(0, _fit_prior(config, args, questions))
-    else:
-        priors[:0] = [p for p in load_priors() if p.label != priors[-1].label]
+        encyclopedia = [_fit_prior(config, args, questions)]
+    else:  # the shipped one (its questions are not in the repository)
+        encyclopedia = [p for p in load_priors() if p.label == prior_fit.LABEL]
+    priors = [*encyclopedia, _fit_unserved_prior(config, args)]
     progress(f"fitting on {len(rows)} utterances of the shipped corpora")
     model, report = asyncio.run(fit.fit(config, rows=rows, priors=priors))
     if args.json:
