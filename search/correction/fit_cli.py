@@ -113,11 +113,12 @@ def _fit_shipped(config: Any, args: argparse.Namespace) -> int:
     if not rows:
         raise NoFitData(f"no fit data in {fit.FIT_DATA}: nothing was written")
     questions = _time_questions(args.situatedqa) if args.situatedqa else None
+    unserved = _fit_unserved_prior(config, args)  # first: its rows are package data
     if questions is not None:
         encyclopedia = [_fit_prior(config, args, questions)]
     else:  # the shipped one (its questions are not in the repository)
         encyclopedia = [p for p in load_priors() if p.label == prior_fit.LABEL]
-    priors = [*encyclopedia, _fit_unserved_prior(config, args)]
+    priors = [*encyclopedia, unserved]
     progress(f"fitting on {len(rows)} utterances of the shipped corpora")
     model, report = asyncio.run(fit.fit(config, rows=rows, priors=priors))
     if args.json:
@@ -174,7 +175,10 @@ def _fit_unserved_prior(config: Any, args: argparse.Namespace) -> Any:
 
     progress("fitting the `none` route's classifier prior")
     embedder = load_embedder(config.routing.semantic.model_path)
-    prior = prior_fit.fit_unserved(embedder)
+    try:
+        prior = prior_fit.fit_unserved(embedder)
+    except (OSError, ValueError, KeyError) as exc:  # missing, unreadable or too few rows
+        raise NoFitData(f"the `none` route's prior: {exc}: nothing was written") from exc
     say(prior_fit.render(prior))
     path = Path(args.unserved_prior_output or UNSERVED_ARTEFACT)
     if path.is_file() and _readable_prior(path, prior):

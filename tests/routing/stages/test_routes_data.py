@@ -339,6 +339,10 @@ def test_an_installed_wheel_carries_the_routes_and_word_lists(tmp_path: Path) ->
     [wheel] = wheels.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"routing/routes/{n}.yaml" for n in SHIPPED} | {"routing/words.yaml"} <= names
+    # the fitted artefacts, and the staged rows `search fit --shipped` refits a prior from
+    fitted = {"confidence.json", "classifier_prior.npz", "classifier_prior_none.npz"}
+    assert {f"routing/fitted/{name}" for name in fitted} <= names
+    assert "routing/fit_data/staged/banking77.jsonl" in names
     subprocess.run(
         [*pip, "install", "--no-deps", "--target", str(target), str(wheel)],
         check=True,

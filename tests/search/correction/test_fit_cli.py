@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -9,11 +10,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from routing.stages.classifier_prior import ARTEFACT as prior_artefact
 from routing.stages.classifier_prior import UNSERVED_ARTEFACT, ClassifierPrior
 from routing.stages.confidence import ConfidenceModel, load_model
 from routing.stages.time_sensitivity import TimeSensitivityModel
+from search.config import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -194,3 +197,24 @@ def test_a_dry_run_with_a_bad_config_exits_2_naming_it(tmp_path: Path) -> None:
     done = run("--config", str(bad), "--dry-run")
     assert done.returncode == 2
     assert "routing.min_confidence" in done.stderr
+
+
+def test_missing_rows_for_the_unserved_prior_are_an_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A package without its staged rows (or with unreadable ones) refuses by name and
+    writes no prior."""
+    from routing.fitting import prior_fit
+    from search.correction import fit_cli
+
+    def missing(embedder: object) -> None:
+        raise FileNotFoundError("routing/fit_data/staged/banking77.jsonl")
+
+    monkeypatch.setattr(prior_fit, "fit_unserved", missing)
+    monkeypatch.setattr("routing.stages.embedder.load_embedder", lambda *a, **k: object())
+    target = tmp_path / "none.npz"
+    args = argparse.Namespace(unserved_prior_output=str(target), dry_run=False)
+    config = load_config(ROOT / "config.yaml")
+    with pytest.raises(fit_cli.NoFitData, match="`none` route's prior: .*banking77.jsonl"):
+        fit_cli._fit_unserved_prior(config, args)
+    assert not target.exists()
