@@ -376,6 +376,7 @@ class Router:
                 context.embedding,
                 by_rule=ruled,
                 confidence=decision.confidence,
+                ranked=decision.ranked,
             )
             circumstances = Circumstances(
                 dry_run=context.dry_run,

@@ -24,6 +24,9 @@ class Decision:
     # state-changing command when it did not (routing/dispatch/control.py).
     confident: bool = True
     confidence: float | None = None  # calibrated, 0-1 (routing/stages/confidence.py)
+    # What it beat: every candidate route with its confidence, on the same scale (None when
+    # the stage ranked nothing, as a household's label or a session's follow-up).
+    ranked: Ranked | None = None
 
     @property
     def unserved(self) -> bool:

@@ -84,7 +84,8 @@ class Step(StrEnum):
         "sent to a live source; with that source disabled (`reason`) the snapshot answers "
         "after it, and with none configured (`to_route` unchanged) the snapshot answers; "
         "its answer may be old. A part sent elsewhere states its new route's `confidence`: "
-        "the stage's times how likely the redirect is right.",
+        "the stage's in the snapshot and live routes together times how likely the "
+        "redirect is right.",
     )
     TIME_STABLE = (
         "time_stable",

@@ -18,8 +18,9 @@ keyword rules routed has no embedding yet: reading it costs one (about 15 ms on 
 once per question, since the probability is remembered per normalised text.
 
 A part sent elsewhere no longer has the stage's confidence: the stage was sure of the
-snapshot route, not of the live one. Its confidence becomes the stage's times how likely the
-redirect is right (`confidence` on the event, and the part's result): the model's
+snapshot route, not of the live one. Its confidence becomes the stage's in the two routes
+together (that it is a question for either) times how likely the redirect is right
+(`confidence` on the event, and the part's result): the model's
 probability when it alone said so, the share of time-sensitive questions among those its
 cue kind marks (as the time model's fit measured it) when a cue said so, the larger of the
 two when the model had to confirm the cue, and one minus the model's probability for a
@@ -52,6 +53,7 @@ from routing.dispatch.dispatcher import Dispatcher
 from routing.language.sentences import asks_about_the_world
 from routing.language.text import normalise, words
 from routing.language.time_sensitive import time_cue
+from routing.stages.confidence import Ranked
 from routing.stages.time_sensitivity import TimeSensitivityModel, Verdict
 
 Embed = Callable[[str], Awaitable[Any]]  # a text's normalised embedding (None: no model)
@@ -152,13 +154,15 @@ class LiveRedirect:
         *,
         by_rule: bool = False,
         confidence: float | None = None,
+        ranked: Ranked | None = None,
     ) -> Routed:
         """The route `text` goes to, recording `time_sensitive` when its time words (or the
         model) change it, or would, had a live source been enabled, and `time_stable` when
         the model sends it from the live route to a snapshot. `embedding`: the part's, when
         a stage already computed it. `by_rule`: the keyword rules named `route` too (a
         semantic decision they back is not one by likeness alone). `confidence`: the
-        stage's, which a redirect scales by how likely it is right."""
+        stage's, and `ranked`, what it beat: a redirect states how likely the part is one
+        of the two routes at all (`_either`) times how likely the redirect is right."""
         if not self.config.enabled or stage in KEPT_STAGES:
             return Routed(route)
         to_live = route in self.from_routes
@@ -171,9 +175,21 @@ class LiveRedirect:
         # (most parts are neither: a forecast, a command; they pay for nothing below)
         if not (to_live or to_snapshot) or self.dispatcher.is_command(text):
             return Routed(route)
+        either = self._either(confidence, ranked)
         if to_live:
-            return await self._to_live(text, route, embedding, confidence)
-        return await self._to_snapshot(text, route, embedding, confidence)
+            return await self._to_live(text, route, embedding, either)
+        return await self._to_snapshot(text, route, embedding, either)
+
+    def _either(self, confidence: float | None, ranked: Ranked | None) -> float | None:
+        """How likely the part is a question for the snapshot or the live route, the two a
+        redirect chooses between: the stage's confidence in both together. Its confidence in
+        the one it chose alone counts against the part every question the fit was told is
+        the other's ("the current mayor" labelled web where the stage said kiwix), which the
+        redirect is for: that product states less than it gets right."""
+        if confidence is None or ranked is None:
+            return confidence
+        between = {self.config.live_route, *self.from_routes}
+        return min(1.0, sum(p for route, p in ranked.routes if route in between))
 
     def _likely(self, verdict: Verdict) -> float | None:
         """How likely a time-sensitive verdict is right (None: nothing measured says)."""

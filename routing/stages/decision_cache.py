@@ -163,7 +163,7 @@ class DecisionCacheStage:
                 origin=hit.origin,
                 **_confidence(hit),
             )
-            return Decision(hit.route, self.name, confidence=hit.confidence)
+            return Decision(hit.route, self.name, confidence=hit.confidence, ranked=hit.ranked())
         if self.cache.shared is None:
             return None
         hit = await self.cache.get_shared(query)
@@ -178,7 +178,7 @@ class DecisionCacheStage:
             tier="shared",
             **_confidence(hit),
         )
-        return Decision(hit.route, self.name, confidence=hit.confidence)
+        return Decision(hit.route, self.name, confidence=hit.confidence, ranked=hit.ranked())
 
 
 def _encode(decision: CachedDecision) -> dict[str, Any]:

@@ -187,4 +187,4 @@ class KeywordStage:
             fresh = await self.escalation.escalate(query, context, route)
             if fresh is not None:
                 return fresh
-        return Decision(route, self.name, confidence=ranked.confidence)
+        return Decision(route, self.name, confidence=ranked.confidence, ranked=ranked)

@@ -499,7 +499,7 @@ class LLMStage:
                 context,
                 stated.ranked.routes[:CANDIDATES_SHOWN],
             )
-        return Decision(answer.route, self.name, confidence=stated.confidence)
+        return Decision(answer.route, self.name, confidence=stated.confidence, ranked=stated.ranked)
 
     async def escalate(
         self, query: str, context: ResolveContext, keyword_route: str
@@ -510,4 +510,4 @@ class LLMStage:
         if consulted is None or consulted[0].route is None:
             return None
         answer, stated = consulted
-        return Decision(answer.route, self.name, confidence=stated.confidence)
+        return Decision(answer.route, self.name, confidence=stated.confidence, ranked=stated.ranked)

@@ -440,7 +440,9 @@ class SemanticStage:
                     confidence.confidence,
                     confidence.routes[: self.config.top_k],
                 )
-            return Decision(confidence.winner, self.name, confidence=confidence.confidence)
+            return Decision(
+                confidence.winner, self.name, confidence=confidence.confidence, ranked=confidence
+            )
         unserved = sure and confidence.winner == NONE
         fields = (
             {}

@@ -380,12 +380,19 @@ def _stage_confidence(chain: list[dict[str, Any]]) -> float:
     return [e for e in chain if e["step"].startswith("intent_")][-1]["confidence"]
 
 
+def _either_confidence(chain: list[dict[str, Any]]) -> float:
+    """The deciding stage's confidence in kiwix and web together, from its candidates (the
+    event shows the best three; the others hold less than the third each)."""
+    [*_, decided] = [e for e in chain if e["step"].startswith("intent_")]
+    return sum(c["confidence"] for c in decided["candidates"] if c["route"] in {"kiwix", "web"})
+
+
 async def test_a_redirected_part_states_how_sure_routing_is_of_its_new_route(
     build: Build,
 ) -> None:
-    """The stage was sure of kiwix, not of web: a part the time words send live states the
-    stage's confidence times how likely the redirect is right, on the event and the result,
-    answered or planned."""
+    """The stage chose kiwix, not web: a part the time words send live states how likely
+    the stage found it a question for either of the two times how likely the redirect is
+    right, on the event and the result, answered or planned."""
     svc = await build(LIVE)
     live = svc.router.live
     for dry_run in (True, False):
@@ -393,18 +400,20 @@ async def test_a_redirected_part_states_how_sure_routing_is_of_its_new_route(
         (event,) = steps(outcome.chain, "time_sensitive")
         (part,) = outcome.body["results"]
         stated = _stage_confidence(outcome.chain)
+        either = _either_confidence(outcome.chain)
+        assert stated <= either <= 1.0
         # "the current" is a cue trusted alone: its measured share of time-sensitive questions
         assert event["kind"] == "present"
-        expected = stated * live.cue_precision["present"]
-        assert event["confidence"] == part["confidence"] == pytest.approx(expected, abs=1e-4)
-        assert part["confidence"] < stated and part["route"] == "web"
+        expected = either * live.cue_precision["present"]
+        assert event["confidence"] == part["confidence"] == pytest.approx(expected, abs=1e-3)
+        assert part["confidence"] < either and part["route"] == "web"
     # the model alone: its own probability
     outcome = await svc.search("who won the last world cup", explain=True, dry_run=True)
     (event,) = steps(outcome.chain, "time_sensitive")
     assert event["kind"] == "model"
-    expected = _stage_confidence(outcome.chain) * event["probability"]
+    expected = _either_confidence(outcome.chain) * event["probability"]
     assert outcome.body["results"][0]["confidence"] == event["confidence"]
-    assert event["confidence"] == pytest.approx(expected, abs=1e-4)
+    assert event["confidence"] == pytest.approx(expected, abs=1e-3)
     # an untouched part keeps the stage's own
     plain = await svc.search("who wrote Romeo and Juliet", explain=True, dry_run=True)
     stated = _stage_confidence(plain.chain)
@@ -417,9 +426,9 @@ async def test_a_part_sent_to_the_snapshot_states_the_model_s_fixed_reading(buil
     svc = await build(LIVE, semantic={"enabled": True, "top_k": 3, "exemplars": reviews})
     outcome = await svc.search(question, explain=True, dry_run=True)
     (event,) = steps(outcome.chain, "time_stable")
-    expected = _stage_confidence(outcome.chain) * (1 - event["probability"])
+    expected = _either_confidence(outcome.chain) * (1 - event["probability"])
     assert event["confidence"] == outcome.body["results"][0]["confidence"]
-    assert event["confidence"] == pytest.approx(expected, abs=1e-4)
+    assert event["confidence"] == pytest.approx(expected, abs=1e-3)
 
 
 async def test_with_no_live_source_the_part_keeps_the_stage_s_confidence(demo_zim: Path) -> None:
