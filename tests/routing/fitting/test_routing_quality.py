@@ -15,7 +15,8 @@ in the fit) would flatter it more. The sources are swapped for the scripted test
   routing worse on the left-out corpora fails here. Every floor (and ceiling) holds the issue's
   target too (85% per source and compound, <= 10% of `none` routed confidently), checked
   on the numbers themselves, so a floor cannot be lowered past its target unnoticed.
-- Calibration (ECE <= 0.05) on each left-out corpus, and gibberish at the default.
+- Calibration (ECE <= 0.05) on each left-out corpus, gibberish at the default, and
+  requests no source serves (Banking77 rows in no fit) rarely routed to one.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ SLACK = 0.015
 TRIVIA = rq.fit_only_name("opentriviaqa")  # a fit corpus with no evaluation file
 FLOORS: dict[str, dict[str, float]] = {
     "ha_intents_tests.jsonl": {"ha": 0.952, "*": 0.952},
-    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.895, "kiwix": 0.767, "web": 0.883, "*": 0.895},
+    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.904, "kiwix": 0.767, "web": 0.883, "*": 0.895},
     "slurp_devel_compound.jsonl": {"*": 0.792},
     "mixsnips_dev.jsonl": {"*": 0.933},
-    TRIVIA: {"kiwix": 0.902},
+    TRIVIA: {"kiwix": 0.912},
 }
 # Since 2026-12-03 the exemplar classifier also trains on the prior of SituatedQA's stable
 # questions (routing/stages/classifier_prior.py): SituatedQA's dev questions 75.3% -> 80.5%
@@ -67,6 +68,11 @@ SHORT_OF_TARGET = {
     "'what age is ...' of living people as such, as the routing issue asks",
 }
 NONE_CONFIDENT_CEILING = {"slurp_devel.jsonl": 0.083, "ha_intents_tests.jsonl": 0.067}
+# Of Banking77's check rows (routing/fit_data/staged/banking77_check.jsonl: requests no
+# source serves, in no fit), the share routed to a source with the shipped artefacts: 8.7%
+# since the `none` route's classifier prior and the own-affairs deferral (2026-12-06); the
+# slack stops at the target.
+UNSERVED_CHECK_CEILING = 0.087
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +129,13 @@ def test_confidence_is_calibrated_on_a_left_out_corpus(
 def test_gibberish_never_gets_a_confident_route(config: object) -> None:
     defaulted, total = asyncio.run(rq.gibberish_defaults(config))
     assert defaulted == total
+
+
+def test_requests_no_source_serves_are_rarely_routed(config: object) -> None:
+    routed, total = asyncio.run(rq.unserved_routed(config))
+    assert total == 380
+    allowed = min(UNSERVED_CHECK_CEILING + SLACK, rq.NONE_CONFIDENT_MAX)  # and the target
+    assert routed / total <= allowed + 1e-9, f"{routed}/{total} routed"
 
 
 def test_every_floor_holds_the_issues_target() -> None:
