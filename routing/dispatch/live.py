@@ -103,6 +103,7 @@ class LiveRedirect:
         self.config = config
         self.cue_precision = dict(cue_precision or {})
         self.from_routes = frozenset(config.from_routes)
+        self._between = self.from_routes | {config.live_route}  # the routes a redirect weighs
         self.model = model if embed is not None else None
         self.embed = embed
         # the model's probability per normalised text: a pure function of the words
@@ -188,8 +189,7 @@ class LiveRedirect:
         redirect is for: that product states less than it gets right."""
         if confidence is None or ranked is None:
             return confidence
-        between = {self.config.live_route, *self.from_routes}
-        return min(1.0, sum(p for route, p in ranked.routes if route in between))
+        return min(1.0, sum(p for route, p in ranked.routes if route in self._between))
 
     def _likely(self, verdict: Verdict) -> float | None:
         """How likely a time-sensitive verdict is right (None: nothing measured says)."""

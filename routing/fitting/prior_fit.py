@@ -1,12 +1,12 @@
 """Fit the exemplar classifier's priors (routing/stages/classifier_prior.py).
 
-The encyclopedia route's, from SituatedQA. Rows: the questions of SituatedQA's temporal train split whose answer does not depend on
-when they are asked (read as routing/fitting/time_fit.py reads them: from a local copy,
-without the rows taken from WebQuestions, never a dev or test split). Each is embedded
-by the configured model, and k-means (CENTROIDS clusters, fewer for a small corpus so that
-each stands for PER_CENTROID questions on average and none for fewer than SMALLEST;
-assigned by cosine similarity; seeded)
-reduces them to weighted centroids: the same rows and model give the same file.
+The encyclopedia route's, from SituatedQA. Rows: the questions of SituatedQA's temporal
+train split whose answer does not depend on when they are asked (read as
+routing/fitting/time_fit.py reads them: from a local copy, without the rows taken from
+WebQuestions, never a dev or test split). Each is embedded by the configured model, and
+k-means (CENTROIDS clusters, fewer for a small corpus so that each stands for PER_CENTROID
+questions on average and none for fewer than SMALLEST; assigned by cosine similarity;
+seeded) reduces them to weighted centroids: the same rows and model give the same file.
 
 SHARE, the centroids' total weight against the encyclopedia route's exemplars, was chosen
 on the leave-one-corpus-out figures of bench/routing_quality.py and SituatedQA's dev split

@@ -154,11 +154,10 @@ class LabelClassifier:
         weights = (len(targets) / (len(self.labels) * counts))[targets].astype(np.float32)
         # The priors whose label is one of these (a configuration without it has none).
         self.priors = tuple(p for p in priors if p.label in self.labels)
-        exemplar_weights = weights
+        exemplar_targets, exemplar_weights = targets, weights  # what each prior's share is of
         for prior in self.priors:
             label = self.labels.index(prior.label)
-            total = float(exemplar_weights[targets[: len(exemplar_weights)] == label].sum())
-            total *= prior.share
+            total = float(exemplar_weights[exemplar_targets == label].sum()) * prior.share
             x = np.concatenate([x, prior.centroids.astype(np.float32)])
             targets = np.concatenate([targets, np.full(len(prior.counts), label)])
             weights = np.concatenate(
@@ -323,15 +322,17 @@ class SemanticStage:
         if not self.priors or self.embedder is None:
             return ()
         probe = await run_inference(self.embedder.encode_one, PROBE)
-        usable = tuple(prior for prior in self.priors if prior.made_by(probe))
+        usable = []
         for prior in self.priors:
-            if not prior.made_by(probe):
+            if prior.made_by(probe):
+                usable.append(prior)
+            else:
                 log.warning(
                     "routing.semantic: the classifier prior for %r was made with another "
                     "embedding model; the classifier trains without it",
                     prior.label,
                 )
-        return usable
+        return tuple(usable)
 
     async def embed(self, query: str) -> np.ndarray | None:
         """The query's normalised embedding (None until started)."""

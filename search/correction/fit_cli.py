@@ -181,7 +181,7 @@ def _fit_unserved_prior(config: Any, args: argparse.Namespace) -> Any:
         raise NoFitData(f"the `none` route's prior: {exc}: nothing was written") from exc
     say(prior_fit.render(prior))
     path = Path(args.unserved_prior_output or UNSERVED_ARTEFACT)
-    if path.is_file() and _readable_prior(path, prior):
+    if path.is_file() and _holds(path, prior):
         say(f"{path}: unchanged")  # the shipped rows reproduce it: a fit writes only --output
     elif not args.dry_run:
         prior.save(path)
@@ -189,7 +189,7 @@ def _fit_unserved_prior(config: Any, args: argparse.Namespace) -> Any:
     return prior
 
 
-def _readable_prior(path: Path, prior: Any) -> bool:
+def _holds(path: Path, prior: Any) -> bool:
     """Whether the prior at `path` is `prior` (False for an unreadable file)."""
     from routing.stages.classifier_prior import ClassifierPrior
 
