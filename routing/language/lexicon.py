@@ -56,6 +56,7 @@ class SentenceWords(_Section):
     statement_verbs: Words
     first_person: Words
     own_affairs: Words
+    addressee_affairs: Words
     context_subjects: Words
     delayed_subjects: Words
     greetings: Words

@@ -115,19 +115,22 @@ _WORLD_OPENERS = _WH_OPENERS | {"name"}
 _WORLD_REQUESTS = tuple(sorted(phrases(_WORDS.world_requests), key=len, reverse=True))
 _FIRST_PERSON = _WORDS.first_person
 _OWN_AFFAIRS = _WORDS.own_affairs
+_ADDRESSEE_AFFAIRS = _WORDS.addressee_affairs
+_NOT_ABOUT_THE_WORLD = _FIRST_PERSON | _ADDRESSEE_AFFAIRS
 
 
 def asks_about_the_world(words: list[str]) -> bool:
     """ "who sang the theme song", "when did the first season air", "name a film by ...",
     "tell me about the album ...": a question word (or an imperative that asks for a fact)
-    opens it and nothing after that is the asker's own ("my calendar", "our flight"). Such
-    a question is rarely one no source serves, whatever its topic words ("song", "album")."""
+    opens it and nothing after that is the asker's own ("my calendar", "our flight") or the
+    addressee's ("your opening hours", "your name"). Such a question is rarely one no
+    source serves, whatever its topic words ("song", "album")."""
     if len(words) < 3:
         return False
     asked = _after_world_opener(words)
     if not asked:
         return False
-    return not _FIRST_PERSON.intersection(asked)
+    return _NOT_ABOUT_THE_WORLD.isdisjoint(asked)
 
 
 def _after_world_opener(words: list[str]) -> list[str] | None:
@@ -144,6 +147,13 @@ def speaks_of_the_asker(words: list[str]) -> bool:
     """ "why is my transfer late", "can we get a refund": the request is about the asker's
     own affairs (a first-person word other than the "me" of "tell me ...")."""
     return not _OWN_AFFAIRS.isdisjoint(words)
+
+
+def speaks_of_the_addressee(words: list[str]) -> bool:
+    """ "what are your opening hours", "do your rooms have a bath", "what's your name": the
+    request is about whoever is asked (a business, the assistant), which a source about
+    the world rarely serves."""
+    return not _ADDRESSEE_AFFAIRS.isdisjoint(words)
 
 
 def is_question(words: list[str]) -> bool:

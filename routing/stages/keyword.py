@@ -14,7 +14,11 @@ from typing import Any, NamedTuple
 
 from routing.chain.events import record
 from routing.chain.steps import Step
-from routing.language.sentences import asks_about_the_world, speaks_of_the_asker
+from routing.language.sentences import (
+    asks_about_the_world,
+    speaks_of_the_addressee,
+    speaks_of_the_asker,
+)
 from routing.language.text import words
 from routing.stages.confidence import ConfidenceModel, Ranked, declined, load_model
 from routing.stages.keyword_rules import NONE, KeywordMatch, KeywordRules
@@ -35,6 +39,9 @@ WORLD_QUESTION = "keyword: a question about the world, its meaning is weighed to
 # rule word ("transfer") names a topic of the asker's business, which such a source rarely
 # serves.
 OWN_AFFAIRS = "keyword: the asker's own affairs, its meaning is weighed too"
+# The same for the addressee's ("what is the price of your set lunch", "do you stock bulbs
+# for your lamps"): a question put to a shop or to the assistant, not about the world.
+ADDRESSEE_AFFAIRS = "keyword: the addressee's own affairs ('your'), its meaning is weighed too"
 
 CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
 
@@ -107,6 +114,8 @@ class KeywordStage:
             deferred = WORLD_QUESTION
         elif ranked.winner in self.world_routes and speaks_of_the_asker(said):
             deferred = OWN_AFFAIRS
+        elif ranked.winner in self.world_routes and speaks_of_the_addressee(said):
+            deferred = ADDRESSEE_AFFAIRS
         confidence = round(ranked.confidence, 4)
         return _Ranking(match, ranked, confidence, candidates, reason, deferred)
 

@@ -14,7 +14,11 @@ import pytest
 
 from bench import routing_quality as rq
 from routing.chain.events import route_log
-from routing.language.sentences import asks_about_the_world, speaks_of_the_asker
+from routing.language.sentences import (
+    asks_about_the_world,
+    speaks_of_the_addressee,
+    speaks_of_the_asker,
+)
 from routing.language.text import words
 from routing.stages.confidence import (
     FULL_FEATURES,
@@ -316,6 +320,10 @@ def test_a_decline_shows_the_threshold_as_it_was_set() -> None:
         ("explain my electricity bill", False),
         ("tell me a joke", False),  # asks for no fact
         ("describe it", False),  # too short to tell
+        # the addressee's own: a question put to a shop, or to the assistant about itself
+        ("what are your opening hours on sunday", False),
+        ("what is your favourite colour", False),
+        ("what time does the bakery on the corner open", True),  # the same, about the world
     ],
 )
 def test_a_question_about_the_world_is_told_from_its_words(
@@ -338,6 +346,22 @@ def test_a_request_about_the_askers_own_affairs_is_told_from_its_words(
     query: str, own: bool
 ) -> None:
     assert speaks_of_the_asker(words(query)) is own
+
+
+@pytest.mark.parametrize(
+    ("query", "addressee"),
+    [
+        ("what are your opening hours", True),
+        ("do your rooms come with breakfast", True),
+        ("you're funny", True),
+        ("do you know who wrote the odyssey", False),  # "you" carries a question too
+        ("what time does the chemist close", False),
+    ],
+)
+def test_a_request_about_the_addressees_own_affairs_is_told_from_its_words(
+    query: str, addressee: bool
+) -> None:
+    assert speaks_of_the_addressee(words(query)) is addressee
 
 
 def test_asking_about_the_world_weighs_on_none_alone() -> None:

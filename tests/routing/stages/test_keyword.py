@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from routing.chain.events import route_log
-from routing.stages.keyword import OWN_AFFAIRS, WORLD_QUESTION, KeywordStage
+from routing.stages.keyword import ADDRESSEE_AFFAIRS, OWN_AFFAIRS, WORLD_QUESTION, KeywordStage
 from routing.stages.keyword_rules import KeywordRules, parse_rule
 from routing.stages.resolver import Resolver
 from routing.types import ResolveContext
@@ -163,6 +163,23 @@ async def test_the_askers_own_affairs_are_left_to_the_semantic_stage_for_world_r
     with route_log():
         unready = await not_ready.decide("is the traffic fine on my account", ResolveContext())
     assert unready is not None and unready.route == "web"
+
+
+async def test_the_addressees_own_affairs_are_left_to_the_semantic_stage_too() -> None:
+    """ "is there traffic outside your shop": a question put to a business (or to the
+    assistant) about its own affairs, where a route's rule word is a topic of the
+    addressee's business; the same words about the world are still the rules'."""
+    world = frozenset({"kiwix", "web"})
+    deferring = KeywordStage(RULES, defer_world_questions=lambda: True, world_routes=world)
+    with route_log() as log:
+        assert (
+            await deferring.decide("is there traffic outside your shop", ResolveContext()) is None
+        )
+        about_the_world = await deferring.decide("traffic outside the shop", ResolveContext())
+    [declined, decided] = log.snapshot()
+    assert declined["outcome"] == "declined" and declined["declined"] == ADDRESSEE_AFFAIRS
+    assert about_the_world is not None and about_the_world.route == "web"
+    assert decided["decision"] == "web"
 
 
 async def test_unserved_is_decided_as_no_source_at_all() -> None:
