@@ -250,12 +250,20 @@ def _share(right: int, total: int) -> str:
 def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
     """The aggregates as numbers, for the printed lines and bench/results/sealed_quality.json:
     [right, total] pairs per corpus, per corpus and route, and per route; unserved rows
-    routed to a source, per corpus and pooled; compound; and per stage its parts, mean
+    routed to a source, per corpus and pooled; per corpus and expected route, how many rows
+    ended at each answer, and the stage that decided those answered wrongly; compound; and per stage its parts, mean
     stated confidence, share right and ECE. Nothing in them comes from a row's text."""
     corpora: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     routes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     cells: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     routed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    # per corpus and expected route, how many rows ended at each (sorted, joined) answer
+    confusion: dict[str, dict[str, dict[str, int]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(int))
+    )
+    wrong_stages: dict[str, dict[str, dict[str, int]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(int))
+    )
     by_stage: dict[str, list[tuple[float, bool]]] = defaultdict(list)
     final: list[tuple[float, bool]] = []
     for o in singles:
@@ -263,6 +271,10 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
         for tally in (corpora[o.row.corpus], routes[route], cells[o.row.corpus][route]):
             tally[0] += o.correct
             tally[1] += 1
+        confusion[o.row.corpus][route]["+".join(o.labels)] += 1
+        if not o.correct:  # which stage had the last word on the rows answered wrongly
+            ended = "+".join(sorted({d.stage for d in o.decided if d.final} or {"none"}))
+            wrong_stages[o.row.corpus][route][ended] += 1
         if route == "none":
             routed[o.row.corpus][0] += o.to_a_source
             routed[o.row.corpus][1] += 1
@@ -277,8 +289,19 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
             for name in sorted(cells)
         },
         "per_route": {route: routes[route] for route in LABELS if route in routes},
+        "confusion": {
+            name: {route: dict(sorted(confusion[name][route].items())) for route in confusion[name]}
+            for name in sorted(confusion)
+        },
         "corpus_none_routed": {name: routed[name] for name in sorted(routed)},
         "none_routed": [sum(r for r, _ in routed.values()), sum(t for _, t in routed.values())],
+        "wrong_stages": {
+            name: {
+                route: dict(sorted(wrong_stages[name][route].items()))
+                for route in wrong_stages[name]
+            }
+            for name in sorted(wrong_stages)
+        },
         "compound": [sum(o.correct for o in joined), len(joined)],
         "stages": {
             stage: {
@@ -302,6 +325,14 @@ def report(found: dict[str, Any], seconds: float) -> list[str]:
         if corpus in found["corpus_none_routed"]:
             share = _share(*found["corpus_none_routed"][corpus])
             lines.append(f"sealed {corpus}: none routed to a source {share}")
+    for corpus, by_route in found.get("confusion", {}).items():
+        for route, answers in by_route.items():
+            cells = ", ".join(f"{answer} {count}" for answer, count in answers.items())
+            lines.append(f"sealed {corpus}: {route} rows answered {cells}")
+    for corpus, by_route in found.get("wrong_stages", {}).items():
+        for route, stages in by_route.items():
+            cells = ", ".join(f"{stage} {count}" for stage, count in stages.items())
+            lines.append(f"sealed {corpus}: {route} rows answered wrongly, last decided by {cells}")
     cells = ", ".join(f"{k} {_share(*v)}" for k, v in found["per_route"].items())
     lines.append(f"sealed pooled per route: {cells}")
     lines.append(f"sealed pooled: none routed to a source {_share(*found['none_routed'])}")
