@@ -31,6 +31,7 @@ from routing.language.decompose import CONDITION_OPENERS, Claims, decompose_clai
 from routing.stages.resolver import Resolver
 from routing.stages.sessions import session_key
 from routing.stages.time_sensitivity import load_time_model
+from routing.stages.world import WorldStage
 from routing.types import ResolveContext
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,9 @@ class Router:
         self.resolver = resolver
         self.dispatcher = dispatcher
         self.live = _live_redirect(resolver, dispatcher, time_sensitive or TimeSensitiveConfig())
+        world = resolver.stage(WorldStage.name)
+        if isinstance(world, WorldStage):
+            world.reading = self.live.reading  # the same reading the redirect decides by
         self.claims: Claims | None = resolver.keyword_claims()
         self.max_parts = max_parts
         self.max_query_chars = max_query_chars

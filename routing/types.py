@@ -62,6 +62,9 @@ class ResolveContext:
     keyword: KeywordMatch | None = None
     # The candidates of the last stage that declined, for the default to show.
     ranked: Ranked | None = None
+    # How many of the query's words the semantic model does not know, when that made it
+    # decline: its candidates then say nothing about the query, and nothing reads them.
+    unknown_words: int = 0
 
 
 class IntentStage(Protocol):

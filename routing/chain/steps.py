@@ -71,6 +71,15 @@ class Step(StrEnum):
         ("query", "decision"),
         "A follow-up inherited its conversation's previous decision.",
     )
+    INTENT_WORLD = (
+        "intent_world",
+        ("query", "decision", "world", "time_sensitive"),
+        "The stages before it were unsure which source answers a question about the world "
+        "but sure, together, that it is the snapshot's or the live one's (`world`, their "
+        "summed confidence): whether its answer changes with time chose (`cue`, `kind`, "
+        "`probability` as on `time_sensitive`); `confidence` is `world` times how likely "
+        "that reading is right.",
+    )
     INTENT_DEFAULT = (
         "intent_default",
         ("query", "decision", "reason"),

@@ -55,6 +55,7 @@ from routing.language.text import normalise, words
 from routing.language.time_sensitive import time_cue
 from routing.stages.confidence import Ranked
 from routing.stages.time_sensitivity import TimeSensitivityModel, Verdict
+from routing.stages.world import TimeReading
 
 Embed = Callable[[str], Awaitable[Any]]  # a text's normalised embedding (None: no model)
 _REMEMBERED = 4096  # verdicts kept per process: a household asks the same few questions
@@ -64,6 +65,8 @@ KEPT_STAGES = frozenset({DEFAULT, "intent_label"})  # decisions a time word neve
 # Stages that decide by a rule someone wrote: a live route they name is not second-guessed
 # ("latest news" by the keyword rules, a follow-up by the session).
 RULED_STAGES = frozenset({"intent_keyword", "intent_session"})
+# The stage that chose between the snapshot and the live route by this same reading.
+TIMED_STAGE = "intent_world"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,9 @@ class LiveRedirect:
         of the two routes at all (`_either`) times how likely the redirect is right."""
         if not self.config.enabled or stage in KEPT_STAGES:
             return Routed(route)
+        if stage == TIMED_STAGE:  # already read for time: the snapshot follows the live route
+            snapshots = self.config.from_routes[:1] if route == self.config.live_route else []
+            return Routed(route, tuple(snapshots), confidence=confidence)
         to_live = route in self.from_routes
         to_snapshot = (
             self.model is not None
@@ -180,6 +186,48 @@ class LiveRedirect:
         if to_live:
             return await self._to_live(text, route, embedding, either)
         return await self._to_snapshot(text, route, embedding, either)
+
+    async def reading(self, text: str, embedding: Any = None) -> TimeReading | None:
+        """For a question the stages could not place between the snapshot and the live
+        route (routing.stages.world): whether its answer changes with time and how likely
+        that is right. None when nothing can say: time-sensitivity off, no snapshot or no
+        live route configured, a command, not a question about the world, or no model (a
+        cue alone says when an answer changes, never that it does not)."""
+        config = self.config
+        if (
+            not config.enabled
+            or not config.from_routes
+            or self._unavailable() == "not_configured"
+            or not asks_about_the_world(words(text))
+            or self.dispatcher.is_command(text)
+        ):
+            return None
+        verdict = await self._verdict(text, embedding)
+        if verdict is not None:
+            likely = self._likely(verdict)
+            if likely is None:
+                return None
+            return TimeReading(
+                True,
+                likely,
+                config.from_routes[0],
+                config.live_route,
+                verdict.cue.cue if verdict.cue is not None else None,
+                verdict.kind,
+                verdict.probability,
+            )
+        probability = await self._probability(text, embedding)
+        if probability is None:
+            return None
+        return TimeReading(
+            False,
+            1.0 - probability,
+            config.from_routes[0],
+            config.live_route,
+            None,
+            None,
+            probability,
+        )
 
     def _either(self, confidence: float | None, ranked: Ranked | None) -> float | None:
         """How likely the part is a question for the snapshot or the live route, the two a

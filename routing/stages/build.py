@@ -31,6 +31,7 @@ from routing.stages.resolver import Resolver
 from routing.stages.route_data import NONE, Route, resolve_routes
 from routing.stages.semantic import LearnedDecisions, SemanticStage
 from routing.stages.sessions import SessionStage, SessionStore
+from routing.stages.world import WorldStage
 from routing.types import IntentStage
 from sources.registry import SourceConfig
 
@@ -188,13 +189,16 @@ def build_resolver(
     if llm is not None:
         stages.append(llm)
     stages.append(SessionStage(sessions))
+    min_confidence = (
+        model.min_confidence if routing.min_confidence is None else routing.min_confidence
+    )
+    # last before the default: reads the candidates of whichever stage declined last
+    stages.append(WorldStage(min_confidence))
     return Resolver(
         stages,
         routing.default_source,
         sessions=sessions,
         fallback_reason="no_match" if llm is not None else "llm_unconfigured",
-        min_confidence=(
-            model.min_confidence if routing.min_confidence is None else routing.min_confidence
-        ),
+        min_confidence=min_confidence,
         fit=model.name,
     )

@@ -5,7 +5,7 @@ only records `intent_default` when no stage decided. There is no other place tha
 why a part went where it went.
 
 The order (built in `routing.stages.build`): label -> keyword (routing.stages.keyword) ->
-decision cache -> semantic -> LLM -> session -> default. A keyword decision on a query that leans on the conversation is
+decision cache -> semantic -> LLM -> session -> world (routing.stages.world) -> default. A keyword decision on a query that leans on the conversation is
 escalated to the LLM when one is configured (`discourse_escalated` on both events).
 
 A stage that finds no source serves a part ends it unserved, with one exception: when

@@ -466,6 +466,7 @@ class SemanticStage:
             **fields,
         )
         context.ranked = confidence
+        context.unknown_words = unknown
         if unserved:
             # Sure that no source serves it, whether or not a `none` exemplar is among the
             # nearest: the part ends unserved, as the event just said.

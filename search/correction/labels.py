@@ -45,6 +45,7 @@ INTENT_STEPS = (
     "intent_semantic",
     "intent_llm",
     "intent_session",
+    "intent_world",
     "intent_default",
 )
 # The labels table as schema 4 created it; schema 5's columns are added to it by

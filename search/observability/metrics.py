@@ -57,6 +57,7 @@ INTENT_STEPS = (
     Step.INTENT_SESSION,
     Step.INTENT_SEMANTIC,
     Step.INTENT_LLM,
+    Step.INTENT_WORLD,
     Step.INTENT_DEFAULT,
 )
 # Source calls take milliseconds (ZIM lookups) to seconds (LLM-backed or remote sources).

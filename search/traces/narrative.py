@@ -136,6 +136,8 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         return f"went to {decision} by default ({event.get('reason') or 'no stage decided'})"
     if step == Step.TIME_SENSITIVE:
         return _time_sensitive(event, with_text)
+    if step == Step.INTENT_WORLD:
+        return _world(event, with_text)
     if step == Step.TIME_STABLE:
         return (
             f"the time-sensitivity model reads its answer as fixed ({event.get('probability')}), "
@@ -170,6 +172,21 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
         return text
     target = decision or source or event.get("route")
     return f"{step} {target}" if target else str(step)
+
+
+def _world(event: dict[str, Any], with_text: bool) -> str:
+    """ "went to web: a question for kiwix or web (0.85), and its answer changes with time
+    ('the next', 0.98)"."""
+    why = _quote(event["cue"]) if with_text and event.get("cue") else event.get("kind")
+    reading = ", ".join(
+        str(part) for part in (why, event.get("probability")) if part not in (None, "")
+    )
+    changes = "changes" if event.get("time_sensitive") else "does not change"
+    return (
+        f"went to {event.get('decision')}: surely a question about the world "
+        f"({event.get('world')}), and its answer {changes} with time"
+        + (f" ({reading})" if reading else "")
+    )
 
 
 def _decomposed(event: dict[str, Any], with_text: bool) -> str:
@@ -348,6 +365,7 @@ def _no_decision(event: dict[str, Any], with_text: bool) -> str:
         Step.INTENT_KEYWORD: "the keyword rules",
         Step.INTENT_SEMANTIC: "the semantic stage",
         Step.INTENT_LLM: "the LLM",
+        Step.INTENT_WORLD: "the time reading",
     }
     stage = stages.get(str(event.get("step")), str(event.get("step")))
     outcome = event.get("outcome")

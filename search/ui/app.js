@@ -460,7 +460,7 @@
   // --- labels: a user's correction of a part's decision ------------------------------
 
   const INTENT_STEPS = ["intent_keyword", "intent_cached", "intent_semantic", "intent_llm",
-                        "intent_default", "intent_session"];
+                        "intent_default", "intent_session", "intent_world"];
 
   // Each routed part and its decision, read off the chain as the server does: the last
   // intent event of the part that decided (a semantic miss decides nothing).

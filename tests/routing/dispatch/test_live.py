@@ -437,3 +437,41 @@ async def test_with_no_live_source_the_part_keeps_the_stage_s_confidence(demo_zi
     assert event["to_route"] == "kiwix" and "confidence" not in event
     stated = _stage_confidence(outcome.chain)
     assert outcome.body["results"][0]["confidence"] == pytest.approx(stated, abs=1e-4)
+
+
+ECLIPSE = "when is the next solar eclipse visible in europe"
+
+
+async def test_a_question_the_stages_could_not_place_is_placed_by_time(build: Build) -> None:
+    """The semantic stage declines between kiwix and web; sure of the pair, the world
+    stage reads the answer as changing with time and sends it to web, kiwix after it."""
+    svc = await build(LIVE)
+    outcome = await svc.search(ECLIPSE, explain=True, dry_run=True)
+    (part,) = outcome.body["results"]
+    assert (part["route"], part["stage"]) == ("web", "intent_world")
+    (semantic,) = steps(outcome.chain, "intent_semantic")
+    assert semantic["outcome"] == "declined"
+    assert {"kiwix", "web"} <= {c["route"] for c in semantic["candidates"]}
+    (world,) = steps(outcome.chain, "intent_world")
+    assert world["time_sensitive"] is True and world["decision"] == "web"
+    pair = sum(c["confidence"] for c in semantic["candidates"] if c["route"] in ("kiwix", "web"))
+    assert world["world"] == pytest.approx(pair, abs=1e-3)
+    assert svc.router.resolver.min_confidence <= world["confidence"] <= world["world"]
+    assert part["confidence"] == world["confidence"]
+    assert not steps(outcome.chain, "intent_default") and not steps(outcome.chain, "time_sensitive")
+    (planned,) = steps(outcome.chain, "planned")
+    assert planned["sources"][:2] == ["web", "kiwix"]
+    assert any("answer changes with time" in line for line in narrative(outcome.chain))
+
+
+async def test_without_a_web_route_nothing_is_placed_by_time(demo_zim: Path) -> None:
+    (outcome,) = await _with_kiwix_alone(demo_zim, ECLIPSE, dry_run=True)
+    assert outcome.body["results"][0]["route"] == "kiwix"
+    assert not steps(outcome.chain, "intent_world")
+
+
+async def test_time_sensitivity_switched_off_switches_the_world_stage_off(build: Build) -> None:
+    svc = await build(LIVE, time_sensitive={"enabled": False})
+    outcome = await svc.search(ECLIPSE, explain=True, dry_run=True)
+    assert outcome.body["results"][0]["stage"] == "intent_default"
+    assert not steps(outcome.chain, "intent_world")
