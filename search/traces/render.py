@@ -27,6 +27,9 @@ def _event_row(event: dict[str, Any]) -> tuple[str, ...]:
     reason = event.get("reason") or event.get("error_type") or ""
     if event["step"] == Step.INTENT_SEMANTIC and isinstance(event.get("similarity"), (int, float)):
         reason = f"similarity {event['similarity']:.3f}"
+    elif event["step"] == Step.INTENT_WORLD:
+        changes = "changes with time" if event.get("time_sensitive") else "does not change"
+        reason = f"world {event.get('world')}, answer {changes}"
     elif event["step"] == Step.SNAPSHOT_ANSWERED:
         reason = f"in place of {event.get('live_route')}"
     return (
