@@ -138,3 +138,39 @@ def test_a_redirected_part_is_judged_by_what_the_redirect_stated() -> None:
         "ece": 0.1,
     }
     assert found["pipeline_ece"] == 0.1  # not (0.99 + 0.1) / 2: the moved statement only
+
+
+def test_what_each_expected_route_ended_as_is_counted_and_where_the_misses_ended() -> None:
+    """Counts only: per corpus and expected route, the rows per answer, and for the rows
+    answered wrongly the stage that had the last word."""
+
+    def outcome(
+        text: str, labels: tuple[str, ...], *decided: sealed_quality.Decided
+    ) -> sealed_quality.Outcome:
+        row = sealed_quality.Row("generated", text, ("kiwix",))
+        return sealed_quality.Outcome(row, labels, list(decided))
+
+    found = sealed_quality.figures(
+        [
+            outcome("q1", ("kiwix",), sealed_quality.Decided("intent_semantic", "kiwix", 0.9)),
+            outcome("q2", ("none",), sealed_quality.Decided("intent_default", "kiwix", 0.4)),
+            outcome("q3", ("none",), sealed_quality.Decided("intent_default", "kiwix", 0.3)),
+            outcome(
+                "q4",
+                ("web",),
+                sealed_quality.Decided("intent_semantic", "kiwix", 0.9, final=False),
+                sealed_quality.Decided("time_sensitive", "web", 0.8),
+            ),
+        ],
+        [],
+    )
+    assert found["confusion"] == {"generated": {"kiwix": {"kiwix": 1, "none": 2, "web": 1}}}
+    assert found["wrong_stages"] == {
+        "generated": {"kiwix": {"intent_default": 2, "time_sensitive": 1}}
+    }
+    lines = sealed_quality.report(found, 1.0)
+    assert "sealed generated: kiwix rows answered kiwix 1, none 2, web 1" in lines
+    assert (
+        "sealed generated: kiwix rows answered wrongly, last decided by intent_default 2, "
+        "time_sensitive 1" in lines
+    )
