@@ -175,8 +175,8 @@ def sentence(event: dict[str, Any], with_text: bool = True) -> str:
 
 
 def _world(event: dict[str, Any], with_text: bool) -> str:
-    """ "went to web: a question for kiwix or web (0.85), and its answer changes with time
-    ('the next', 0.98)"."""
+    """ "went to web: surely a question about the world (0.85), and its answer changes with
+    time ('the next', 0.98)": what the pair's confidence and the time reading said."""
     why = _quote(event["cue"]) if with_text and event.get("cue") else event.get("kind")
     reading = ", ".join(
         str(part) for part in (why, event.get("probability")) if part not in (None, "")
@@ -365,7 +365,6 @@ def _no_decision(event: dict[str, Any], with_text: bool) -> str:
         Step.INTENT_KEYWORD: "the keyword rules",
         Step.INTENT_SEMANTIC: "the semantic stage",
         Step.INTENT_LLM: "the LLM",
-        Step.INTENT_WORLD: "the time reading",
     }
     stage = stages.get(str(event.get("step")), str(event.get("step")))
     outcome = event.get("outcome")
