@@ -18,6 +18,7 @@ from routing.chain.events import route_log
 from search.config import ConfigError, parse_config
 from search.service import Service
 from search.traces.narrative import narrative
+from tests.support.chat_server import ChatServer
 from tests.support.wire_servers import Fault, SearxngServer, closed_port_url, searxng_result
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -475,3 +476,27 @@ async def test_time_sensitivity_switched_off_switches_the_world_stage_off(build:
     outcome = await svc.search(ECLIPSE, explain=True, dry_run=True)
     assert outcome.body["results"][0]["stage"] == "intent_default"
     assert not steps(outcome.chain, "intent_world")
+
+
+def _llm(base_url: str) -> dict[str, Any]:
+    return {"base_url": base_url, "model": "router-test", "timeout_s": 2, "bias_check": False}
+
+
+async def test_the_llm_is_asked_before_the_world_stage(build: Build) -> None:
+    """The LLM comes after the semantic stage and before the world stage: when it answers
+    it decides; when it fails the world stage still places the part."""
+    with ChatServer() as llm:
+        llm.reply = '{"source": "kiwix"}'
+        svc = await build(LIVE, llm=_llm(llm.base_url))
+        decided = await svc.search(ECLIPSE, explain=True, dry_run=True)
+    assert [s["step"] for s in decided.chain if s["step"].startswith("intent_")] == [
+        "intent_semantic",
+        "intent_llm",
+    ]
+    assert decided.body["results"][0]["stage"] == "intent_llm"
+    failing = await build(LIVE, llm=_llm(closed_port_url() + "/v1"))
+    outcome = await failing.search(ECLIPSE, explain=True, dry_run=True)
+    intents = [s["step"] for s in outcome.chain if s["step"].startswith("intent_")]
+    assert intents == ["intent_semantic", "intent_world"]
+    assert steps(outcome.chain, "llm_error")
+    assert outcome.body["results"][0]["stage"] == "intent_world"
