@@ -140,13 +140,13 @@ def _asks_in_place(text: str) -> bool:
         return False
     if words[0] in QUESTION_AFTER_WHEN and _participle(words[1]):
         return True  # "..., was nicknamed ...", "..., was originally made ..."
-    continues = words[0] in _RELATIVES or not is_complete_request(text)
-    # a question word that opens a clause of its own ("..., and what's the weather") does
-    # not ask in place
-    return continues and any(
-        w in _IN_PLACE_QUESTIONS and words[i - 1] not in _SOFT_WORDS
-        for i, w in enumerate(words[1:], start=1)
-    )
+    if not (words[0] in _RELATIVES or not is_complete_request(text)):
+        return False
+    # The first question word decides. One that opens a clause of its own ("..., and
+    # what's the weather") does not ask in place, and nothing after it does: the words
+    # after it belong to that clause.
+    asked = next((i for i, w in enumerate(words[1:], start=1) if w in _IN_PLACE_QUESTIONS), None)
+    return asked is not None and words[asked - 1] not in _SOFT_WORDS
 
 
 def _participle(word: str) -> bool:
@@ -294,10 +294,32 @@ def _claimed_apart(left: str, right: str, claims: Claims | None) -> tuple[str, s
 
 
 def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
-    """The parts of `query` as spans into it, in order.
+    """The parts of `query` as spans into it, in order; each part, split again, is itself.
 
     `claims` (optional) names the route the keyword rules give a clause, or None: a soft
-    separator the grammar rejected still splits two clauses claimed by different routes."""
+    separator the grammar rejected still splits two clauses claimed by different routes.
+
+    A separator is judged by the rest of its sentence, which may run past a later
+    separator that does split ("what what and who is and is what"): within the part
+    that cut leaves, the same separator can read otherwise. So each part is split again
+    until none changes: the parts are the ones each reads as on its own."""
+    spans = _split_once(query, claims)
+    settled: list[Span] = []
+    while spans:
+        span = spans.pop(0)
+        inner = _split_once(query[span.start : span.end], claims)
+        if len(inner) <= 1:
+            settled.append(span)
+            continue
+        shifted = [Span(span.start + s.start, span.start + s.end, s.claimed) for s in inner]
+        # the first keeps why it was split from the part before this one
+        shifted[0] = Span(shifted[0].start, shifted[0].end, span.claimed)
+        spans[:0] = shifted
+    return settled
+
+
+def _split_once(query: str, claims: Claims | None = None) -> list[Span]:
+    """One left-to-right pass over the separators of `query` (see `split_spans`)."""
     # separator spans that were accepted, with the claimed routes when the rules split it
     cuts: list[tuple[int, int, tuple[str, str] | None]] = []
     candidates = list(_SEPARATORS.finditer(query))

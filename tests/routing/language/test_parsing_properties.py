@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from routing.language.conditional import extract_conditional
@@ -73,6 +73,9 @@ def test_decompose_never_crashes_and_parts_are_substrings(text: str) -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(any_text)
+# a question word after "and" opened its own clause, yet the words after it still read
+# as asked in place of the clause before: the first part split again on its own
+@example("what what and who is and what what")
 def test_splitting_is_idempotent(text: str) -> None:
     for part in decompose(text):
         assert decompose(part) == [part]
