@@ -43,7 +43,7 @@ import random
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,23 +247,32 @@ def _share(right: int, total: int) -> str:
     return f"{right / total:.3f} ({right}/{total}, 95% CI {low:.3f}-{high:.3f})"
 
 
+Counts = dict[str, dict[str, Counter[str]]]  # corpus -> expected route -> what -> rows
+
+
+def _sorted_counts(counts: Counts) -> dict[str, dict[str, dict[str, int]]]:
+    """`counts` as plain dicts, corpora and the counted names in order (stable JSON)."""
+    return {
+        corpus: {route: dict(sorted(tally.items())) for route, tally in counts[corpus].items()}
+        for corpus in sorted(counts)
+    }
+
+
 def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
     """The aggregates as numbers, for the printed lines and bench/results/sealed_quality.json:
     [right, total] pairs per corpus, per corpus and route, and per route; unserved rows
     routed to a source, per corpus and pooled; per corpus and expected route, how many rows
-    ended at each answer, and the stage that decided those answered wrongly; compound; and per stage its parts, mean
-    stated confidence, share right and ECE. Nothing in them comes from a row's text."""
+    ended at each answer, and the stage that decided those answered wrongly; compound; and
+    per stage its parts, mean stated confidence, share right and ECE. Nothing in them comes
+    from a row's text."""
     corpora: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     routes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     cells: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     routed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    # per corpus and expected route, how many rows ended at each (sorted, joined) answer
-    confusion: dict[str, dict[str, dict[str, int]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(int))
-    )
-    wrong_stages: dict[str, dict[str, dict[str, int]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(int))
-    )
+    # per corpus and expected route: rows per (sorted, joined) answer; the wrong ones per
+    # the stage that had the last word on them
+    confusion: Counts = defaultdict(lambda: defaultdict(Counter))
+    wrong_stages: Counts = defaultdict(lambda: defaultdict(Counter))
     by_stage: dict[str, list[tuple[float, bool]]] = defaultdict(list)
     final: list[tuple[float, bool]] = []
     for o in singles:
@@ -289,19 +298,10 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
             for name in sorted(cells)
         },
         "per_route": {route: routes[route] for route in LABELS if route in routes},
-        "confusion": {
-            name: {route: dict(sorted(confusion[name][route].items())) for route in confusion[name]}
-            for name in sorted(confusion)
-        },
+        "confusion": _sorted_counts(confusion),
         "corpus_none_routed": {name: routed[name] for name in sorted(routed)},
         "none_routed": [sum(r for r, _ in routed.values()), sum(t for _, t in routed.values())],
-        "wrong_stages": {
-            name: {
-                route: dict(sorted(wrong_stages[name][route].items()))
-                for route in wrong_stages[name]
-            }
-            for name in sorted(wrong_stages)
-        },
+        "wrong_stages": _sorted_counts(wrong_stages),
         "compound": [sum(o.correct for o in joined), len(joined)],
         "stages": {
             stage: {

@@ -202,32 +202,19 @@ class LiveRedirect:
             or self.dispatcher.is_command(text)
         ):
             return None
+        pair = (config.from_routes[0], config.live_route)
         verdict = await self._verdict(text, embedding)
         if verdict is not None:
             likely = self._likely(verdict)
             if likely is None:
                 return None
-            return TimeReading(
-                True,
-                likely,
-                config.from_routes[0],
-                config.live_route,
-                verdict.cue.cue if verdict.cue is not None else None,
-                verdict.kind,
-                verdict.probability,
-            )
+            cue = verdict.cue.cue if verdict.cue is not None else None
+            return TimeReading(True, likely, *pair, cue, verdict.kind, verdict.probability)
+        # not time-sensitive; the model's probability is remembered from `_verdict`
         probability = await self._probability(text, embedding)
         if probability is None:
             return None
-        return TimeReading(
-            False,
-            1.0 - probability,
-            config.from_routes[0],
-            config.live_route,
-            None,
-            None,
-            probability,
-        )
+        return TimeReading(False, 1.0 - probability, *pair, probability=probability)
 
     def _either(self, confidence: float | None, ranked: Ranked | None) -> float | None:
         """How likely the part is a question for the snapshot or the live route, the two a

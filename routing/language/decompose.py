@@ -307,6 +307,9 @@ def split_spans(query: str, claims: Claims | None = None) -> list[Span]:
     settled: list[Span] = []
     while spans:
         span = spans.pop(0)
+        if (span.start, span.end) == (0, len(query)):
+            settled.append(span)  # the same text: the same pass would say the same
+            continue
         inner = _split_once(query[span.start : span.end], claims)
         if len(inner) <= 1:
             settled.append(span)

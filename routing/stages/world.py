@@ -71,14 +71,16 @@ class WorldStage:
         if reading is None:
             return None
         shares = dict(ranked.routes)
-        world = shares.get(reading.snapshot_route, 0.0) + shares.get(reading.live_route, 0.0)
-        confidence = round(min(1.0, world) * reading.likely, 4)
+        world = min(
+            1.0, shares.get(reading.snapshot_route, 0.0) + shares.get(reading.live_route, 0.0)
+        )
+        confidence = round(world * reading.likely, 4)
         if world < self.min_confidence or confidence < self.min_confidence:
             return None
         route = reading.route
         other = reading.snapshot_route if reading.sensitive else reading.live_route
         # The pair's share split by the reading; the other routes keep theirs (sums to 1).
-        pair = ((route, confidence), (other, round(min(1.0, world) - confidence, 4)))
+        pair = ((route, confidence), (other, round(world - confidence, 4)))
         rest = tuple((r, p) for r, p in ranked.routes if r not in (route, other))
         chosen = Ranked(tuple(sorted((*pair, *rest), key=lambda item: -item[1])))
         record(
