@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
 
 from bench.sealed_quality import stamp  # noqa: E402
 from routing.fitting.time_fit import read_situatedqa  # noqa: E402
+from routing.language.text import normalise  # noqa: E402
 from routing.language.time_sensitive import time_cue  # noqa: E402
 from routing.stages.time_sensitivity import load_time_model  # noqa: E402
 
@@ -47,7 +48,7 @@ def model_verdicts(questions: list[str]) -> list[bool] | None:
 
     vectors = load_embedder(None).encode_exemplars(questions)
     return [
-        model.judge(time_cue(q), model.probability(v)).sensitive
+        model.judge(time_cue(q), model.probability(v, normalise(q))).sensitive
         for q, v in zip(questions, vectors, strict=True)
     ]
 

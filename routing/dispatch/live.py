@@ -134,7 +134,7 @@ class LiveRedirect:
             vector = embedding if embedding is not None else await self.embed(text)
             if vector is None or len(vector) != self.model.dimension:
                 return None
-            probability = self.model.probability(vector)
+            probability = self.model.probability(vector, key)
             self._probabilities[key] = probability
             if len(self._probabilities) > _REMEMBERED:
                 self._probabilities.popitem(last=False)

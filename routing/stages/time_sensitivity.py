@@ -3,13 +3,20 @@
 The cue words (routing/language/time_sensitive.py) name what they saw ("the current"),
 but many questions whose answer moves say no such word ("who won the cup", "when is the
 next episode out"), and some cue kinds also fire on fixed facts ("the most gold", "how
-many legs do ants have"). This model reads the question's embedding, the same vector the
-semantic stage compares with exemplars: a network of one hidden layer fitted by `search
+many legs do ants have"). This model reads the question twice, both fitted by `search
 fit --shipped --situatedqa DIR` (routing/fitting/time_fit.py) on questions labelled by
-whether their answer depends on when they are asked. Why a hidden layer: a plane through
-the embedding (a logistic regression) told questions whose answer changes from fixed ones
-less often, and stated its verdict more surely than it was right (measured in
-bench/README.md, "Time-sensitivity with a hidden layer").
+whether their answer depends on when they are asked:
+- its embedding, the same vector the semantic stage compares with exemplars, through a
+  network of one hidden layer. Why a hidden layer: a plane through the embedding (a
+  logistic regression) told questions whose answer changes from fixed ones less often,
+  and stated its verdict more surely than it was right (bench/README.md,
+  "Time-sensitivity with a hidden layer");
+- its words and word pairs, through a logistic regression (`WordModel`). A sentence
+  embedding says mostly what a question is about, while whether its answer moves is often
+  said by a word or two ("won the", "last", "how many ... has"): read beside the network
+  (their probabilities averaged, `word_share` of it the words'), the two told the
+  questions apart more often in cross-validation than the network alone (bench/README.md,
+  "Time-sensitivity read from words too").
 
 A question is time-sensitive when
 - a cue of a kind the fit found reliable on its own said so, or
@@ -22,7 +29,9 @@ artefact says what they measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +45,7 @@ from routing.stages.arrays_file import load_arrays, save_arrays
 ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "time_sensitive.npz"
 _GELU_SCALE = math.sqrt(2.0 / math.pi)
 MODEL_KIND = "model"  # the event's `kind` when the model alone said so
+_TOKEN = re.compile(r"(?u)\b\w+\b")  # as the fit's TfidfVectorizer splits words
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +87,50 @@ class Network:
 
 
 @dataclass(frozen=True, slots=True)
+class WordModel:
+    """A logistic regression over a question's TF-IDF vector of words and word pairs.
+
+    The vector is scikit-learn's `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)`
+    over lower-case word tokens, recomputed here with numpy so that reading a question
+    needs no scikit-learn: each known term's weight is (1 + ln count) * idf, the vector
+    scaled to unit length. The vocabulary is terms found in several training questions,
+    never a question."""
+
+    vocabulary: Mapping[str, int]  # term -> its column
+    idf: np.ndarray  # (terms,)
+    weights: np.ndarray  # (terms,)
+    bias: float
+
+    @classmethod
+    def of(
+        cls, terms: Sequence[str], idf: np.ndarray, weights: np.ndarray, bias: float
+    ) -> WordModel:
+        """From the terms in column order; ValueError when the arrays do not fit them."""
+        if idf.shape != (len(terms),) or weights.shape != (len(terms),):
+            raise ValueError(f"{len(terms)} terms but {idf.shape} idf and {weights.shape} weights")
+        if len(set(terms)) != len(terms):
+            raise ValueError("a term is listed twice")
+        vocabulary = {term: column for column, term in enumerate(terms)}
+        return cls(vocabulary, idf.astype(np.float32), weights.astype(np.float32), float(bias))
+
+    @property
+    def terms(self) -> list[str]:
+        return sorted(self.vocabulary, key=self.vocabulary.__getitem__)
+
+    def probability(self, text: str) -> float:
+        tokens = _TOKEN.findall(text.lower())
+        terms = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)]
+        counts = Counter(self.vocabulary[t] for t in terms if t in self.vocabulary)
+        logit = self.bias
+        if counts:
+            columns = np.fromiter(counts.keys(), dtype=np.intp, count=len(counts))
+            tf = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
+            vector = tf * self.idf[columns]
+            logit += float(vector @ self.weights[columns]) / float(np.linalg.norm(vector))
+        return 1.0 / (1.0 + math.exp(-min(max(logit, -50.0), 50.0)))
+
+
+@dataclass(frozen=True, slots=True)
 class TimeSensitivityModel:
     """The fitted network and its decision rule."""
 
@@ -85,9 +139,16 @@ class TimeSensitivityModel:
     confirm: float  # a cue that needs confirming holds at or above this
     confirmed_kinds: frozenset[str]  # cue kinds that need the model to agree
     report: Mapping[str, Any] = field(default_factory=dict)
+    words: WordModel | None = None
+    word_share: float = 0.0  # the words' part of the probability (with `words`)
 
-    def probability(self, vector: np.ndarray) -> float:
-        return float(self.network.probabilities(vector))
+    def probability(self, vector: np.ndarray, text: str) -> float:
+        """That the answer to `text` (whose embedding is `vector`) changes with time."""
+        network = float(self.network.probabilities(vector))
+        if self.words is None:
+            return network
+        share = self.word_share
+        return (1.0 - share) * network + share * self.words.probability(text)
 
     def judge(self, cue: TimeCue | None, probability: float) -> Verdict:
         if cue is not None and (
@@ -111,13 +172,21 @@ class TimeSensitivityModel:
             "hidden_bias": network.hidden_bias.astype(np.float32),
             "weights": network.weights.astype(np.float32),
         }
-        meta = {
+        meta: dict[str, Any] = {
             "bias": network.bias,
             "threshold": self.threshold,
             "confirm": self.confirm,
             "confirmed_kinds": sorted(self.confirmed_kinds),
             "report": dict(self.report),
         }
+        if self.words is not None:
+            arrays["word_idf"] = self.words.idf
+            arrays["word_weights"] = self.words.weights
+            meta["words"] = {
+                "terms": self.words.terms,
+                "bias": self.words.bias,
+                "share": self.word_share,
+            }
         save_arrays(path, arrays, meta)
 
     @classmethod
@@ -131,12 +200,15 @@ class TimeSensitivityModel:
         if hidden_bias.shape != (units,) or weights.shape != (units,):
             raise ValueError(f"{what} {path}: its layers do not fit together")
         try:
+            words, share = _words(path, what, meta.get("words"))
             return cls(
                 Network(hidden, hidden_bias, weights, float(meta["bias"])),
                 float(meta["threshold"]),
                 float(meta["confirm"]),
                 frozenset(meta["confirmed_kinds"]),
                 dict(meta.get("report", {})),
+                words,
+                share,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{what} {path}: unreadable ({exc})") from exc
@@ -144,6 +216,19 @@ class TimeSensitivityModel:
     @property
     def dimension(self) -> int:
         return self.network.dimension
+
+
+def _words(path: Path, what: str, meta: Any) -> tuple[WordModel | None, float]:
+    """The word model a file holds beside the network (None in a file without one)."""
+    if meta is None:
+        return None, 0.0
+    arrays, _ = load_arrays(path, what, {"word_idf": np.float32, "word_weights": np.float32})
+    share = float(meta["share"])
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"the words' share {share} is not between 0 and 1")
+    terms = [str(term) for term in meta["terms"]]
+    model = WordModel.of(terms, arrays["word_idf"], arrays["word_weights"], float(meta["bias"]))
+    return model, share
 
 
 @lru_cache(maxsize=2)

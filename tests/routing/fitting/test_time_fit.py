@@ -69,4 +69,11 @@ def test_the_rule_is_chosen_by_cross_validation() -> None:
     assert model.threshold in time_fit.THRESHOLDS
     assert report["cross_validated"]["accuracy"] > 0.95  # the clusters are apart
     assert report["cues_alone"]["recall"] == 0.6  # 60 of the 100 sensitive rows have a cue
-    assert model.probability(vectors[0]) > 0.9 and model.probability(vectors[1]) < 0.1
+    assert model.probability(vectors[0], texts[0]) > 0.8
+    assert model.probability(vectors[1], texts[1]) < 0.2
+    # the words were fitted beside the network, and the report says what each measured
+    assert model.words is not None and model.word_share == time_fit.WORD_SHARE
+    assert "current mayor" in model.words.vocabulary  # in 50 questions
+    assert "question 1" not in model.words.vocabulary  # in one question: not read
+    assert report["words"]["terms"] == len(model.words.vocabulary)
+    assert report["network_alone"]["accuracy"] > 0.95
