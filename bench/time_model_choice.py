@@ -12,13 +12,17 @@ chosen by five-fold cross-validation over the fit rows), and reported twice:
   (the questions the model alone calls time-sensitive: mean probability against the share
   that is; and the ECE over every dev question, 10 bins).
 The logistic regression is the model shipped before 2026-12-06 (L2 1e-4, 600 steps of
-gradient descent). SituatedQA's repository states no licence: DIR is a local copy
+gradient descent). Then the words beside the network: the shipped network's probability
+averaged with a logistic regression over the question's TF-IDF words (and word pairs or
+triples; terms in at least 2 or 3 questions; C 2, 4 or 8), the words' share 0.3, 0.5 or
+0.7: 36 variants, each reported as above, and the network alone beside them. SituatedQA's repository states no licence: DIR is a local copy
 (a checkout or the git directory `fetch` makes); its test split is never read.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -36,6 +40,7 @@ if str(ROOT) not in sys.path:
 from bench.sealed_quality import stamp  # noqa: E402
 from routing.fitting import time_fit  # noqa: E402
 from routing.fitting.fit import calibration_error  # noqa: E402
+from routing.language.text import normalise  # noqa: E402
 from routing.language.time_sensitive import time_cue  # noqa: E402
 
 
@@ -137,8 +142,78 @@ def main() -> None:
             f"{honest['alone_right']:.3f}; dev ECE {honest['ece']:.3f}; {seconds:.0f} s",
             flush=True,
         )
+    results.update(with_words(x, y, x_dev, y_dev, fit_rows, dev_rows, cues, cues_dev, when))
     if args.json_out:
         args.json_out.write_text(json.dumps({"date": when, "variants": results}, indent=1))
+
+
+WORD_GRID = [
+    (ngrams, questions, c, share)
+    for ngrams in ((1, 2), (1, 3))
+    for questions in (2, 3)
+    for c in (2.0, 4.0, 8.0)
+    for share in (0.3, 0.5, 0.7)
+]
+
+
+def with_words(
+    x: np.ndarray,
+    y: np.ndarray,
+    x_dev: np.ndarray,
+    y_dev: np.ndarray,
+    fit_rows: list[time_fit.Question],
+    dev_rows: list[time_fit.Question],
+    cues: list[Any],
+    cues_dev: list[Any],
+    when: str,
+) -> dict[str, Any]:
+    """The shipped network alone and averaged with each word model of WORD_GRID."""
+    confirmed = time_fit.confirmed_kinds(cues, y)
+    texts = [q.text for q in fit_rows]
+    dev_texts = [normalise(q.text) for q in dev_rows]
+    network_held = time_fit.cross_validated(x, y)
+    network_dev = time_fit.fit_network(x, y).probabilities(x_dev)
+    results: dict[str, Any] = {}
+
+    def report(name: str, held: np.ndarray, on_dev: np.ndarray, terms: int | None) -> None:
+        threshold, sweep = time_fit.best_threshold(cues, held, y, confirmed)
+        dev = time_fit.rule_counts(cues_dev, on_dev, y_dev, threshold, confirmed)
+        shipped = " (shipped)" if name == SHIPPED_WORDS else ""
+        results[name] = {
+            "threshold": threshold,
+            "cross_validated": sweep[threshold],
+            "dev": dev,
+            "terms": terms,
+        }
+        print(
+            f"{when} {name:34s} threshold {threshold:.2f}; cross-validated accuracy "
+            f"{sweep[threshold]['accuracy']:.4f}; dev accuracy {dev['accuracy']:.4f}"
+            + (f"; {terms} terms" if terms is not None else "")
+            + shipped,
+            flush=True,
+        )
+
+    report("network alone (256 units, 80 epochs)", network_held, network_dev, None)
+    for ngrams, questions, c in dict.fromkeys(g[:3] for g in WORD_GRID):
+        fit = functools.partial(time_fit.fit_words, ngrams=ngrams, min_questions=questions, c=c)
+        words_held = time_fit.cross_validated_words(texts, y, fit)
+        words = fit(texts, y)
+        words_dev = np.asarray([words.probability(t) for t in dev_texts])
+        for share in (g[3] for g in WORD_GRID if g[:3] == (ngrams, questions, c)):
+            name = f"+ words 1-{ngrams[1]}, in >= {questions}, C {c:g}, share {share:g}"
+            report(
+                name,
+                time_fit.mixed(network_held, words_held, share),
+                time_fit.mixed(network_dev, words_dev, share),
+                len(words.vocabulary),
+            )
+    return results
+
+
+SHIPPED_WORDS = (
+    f"+ words 1-{time_fit.WORD_NGRAMS[1]}, in >= {time_fit.WORD_MIN_QUESTIONS}, "
+    f"C {time_fit.WORD_C:g}, share {time_fit.WORD_SHARE:g}"
+)
 
 
 if __name__ == "__main__":

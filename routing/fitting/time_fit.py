@@ -161,20 +161,27 @@ def _trained(torch: Any, x: np.ndarray, y: np.ndarray, units: int, epochs: int) 
         )
 
 
-def fit_words(texts: Sequence[str], y: np.ndarray) -> WordModel:
-    """The logistic regression over TF-IDF words and word pairs, classes weighed equally."""
+def fit_words(
+    texts: Sequence[str],
+    y: np.ndarray,
+    ngrams: tuple[int, int] = WORD_NGRAMS,
+    min_questions: int = WORD_MIN_QUESTIONS,
+    c: float = WORD_C,
+) -> WordModel:
+    """The logistic regression over TF-IDF words (and word n-grams up to `ngrams[1]`),
+    classes weighed equally. The other values are for bench/time_model_choice.py."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
     vectoriser = TfidfVectorizer(
-        ngram_range=WORD_NGRAMS,
-        min_df=WORD_MIN_QUESTIONS,
+        ngram_range=ngrams,
+        min_df=min_questions,
         sublinear_tf=True,
         token_pattern=r"(?u)\b\w+\b",  # one-letter words too ("is it 5 pm")
         dtype=np.float64,
     )
     matrix = vectoriser.fit_transform(list(texts))
-    regression = LogisticRegression(C=WORD_C, class_weight="balanced", max_iter=5000)
+    regression = LogisticRegression(C=c, class_weight="balanced", max_iter=5000)
     regression.fit(matrix, np.asarray(y, dtype=bool))
     terms = [str(term) for term in vectoriser.get_feature_names_out()]
     return WordModel.of(
@@ -187,15 +194,17 @@ def mixed(network: np.ndarray, words: np.ndarray, share: float = WORD_SHARE) -> 
     return (1.0 - share) * np.asarray(network) + share * np.asarray(words)
 
 
-def cross_validated_words(texts: Sequence[str], y: np.ndarray) -> np.ndarray:
+def cross_validated_words(
+    texts: Sequence[str], y: np.ndarray, fit: Callable[..., WordModel] = fit_words
+) -> np.ndarray:
     """Each row's word-model probability, read as routing reads it, from a fit without its
-    fold (the same folds as `cross_validated`)."""
+    fold (the same folds as `cross_validated`). `fit(texts, y)` returns a WordModel."""
     fold = [row % FOLDS for row in range(len(y))]
     out = np.zeros(len(y))
     for index in range(FOLDS):
         train = [row for row, k in enumerate(fold) if k != index]
         held = [row for row, k in enumerate(fold) if k == index]
-        model = fit_words([texts[row] for row in train], y[train])
+        model = fit([texts[row] for row in train], y[train])
         out[held] = [model.probability(texts[row]) for row in held]
     return out
 
