@@ -26,7 +26,7 @@ with the epochs, and with them how much the probability overstates; 80 epochs (0
 overstates least of the best three and costs a third of 200's fit time. The words beside
 it (bench/README.md, "Time-sensitivity read from words too"): over the same folds, 36
 variants (words or words and pairs or triples, in 2 or 3 questions, C 2 to 8, the words'
-share 0.3 to 0.7) put the whole rule at 0.927 to 0.932 against the network's 0.923 alone;
+share 0.3 to 0.7) put the whole rule at 0.926 to 0.932 against the network's 0.923 alone;
 this one (0.932) is within 0.001 of the best with half its terms.
 """
 
