@@ -171,7 +171,11 @@ async def test_a_flood_of_parts_leaves_other_clients_answered_and_kiwix_closed(
             assert_answered_by_kiwix(await ask(client, UNRELATED[asked % len(UNRELATED)]))
             assert breaker.state == "closed" and breaker.failures == 0
             asked += 1
-        assert asked >= 2, "the flood was over before the questions were asked"
+        # At least the first question was asked during the flood. How many more fit in is
+        # the machine's speed: the first one's embedding queues behind every part the
+        # flood queued before it (one FIFO inference pool), so on a loaded machine it is
+        # answered only as the flood's requests end at their deadline.
+        assert asked >= 1, "the flood was over before the questions were asked"
         responses = await asyncio.gather(*flood)
         flood_encodes = encodes.seen() - started
         # The questions really were asked in the thick of it: when the first was sent,
