@@ -24,10 +24,10 @@ hidden layer"): five-fold cross-validation on these rows put a logistic regressi
 0.897 and networks of 128 to 512 units trained 40 to 200 epochs at 0.910 to 0.929, rising
 with the epochs, and with them how much the probability overstates; 80 epochs (0.923)
 overstates least of the best three and costs a third of 200's fit time. The words beside
-it (bench/README.md, "Time-sensitivity read from words too"): over the same folds, 36
-variants (words or words and pairs or triples, in 2 or 3 questions, C 2 to 8, the words'
-share 0.3 to 0.7) put the whole rule at 0.926 to 0.932 against the network's 0.923 alone;
-this one (0.932) is within 0.001 of the best with half its terms.
+it (bench/README.md, "Time-sensitivity read from words too"): over the same folds, 18
+variants (words and word pairs in 2 or 3 questions, C 2 to 8, the words' share 0.3 to
+0.7) put the whole rule at 0.926 to 0.932 against the network's 0.923 alone;
+this one (0.932) is within 0.001 of the best with about half its terms.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import numpy as np
 
 from routing.language.time_sensitive import TimeCue, time_cue
 from routing.stages.time_sensitivity import Network, TimeSensitivityModel, WordModel
+from routing.stages.word_terms import reader_of, vectoriser
 
 SITUATEDQA_FILE = "data/id_data/temp.{split}.jsonl"
 LEFT_OUT_SOURCES = frozenset({"webq"})  # WebQuestions: an evaluation corpus elsewhere
@@ -59,7 +60,6 @@ RATE = 1e-3
 WEIGHT_DECAY = 1e-3
 BATCH = 64
 SEED = 0
-WORD_NGRAMS = (1, 2)  # words and word pairs
 WORD_MIN_QUESTIONS = 3  # a term in fewer training questions is not read
 WORD_C = 8.0  # the logistic regression's inverse L2 strength
 WORD_SHARE = 0.5  # the words' part of the probability
@@ -164,28 +164,21 @@ def _trained(torch: Any, x: np.ndarray, y: np.ndarray, units: int, epochs: int) 
 def fit_words(
     texts: Sequence[str],
     y: np.ndarray,
-    ngrams: tuple[int, int] = WORD_NGRAMS,
     min_questions: int = WORD_MIN_QUESTIONS,
     c: float = WORD_C,
 ) -> WordModel:
-    """The logistic regression over TF-IDF words (and word n-grams up to `ngrams[1]`),
-    classes weighed equally. The other values are for bench/time_model_choice.py."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    """The logistic regression over TF-IDF words and word pairs, classes weighed equally.
+    The other values are for bench/time_model_choice.py."""
     from sklearn.linear_model import LogisticRegression
 
-    vectoriser = TfidfVectorizer(
-        ngram_range=ngrams,
-        min_df=min_questions,
-        sublinear_tf=True,
-        token_pattern=r"(?u)\b\w+\b",  # one-letter words too ("is it 5 pm")
-        dtype=np.float64,
-    )
-    matrix = vectoriser.fit_transform(list(texts))
+    fitted = vectoriser(min_questions)
+    matrix = fitted.fit_transform(list(texts))
     regression = LogisticRegression(C=c, class_weight="balanced", max_iter=5000)
     regression.fit(matrix, np.asarray(y, dtype=bool))
-    terms = [str(term) for term in vectoriser.get_feature_names_out()]
-    return WordModel.of(
-        terms, vectoriser.idf_, regression.coef_[0], float(regression.intercept_[0])
+    return WordModel(
+        reader_of(fitted),
+        regression.coef_[0].astype(np.float32),
+        float(regression.intercept_[0]),
     )
 
 
@@ -293,7 +286,6 @@ def fit_time_model(questions: Sequence[Question], vectors: np.ndarray) -> TimeSe
         "network_alone": {"threshold": alone, **alone_sweep[alone]},
         "words": {
             "terms": len(words.vocabulary),
-            "ngrams": list(WORD_NGRAMS),
             "min_questions": WORD_MIN_QUESTIONS,
             "C": WORD_C,
             "share": WORD_SHARE,

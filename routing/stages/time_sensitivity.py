@@ -29,8 +29,6 @@ artefact says what they measured.
 from __future__ import annotations
 
 import math
-import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -41,11 +39,11 @@ import numpy as np
 
 from routing.language.time_sensitive import TimeCue
 from routing.stages.arrays_file import load_arrays, save_arrays
+from routing.stages.word_terms import TermReader
 
 ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "time_sensitive.npz"
 _GELU_SCALE = math.sqrt(2.0 / math.pi)
 MODEL_KIND = "model"  # the event's `kind` when the model alone said so
-_TOKEN = re.compile(r"(?u)\b\w+\b")  # as the fit's TfidfVectorizer splits words
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +86,11 @@ class Network:
 
 @dataclass(frozen=True, slots=True)
 class WordModel:
-    """A logistic regression over a question's TF-IDF vector of words and word pairs.
+    """A logistic regression over a question's TF-IDF words and word pairs
+    (routing/stages/word_terms.py). The vocabulary is terms found in several training
+    questions, never a question."""
 
-    The vector is scikit-learn's `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)`
-    over lower-case word tokens, recomputed here with numpy so that reading a question
-    needs no scikit-learn: each known term's weight is (1 + ln count) * idf, the vector
-    scaled to unit length. The vocabulary is terms found in several training questions,
-    never a question."""
-
-    vocabulary: Mapping[str, int]  # term -> its column
-    idf: np.ndarray  # (terms,)
+    reader: TermReader
     weights: np.ndarray  # (terms,)
     bias: float
 
@@ -106,27 +99,28 @@ class WordModel:
         cls, terms: Sequence[str], idf: np.ndarray, weights: np.ndarray, bias: float
     ) -> WordModel:
         """From the terms in column order; ValueError when the arrays do not fit them."""
-        if idf.shape != (len(terms),) or weights.shape != (len(terms),):
-            raise ValueError(f"{len(terms)} terms but {idf.shape} idf and {weights.shape} weights")
-        if len(set(terms)) != len(terms):
-            raise ValueError("a term is listed twice")
-        vocabulary = {term: column for column, term in enumerate(terms)}
-        return cls(vocabulary, idf.astype(np.float32), weights.astype(np.float32), float(bias))
+        if weights.shape != (len(terms),):
+            raise ValueError(f"{len(terms)} terms but {weights.shape} weights")
+        return cls(TermReader.of(terms, idf), weights.astype(np.float32), float(bias))
+
+    @property
+    def vocabulary(self) -> Mapping[str, int]:
+        return self.reader.vocabulary
+
+    @property
+    def idf(self) -> np.ndarray:
+        return self.reader.idf
 
     @property
     def terms(self) -> list[str]:
-        return sorted(self.vocabulary, key=self.vocabulary.__getitem__)
+        return self.reader.terms
 
     def probability(self, text: str) -> float:
-        tokens = _TOKEN.findall(text.lower())
-        terms = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)]
-        counts = Counter(self.vocabulary[t] for t in terms if t in self.vocabulary)
         logit = self.bias
-        if counts:
-            columns = np.fromiter(counts.keys(), dtype=np.intp, count=len(counts))
-            tf = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
-            vector = tf * self.idf[columns]
-            logit += float(vector @ self.weights[columns]) / float(np.linalg.norm(vector))
+        read = self.reader.read(text)
+        if read is not None:
+            columns, values = read
+            logit += float(values @ self.weights[columns])
         return 1.0 / (1.0 + math.exp(-min(max(logit, -50.0), 50.0)))
 
 
