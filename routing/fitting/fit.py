@@ -150,7 +150,7 @@ async def describe(
     for row, vector in zip(kept, vectors, strict=True):
         match = keyword.rules.scores(row.text)
         scores = match.scores if match else {}
-        similarity, probability, spread = semantic.similarities(vector)
+        similarity, probability, spread = semantic.similarities(vector, row.text)
         question = asks_about_the_world(words(row.text))
         kw_rows.append(features(labels, scores, question=question))
         full_rows.append(features(labels, scores, similarity, probability, spread, question))

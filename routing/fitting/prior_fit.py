@@ -20,7 +20,6 @@ Banking77 train rows (`bench/routing_quality.py`'s unserved check), never on a s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,14 +27,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from routing.fitting.time_fit import Question
-from routing.stages.classifier_prior import PROBE, ClassifierPrior
+from routing.stages.classifier_prior import PROBE, UNSERVED_ROWS, ClassifierPrior, unserved_texts
 
 if TYPE_CHECKING:
     from routing.stages.embedder import Embedder
 
 LABEL = "kiwix"  # the route that answers questions whose answer does not change
 UNSERVED_LABEL = "none"
-UNSERVED_ROWS = Path(__file__).resolve().parents[1] / "fit_data" / "staged" / "banking77.jsonl"
 UNSERVED_SHARE = 0.5
 CENTROIDS = 128
 # A centroid stands for at least this many questions (fewer centroids for a small corpus):
@@ -125,12 +123,6 @@ def fit_points(
     )
     report = {"questions": len(vectors), "centroids": len(counts), "source": source}
     return ClassifierPrior(label, centroids, counts, share, probe_vector, report)
-
-
-def unserved_texts(path: Path = UNSERVED_ROWS) -> list[str]:
-    """The requests of a staged `none` corpus (JSONL rows with `text` and `route`)."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    return [row["text"] for row in rows if row.get("route") == UNSERVED_LABEL]
 
 
 def fit_unserved(embedder: Embedder, path: Path = UNSERVED_ROWS) -> ClassifierPrior:

@@ -25,6 +25,7 @@ configured `routing.semantic.model_path`) does not get the prior.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +40,8 @@ SHIPPED: Shipped = "shipped"  # "the prior as shipped", where None means "no pri
 
 ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "classifier_prior.npz"
 UNSERVED_ARTEFACT = ARTEFACT.with_name("classifier_prior_none.npz")
+# The requests the `none` prior is made from (committed: Banking77's banking requests).
+UNSERVED_ROWS = Path(__file__).resolve().parents[1] / "fit_data" / "staged" / "banking77.jsonl"
 SHIPPED_ARTEFACTS = (ARTEFACT, UNSERVED_ARTEFACT)
 PROBE = "who wrote the novel that the film was based on"
 SAME_MODEL = 0.999  # the probe's cosine similarity across runs of one model is ~1.0
@@ -98,6 +101,15 @@ class ClassifierPrior:
         if not isinstance(meta.get("label"), str) or not 0.0 < share <= 10.0:
             raise ValueError(f"classifier prior {path}: label or share malformed")
         return cls(meta["label"], centroids, counts, share, probe, dict(meta.get("report", {})))
+
+
+def unserved_texts(path: Path = UNSERVED_ROWS) -> list[str]:
+    """The requests of a staged `none` corpus (JSONL rows with `text` and `route`); none
+    when the file is not there (an install without the repository's fit data)."""
+    if not path.is_file():
+        return []
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [row["text"] for row in rows if row.get("route") == "none"]
 
 
 @lru_cache(maxsize=4)

@@ -39,7 +39,14 @@ from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.language.sentences import asks_about_the_world
 from routing.language.text import normalise, words
-from routing.stages.classifier_prior import PROBE, SHIPPED, ClassifierPrior, Shipped, load_priors
+from routing.stages.classifier_prior import (
+    PROBE,
+    SHIPPED,
+    ClassifierPrior,
+    Shipped,
+    load_priors,
+    unserved_texts,
+)
 from routing.stages.confidence import (
     NEAREST_COUNTED,
     ConfidenceModel,
@@ -53,6 +60,7 @@ from routing.stages.decision_cache import DecisionCache
 from routing.stages.keyword_rules import KeywordRules, tokenize
 from routing.stages.llm_confidence import UNMEASURED
 from routing.stages.route_data import rule_key
+from routing.stages.word_classifier import WordClassifier, mixed
 from routing.ttl_cache import TTLCache
 from routing.types import Decision, ResolveContext
 from sources.workers import run_inference
@@ -143,11 +151,17 @@ class LabelClassifier:
         index: ExemplarIndex,
         *,
         priors: Sequence[ClassifierPrior] = (),
+        words: WordClassifier | None = None,
         iterations: int = 300,
         rate: float = 5.0,
         l2: float = 1e-3,
     ) -> None:
+        """`words`: the same labels read from a query's words (routing/stages/
+        word_classifier.py), averaged in when `probabilities` is given the query."""
         self.labels = list(index.labels)
+        if words is not None and list(words.labels) != self.labels:
+            raise ValueError("the word classifier's labels are not the exemplars'")
+        self.words = words
         counts = np.diff([*index.starts, len(index)])
         targets = np.repeat(np.arange(len(self.labels)), counts)
         x = np.ascontiguousarray(index.matrix, dtype=np.float32)
@@ -189,12 +203,16 @@ class LabelClassifier:
         """What the chain names as the priors' origins, "+"-joined ("" without one)."""
         return "+".join(str(p.report.get("source", "prior")) for p in self.priors)
 
-    def probabilities(self, vector: np.ndarray) -> dict[str, float]:
+    def probabilities(self, vector: np.ndarray, text: str | None = None) -> dict[str, float]:
+        """Per label, from the query's embedding, and from its words too given its `text`."""
         logits = vector @ self.w + self.b
         logits = logits - logits.max()
         probs = np.exp(logits)
         probs /= probs.sum()
-        return {label: float(p) for label, p in zip(self.labels, probs, strict=True)}
+        found = {label: float(p) for label, p in zip(self.labels, probs, strict=True)}
+        if self.words is None or text is None:
+            return found
+        return mixed(found, self.words.probabilities(text))
 
 
 class LearnedDecisions:
@@ -245,6 +263,25 @@ class LearnedDecisions:
                 return entry[0], entry[1], float(scores[int(index)]), entry[3]
         self._rebuild()  # everything near has expired
         return None
+
+
+def word_classifier(
+    groups: Mapping[str, Sequence[str]], priors: Sequence[ClassifierPrior]
+) -> WordClassifier | None:
+    """The label classifier's word reading, trained on the exemplars; a label whose prior
+    was made from requests the repository holds (the `none` route's, from Banking77) also
+    learns from those requests' words, at the prior's share. None for fewer than two
+    labels."""
+    texts = {label: list(rows) for label, rows in groups.items() if rows}
+    if len(texts) < 2:
+        return None
+    extra = {}
+    for prior in priors:
+        if prior.label == NONE and prior.label in texts:
+            rows = unserved_texts()
+            if rows:
+                extra[prior.label] = (rows, prior.share)
+    return WordClassifier.fit(texts, extra)
 
 
 class SemanticStage:
@@ -314,7 +351,10 @@ class SemanticStage:
         index = ExemplarIndex(groups, vectors)
         if self.config.classifier and len(index.labels) > 1:
             priors = await self._usable_priors()
-            self.classifier = await run_inference(LabelClassifier, index, priors=priors)
+            words = await run_inference(word_classifier, groups, priors)
+            self.classifier = await run_inference(
+                LabelClassifier, index, priors=priors, words=words
+            )
         self.index = index
 
     async def _usable_priors(self) -> tuple[ClassifierPrior, ...]:
@@ -372,23 +412,24 @@ class SemanticStage:
         return list(dict.fromkeys(found))
 
     def similarities(
-        self, vector: np.ndarray
+        self, vector: np.ndarray, text: str
     ) -> tuple[dict[str, float], dict[str, float], Spread | None]:
         """Per label: its nearest exemplar's cosine similarity, and the classifier's
-        probability (empty without a classifier); and the spread of all similarities."""
+        probability for `text` (whose embedding is `vector`; empty without a classifier);
+        and the spread of all similarities."""
         assert self.index is not None
         best, spread = self.index.match(vector)
         similarity = {label: score for label, _, score in best}
-        probability = self.classifier.probabilities(vector) if self.classifier else {}
+        probability = self.classifier.probabilities(vector, text) if self.classifier else {}
         return similarity, probability, spread
 
     def candidates(
-        self, vector: np.ndarray
+        self, vector: np.ndarray, text: str
     ) -> tuple[list[Candidate], Candidate | None, Spread | None]:
-        """Exemplar candidates (one per label, nearest first), the nearest learned decision,
-        and the spread of the query's similarity to every exemplar."""
+        """Exemplar candidates for `text` (one per label, nearest first), the nearest
+        learned decision, and the spread of its similarity to every exemplar."""
         assert self.index is not None
-        probabilities = self.classifier.probabilities(vector) if self.classifier else {}
+        probabilities = self.classifier.probabilities(vector, text) if self.classifier else {}
         best, spread = self.index.match(vector)
         ranked = [
             Candidate(label, text, score, "exemplar", probabilities.get(label))
@@ -403,7 +444,7 @@ class SemanticStage:
 
     def judge(self, query: str, vector: np.ndarray, context: ResolveContext) -> Decision | None:
         """Decide from the fitted confidence and record `intent_semantic` (hit or miss)."""
-        ranked, reused, spread = self.candidates(vector)
+        ranked, reused, spread = self.candidates(vector, query)
         if reused is not None and reused.score >= self.config.reuse_threshold:
             return self._reuse(query, reused, context)
         by_label = {c.route: c for c in ranked}

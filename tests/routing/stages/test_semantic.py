@@ -162,8 +162,8 @@ async def test_a_sure_none_without_a_none_exemplar_nearby_still_ends_unserved(
     nearest, judged = stage.candidates, stage._confidence
     seen: dict[str, Any] = {}
 
-    def without_none(vector: np.ndarray) -> Any:
-        ranked, reused, spread = nearest(vector)
+    def without_none(vector: np.ndarray, text: str) -> Any:
+        ranked, reused, spread = nearest(vector, text)
         seen["ranked"] = ranked
         return [c for c in ranked if c.route != "none"], reused, spread
 
