@@ -13,7 +13,7 @@ Trained on the exemplars of every label (a household's own included), each label
 the same in all; a label's extra requests (the `none` route's Banking77 requests, whose
 embeddings are that label's classifier prior) weigh `share` times its exemplars, as the
 prior does. Fitted with scikit-learn (which sentence-transformers installs), read with
-numpy: about 20 µs a query.
+numpy: some 35 µs a query (bench/README.md, "The classifier reads words too").
 
 Why: each corpus left out of the weights' fit in turn (bench/routing_quality.py
 --no-sealed --isolated, bench/README.md "The classifier reads words too"), every held-out
