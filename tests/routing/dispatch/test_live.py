@@ -440,14 +440,14 @@ async def test_with_no_live_source_the_part_keeps_the_stage_s_confidence(demo_zi
     assert outcome.body["results"][0]["confidence"] == pytest.approx(stated, abs=1e-4)
 
 
-ECLIPSE = "when is the next solar eclipse visible in europe"
+PREMIER = "who is the prime minister of italy"
 
 
 async def test_a_question_the_stages_could_not_place_is_placed_by_time(build: Build) -> None:
     """The semantic stage declines between kiwix and web; sure of the pair, the world
     stage reads the answer as changing with time and sends it to web, kiwix after it."""
     svc = await build(LIVE)
-    outcome = await svc.search(ECLIPSE, explain=True, dry_run=True)
+    outcome = await svc.search(PREMIER, explain=True, dry_run=True)
     (part,) = outcome.body["results"]
     assert (part["route"], part["stage"]) == ("web", "intent_world")
     (semantic,) = steps(outcome.chain, "intent_semantic")
@@ -466,14 +466,14 @@ async def test_a_question_the_stages_could_not_place_is_placed_by_time(build: Bu
 
 
 async def test_without_a_web_route_nothing_is_placed_by_time(demo_zim: Path) -> None:
-    (outcome,) = await _with_kiwix_alone(demo_zim, ECLIPSE, dry_run=True)
+    (outcome,) = await _with_kiwix_alone(demo_zim, PREMIER, dry_run=True)
     assert outcome.body["results"][0]["route"] == "kiwix"
     assert not steps(outcome.chain, "intent_world")
 
 
 async def test_time_sensitivity_switched_off_switches_the_world_stage_off(build: Build) -> None:
     svc = await build(LIVE, time_sensitive={"enabled": False})
-    outcome = await svc.search(ECLIPSE, explain=True, dry_run=True)
+    outcome = await svc.search(PREMIER, explain=True, dry_run=True)
     assert outcome.body["results"][0]["stage"] == "intent_default"
     assert not steps(outcome.chain, "intent_world")
 
@@ -488,14 +488,14 @@ async def test_the_llm_is_asked_before_the_world_stage(build: Build) -> None:
     with ChatServer() as llm:
         llm.reply = '{"source": "kiwix"}'
         svc = await build(LIVE, llm=_llm(llm.base_url))
-        decided = await svc.search(ECLIPSE, explain=True, dry_run=True)
+        decided = await svc.search(PREMIER, explain=True, dry_run=True)
     assert [s["step"] for s in decided.chain if s["step"].startswith("intent_")] == [
         "intent_semantic",
         "intent_llm",
     ]
     assert decided.body["results"][0]["stage"] == "intent_llm"
     failing = await build(LIVE, llm=_llm(closed_port_url() + "/v1"))
-    outcome = await failing.search(ECLIPSE, explain=True, dry_run=True)
+    outcome = await failing.search(PREMIER, explain=True, dry_run=True)
     intents = [s["step"] for s in outcome.chain if s["step"].startswith("intent_")]
     assert intents == ["intent_semantic", "intent_world"]
     assert steps(outcome.chain, "llm_error")
