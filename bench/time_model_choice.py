@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import sys
 import time
@@ -42,6 +43,7 @@ from routing.fitting import time_fit  # noqa: E402
 from routing.fitting.fit import calibration_error  # noqa: E402
 from routing.language.text import normalise  # noqa: E402
 from routing.language.time_sensitive import time_cue  # noqa: E402
+from routing.stages.word_terms import mix  # noqa: E402
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +149,9 @@ def main() -> None:
         args.json_out.write_text(json.dumps({"date": when, "variants": results}, indent=1))
 
 
-WORD_GRID = [
-    (questions, c, share)
-    for questions in (2, 3)
-    for c in (2.0, 4.0, 8.0)
-    for share in (0.3, 0.5, 0.7)
-]
+WORD_MIN_QUESTIONS = (2, 3)
+WORD_C = (2.0, 4.0, 8.0)
+WORD_SHARES = (0.3, 0.5, 0.7)
 
 
 def with_words(
@@ -166,7 +165,8 @@ def with_words(
     cues_dev: list[Any],
     when: str,
 ) -> dict[str, Any]:
-    """The shipped network alone and averaged with each word model of WORD_GRID."""
+    """The shipped network alone, and averaged with each word model (every terms' minimum,
+    C and share above)."""
     confirmed = time_fit.confirmed_kinds(cues, y)
     texts = [q.text for q in fit_rows]
     dev_texts = [normalise(q.text) for q in dev_rows]
@@ -193,19 +193,15 @@ def with_words(
         )
 
     report("network alone (256 units, 80 epochs)", network_held, network_dev, None)
-    for questions, c in dict.fromkeys(g[:2] for g in WORD_GRID):
+    for questions, c in itertools.product(WORD_MIN_QUESTIONS, WORD_C):
         fit = functools.partial(time_fit.fit_words, min_questions=questions, c=c)
         words_held = time_fit.cross_validated_words(texts, y, fit)
         words = fit(texts, y)
         words_dev = np.asarray([words.probability(t) for t in dev_texts])
-        for share in (g[2] for g in WORD_GRID if g[:2] == (questions, c)):
+        for share in WORD_SHARES:
             name = f"+ words 1-2, in >= {questions}, C {c:g}, share {share:g}"
-            report(
-                name,
-                time_fit.mixed(network_held, words_held, share),
-                time_fit.mixed(network_dev, words_dev, share),
-                len(words.vocabulary),
-            )
+            held, on_dev = mix(network_held, words_held, share), mix(network_dev, words_dev, share)
+            report(name, held, on_dev, len(words.vocabulary))
     return results
 
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from routing.language.time_sensitive import TimeCue, time_cue
 from routing.stages.time_sensitivity import Network, TimeSensitivityModel, WordModel
-from routing.stages.word_terms import reader_of, vectoriser
+from routing.stages.word_terms import mix, reader_of, vectoriser
 
 SITUATEDQA_FILE = "data/id_data/temp.{split}.jsonl"
 LEFT_OUT_SOURCES = frozenset({"webq"})  # WebQuestions: an evaluation corpus elsewhere
@@ -182,11 +182,6 @@ def fit_words(
     )
 
 
-def mixed(network: np.ndarray, words: np.ndarray, share: float = WORD_SHARE) -> np.ndarray:
-    """The model's probability from its two readings' (as TimeSensitivityModel mixes them)."""
-    return (1.0 - share) * np.asarray(network) + share * np.asarray(words)
-
-
 def cross_validated_words(
     texts: Sequence[str], y: np.ndarray, fit: Callable[..., WordModel] = fit_words
 ) -> np.ndarray:
@@ -269,7 +264,7 @@ def fit_time_model(questions: Sequence[Question], vectors: np.ndarray) -> TimeSe
     confirmed = confirmed_kinds(cues, y)
     network_held = cross_validated(vectors, y)
     alone, alone_sweep = best_threshold(cues, network_held, y, confirmed)
-    held = mixed(network_held, cross_validated_words(texts, y))
+    held = mix(network_held, cross_validated_words(texts, y), WORD_SHARE)
     best, sweep = best_threshold(cues, held, y, confirmed)
     network = fit_network(vectors, y)
     words = fit_words(texts, y)

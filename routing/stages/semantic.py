@@ -424,12 +424,12 @@ class SemanticStage:
         return similarity, probability, spread
 
     def candidates(
-        self, vector: np.ndarray, text: str
+        self, vector: np.ndarray, query: str
     ) -> tuple[list[Candidate], Candidate | None, Spread | None]:
-        """Exemplar candidates for `text` (one per label, nearest first), the nearest
+        """Exemplar candidates for `query` (one per label, nearest first), the nearest
         learned decision, and the spread of its similarity to every exemplar."""
         assert self.index is not None
-        probabilities = self.classifier.probabilities(vector, text) if self.classifier else {}
+        probabilities = self.classifier.probabilities(vector, query) if self.classifier else {}
         best, spread = self.index.match(vector)
         ranked = [
             Candidate(label, text, score, "exemplar", probabilities.get(label))

@@ -39,7 +39,7 @@ import numpy as np
 
 from routing.language.time_sensitive import TimeCue
 from routing.stages.arrays_file import load_arrays, save_arrays
-from routing.stages.word_terms import TermReader
+from routing.stages.word_terms import TermReader, mix
 
 ARTEFACT = Path(__file__).resolve().parents[1] / "fitted" / "time_sensitive.npz"
 _GELU_SCALE = math.sqrt(2.0 / math.pi)
@@ -116,11 +116,7 @@ class WordModel:
         return self.reader.terms
 
     def probability(self, text: str) -> float:
-        logit = self.bias
-        read = self.reader.read(text)
-        if read is not None:
-            columns, values = read
-            logit += float(values @ self.weights[columns])
+        logit = self.bias + float(self.reader.dot(text, self.weights))
         return 1.0 / (1.0 + math.exp(-min(max(logit, -50.0), 50.0)))
 
 
@@ -141,8 +137,7 @@ class TimeSensitivityModel:
         network = float(self.network.probabilities(vector))
         if self.words is None:
             return network
-        share = self.word_share
-        return (1.0 - share) * network + share * self.words.probability(text)
+        return float(mix(network, self.words.probability(text), self.word_share))
 
     def judge(self, cue: TimeCue | None, probability: float) -> Verdict:
         if cue is not None and (

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from routing.stages.word_terms import TermReader, reader_of, vectoriser
+from routing.stages.word_terms import TermReader, mix, reader_of, vectoriser
 
 WORD_SHARE = 0.5  # the words' part of the classifier's probability
 C = 4.0  # the logistic regression's inverse L2 strength
@@ -83,11 +83,7 @@ class WordClassifier:
         return cls(labels, reader_of(fitted), coef.T.astype(np.float32), bias.astype(np.float32))
 
     def probabilities(self, text: str) -> dict[str, float]:
-        logits = self.bias.astype(np.float64)
-        read = self.reader.read(text)
-        if read is not None:
-            columns, values = read
-            logits = logits + values @ self.weights[columns]
+        logits = self.bias.astype(np.float64) + self.reader.dot(text, self.weights)
         logits = logits - logits.max()
         probs = np.exp(logits)
         probs /= probs.sum()
@@ -97,6 +93,4 @@ class WordClassifier:
 def mixed(embedding: Mapping[str, float], words: Mapping[str, float]) -> dict[str, float]:
     """The classifier's probability per label: the embedding's and the words' averaged
     (both trained on the same labels)."""
-    return {
-        label: (1.0 - WORD_SHARE) * p + WORD_SHARE * words[label] for label, p in embedding.items()
-    }
+    return {label: mix(p, words[label], WORD_SHARE) for label, p in embedding.items()}

@@ -50,6 +50,15 @@ class TermReader:
     def terms(self) -> list[str]:
         return sorted(self.vocabulary, key=self.vocabulary.__getitem__)
 
+    def dot(self, text: str, weights: np.ndarray) -> Any:
+        """`text`'s TF-IDF vector times `weights` (one row per term): a number for a
+        vector of weights, one per column for a matrix; 0 with no known term."""
+        read = self.read(text)
+        if read is None:
+            return 0.0
+        columns, values = read
+        return values @ weights[columns]
+
     def read(self, text: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The columns of `text`'s known terms and their unit-length TF-IDF values (None
         when it has no known term)."""
@@ -60,6 +69,12 @@ class TermReader:
         tf = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
         values = tf * self.idf[columns]
         return columns, values / float(np.linalg.norm(values))
+
+
+def mix(embedding: Any, words: Any, share: float) -> Any:
+    """A probability read from the embedding and one read from the words, `share` of it
+    the words' (numbers or numpy arrays alike)."""
+    return (1.0 - share) * embedding + share * words
 
 
 def vectoriser(min_texts: int = 1) -> Any:
