@@ -28,7 +28,14 @@ staged), and SituatedQA's dev split (with --situatedqa). Variants:
 Each cell: accuracy on the set; then the mean over the sets. No row is printed.
 
     .venv/bin/python bench/classifier_variants.py [--situatedqa DIR] [--contrastive 400]
-        [--config config.yaml] [--json-out PATH]
+        [--save-model MODEL_DIR] [--config config.yaml] [--json-out PATH]
+
+The fine-tuned encoder is judged at the pipeline level by hand: `--save-model MODEL_DIR`
+keeps it; in a scratch clone, set `routing.semantic.model_path: MODEL_DIR` in config.yaml,
+refit everything made in its embedding space there (`search fit --shipped --situatedqa
+DIR`: the confidence weights, both priors, the time model), then run
+`bench/routing_quality.py --no-sealed --isolated --eval-dir ../shared/eval` and
+`bench/situatedqa_routing.py --situatedqa DIR` in it.
 
 SituatedQA's repository states no licence: DIR is a local copy (a checkout or the git
 directory `fetch` makes); only its dev split is judged here, and train's stable questions
@@ -221,7 +228,10 @@ class Variants:
 
 
 def run(
-    variants: Variants, kiwix_questions: Sequence[str], contrastive: int
+    variants: Variants,
+    kiwix_questions: Sequence[str],
+    contrastive: int,
+    save_to: Path | None = None,
 ) -> dict[str, dict[str, float]]:
     from routing.stages.classifier_prior import ClassifierPrior
     from routing.stages.semantic import LabelClassifier
@@ -290,7 +300,7 @@ def run(
         lambda s: mix(v.embedding(bare, s.name), shipped_words[s.name], WORD_SHARE)
     )
     if contrastive > 0:
-        encode = fine_tuned(v.groups, contrastive)
+        encode = fine_tuned(v.groups, contrastive, save_to)
         from routing.stages.semantic import ExemplarIndex
 
         texts = [text for label in v.labels for text in v.groups[label]]
@@ -336,9 +346,10 @@ def rebuilt_priors(
 
 
 def fine_tuned(
-    groups: Mapping[str, Sequence[str]], steps: int
+    groups: Mapping[str, Sequence[str]], steps: int, save_to: Path | None = None
 ) -> Callable[[list[str]], np.ndarray]:
-    """MiniLM fine-tuned on the exemplars by a supervised contrastive loss; its encoder."""
+    """MiniLM fine-tuned on the exemplars by a supervised contrastive loss; its encoder.
+    `save_to`: also saved there as a sentence-transformers model directory."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -369,6 +380,8 @@ def fine_tuned(
         loss.backward()
         optimiser.step()
     model.eval()
+    if save_to is not None:
+        model.save(str(save_to))
     return lambda texts: model.encode(
         texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True
     )
@@ -384,7 +397,11 @@ def render(found: Mapping[str, Mapping[str, float]], header: str) -> list[str]:
 
 
 async def measure(
-    config_path: Path, eval_dir: Path, situatedqa: Path | None, contrastive: int
+    config_path: Path,
+    eval_dir: Path,
+    situatedqa: Path | None,
+    contrastive: int,
+    save_to: Path | None = None,
 ) -> dict[str, Any]:
     from search.config import load_config
     from search.service import Service
@@ -406,7 +423,7 @@ async def measure(
     finally:
         await service.aclose()
     started = time.monotonic()
-    found = run(variants, kiwix_questions, contrastive)
+    found = run(variants, kiwix_questions, contrastive, save_to)
     return {
         "sets": {s.name: len(s.rows) for s in sets},
         "accuracy": found,
@@ -420,20 +437,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-dir", default=str(EVAL))
     parser.add_argument("--situatedqa", default="", help="checkout or git dir of SituatedQA")
     parser.add_argument("--contrastive", type=int, default=0, help="fine-tuning steps (0: none)")
+    parser.add_argument("--save-model", default="", help="with --contrastive: save it here")
     parser.add_argument("--json-out", default="", help="also write the figures, dated, here")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.contrastive < 0:
         print("--contrastive: a number of steps, 0 or more", file=sys.stderr)
         return 2
+    if args.save_model and not args.contrastive:
+        print("--save-model: only with --contrastive N", file=sys.stderr)
+        return 2
     situatedqa = Path(args.situatedqa) if args.situatedqa else None
+    save_to = Path(args.save_model) if args.save_model else None
     for label, path in (("--config", Path(args.config)), ("--eval-dir", Path(args.eval_dir))):
         if not path.exists():
             print(f"{label}: no such path {path}", file=sys.stderr)
             return 2
     try:
         figures = asyncio.run(
-            measure(Path(args.config), Path(args.eval_dir), situatedqa, args.contrastive)
+            measure(Path(args.config), Path(args.eval_dir), situatedqa, args.contrastive, save_to)
         )
     except FileNotFoundError as error:
         print(f"classifier_variants: {error}", file=sys.stderr)

@@ -63,3 +63,6 @@ def test_bad_usage_exits_2_naming_the_option(
     assert "--contrastive" in capsys.readouterr().err
     assert main(["--eval-dir", str(tmp_path / "missing")]) == 2
     assert "--eval-dir" in capsys.readouterr().err
+    assert main(["--save-model", str(tmp_path / "model")]) == 2  # nothing fine-tuned to save
+    assert "--save-model" in capsys.readouterr().err
+    assert not (tmp_path / "model").exists()
