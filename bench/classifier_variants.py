@@ -142,14 +142,13 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=1, keepdims=True)
 
 
-def word_probabilities(
+def word_half(
     groups: Mapping[str, Sequence[str]],
     extra: Mapping[str, Sequence[tuple[Sequence[str], float]]],
-    texts: Sequence[str],
-) -> np.ndarray:
+) -> Callable[[Sequence[str]], np.ndarray]:
     """The word half trained as routing/stages/word_classifier.py trains it (each label
     weighing the same), with each label's `extra` rows at their share of its exemplars'
-    weight, read on `texts`: (texts, labels)."""
+    weight; it reads texts into a (texts, labels) matrix of probabilities."""
     from sklearn.linear_model import LogisticRegression
 
     from routing.stages.word_classifier import C
@@ -176,8 +175,15 @@ def word_probabilities(
     regression.fit(fitted.fit_transform(rows), y, sample_weight=w)
     reader = reader_of(fitted)
     coef = regression.coef_.T.astype(np.float64)
-    logits = np.stack([regression.intercept_ + reader.dot(text, coef) for text in texts])
-    return softmax_rows(logits)
+    bias = regression.intercept_.astype(np.float64)
+    if len(labels) == 2:  # one logit for the second label; the first's is zero
+        coef = np.hstack([np.zeros_like(coef), coef])
+        bias = np.asarray([0.0, bias[0]])
+
+    def read(texts: Sequence[str]) -> np.ndarray:
+        return softmax_rows(np.stack([bias + reader.dot(text, coef) for text in texts]))
+
+    return read
 
 
 class Variants:
@@ -194,7 +200,6 @@ class Variants:
             for label, start, end in zip(index.labels, index.starts, ends, strict=True)
         }
         self.index = index
-        self.stage = stage
         self.classifier = stage.classifier
         self.sets = list(sets)
         self.fit_rows = list(fit_rows)
@@ -203,7 +208,7 @@ class Variants:
         self.vectors = {s.name: encode([text for text, _ in s.rows]) for s in self.sets}
         self.fit_vectors = encode([row.text for row in self.fit_rows])
 
-    def _shipped_extra(self) -> dict[str, list[tuple[Sequence[str], float]]]:
+    def shipped_extra(self) -> dict[str, list[tuple[Sequence[str], float]]]:
         """The word half's extra rows as the service trains it (the `none` prior's)."""
         extra: dict[str, list[tuple[Sequence[str], float]]] = {}
         for prior in self.classifier.priors:
@@ -217,11 +222,12 @@ class Variants:
         x = self.vectors[name] if vectors is None else vectors
         return softmax_rows(x @ classifier.w + classifier.b)
 
-    def words(
-        self, name: str, extra: Mapping[str, Sequence[tuple[Sequence[str], float]]]
-    ) -> np.ndarray:
-        texts = [text for text, _ in next(s for s in self.sets if s.name == name).rows]
-        return word_probabilities(self.groups, extra, texts)
+    def word_half(
+        self, extra: Mapping[str, Sequence[tuple[Sequence[str], float]]]
+    ) -> Callable[[JudgedSet], np.ndarray]:
+        """A word half trained with `extra`, as a reader of judged sets."""
+        read = word_half(self.groups, extra)
+        return lambda judged: read([text for text, _ in judged.rows])
 
     def scored(self, probabilities: Callable[[JudgedSet], np.ndarray]) -> dict[str, float]:
         return {s.name: accuracy(probabilities(s), self.labels, s.rows) for s in self.sets}
@@ -238,8 +244,9 @@ def run(
     from routing.stages.word_classifier import WORD_SHARE
 
     v = variants
-    shipped_extra = v._shipped_extra()
-    shipped_words = {s.name: v.words(s.name, shipped_extra) for s in v.sets}
+    shipped_extra = v.shipped_extra()
+    read_shipped = v.word_half(shipped_extra)
+    shipped_words = {s.name: read_shipped(s) for s in v.sets}
     embedded = {s.name: v.embedding(v.classifier, s.name) for s in v.sets}
     found: dict[str, dict[str, float]] = {}
     found["shipped"] = v.scored(lambda s: mix(embedded[s.name], shipped_words[s.name], WORD_SHARE))
@@ -251,7 +258,7 @@ def run(
             for label in v.labels:
                 texts = [r.text for r in fit_rows_without(v.fit_rows, s.corpus) if r.route == label]
                 extra.setdefault(label, []).append((texts, share))
-            return mix(embedded[s.name], v.words(s.name, extra), WORD_SHARE)
+            return mix(embedded[s.name], v.word_half(extra)(s), WORD_SHARE)
 
         found[f"words+fit {share:g}"] = v.scored(with_fit_words)
 
@@ -283,8 +290,9 @@ def run(
             **shipped_extra,
             "kiwix": [(list(kiwix_questions), kiwix_share)],
         }
+        read_kiwix = v.word_half(extra)
         found["words+kiwix-prior"] = v.scored(
-            lambda s: mix(embedded[s.name], v.words(s.name, extra), WORD_SHARE)
+            lambda s: mix(embedded[s.name], read_kiwix(s), WORD_SHARE)
         )
 
     found["word share 0.3"] = v.scored(lambda s: mix(embedded[s.name], shipped_words[s.name], 0.3))

@@ -13,7 +13,7 @@ from bench.classifier_variants import (
     fit_rows_without,
     judged_sets,
     main,
-    word_probabilities,
+    word_half,
 )
 from routing.fitting.fit import Labelled
 from routing.stages.word_classifier import WordClassifier
@@ -30,9 +30,14 @@ UNSERVED = ["my card was declined", "transfer money to my savings", "why was i c
 
 def test_the_word_half_it_trains_is_the_one_the_service_trains() -> None:
     texts = ["is it going to rain", "switch the light off", "my card is blocked", "zzz"]
-    found = word_probabilities(GROUPS, {"none": [(UNSERVED, 0.5)]}, texts)
+    found = word_half(GROUPS, {"none": [(UNSERVED, 0.5)]})(texts)
     service = WordClassifier.fit(GROUPS, {"none": (UNSERVED, 0.5)})
     expected = np.array([[service.probabilities(t)[label] for label in GROUPS] for t in texts])
+    np.testing.assert_allclose(found, expected, atol=1e-5)
+    two = {label: GROUPS[label] for label in ("forecast", "ha")}
+    found = word_half(two, {})(texts)
+    service = WordClassifier.fit(two)
+    expected = np.array([[service.probabilities(t)[label] for label in two] for t in texts])
     np.testing.assert_allclose(found, expected, atol=1e-5)
 
 
