@@ -77,3 +77,19 @@ def test_the_rule_is_chosen_by_cross_validation() -> None:
     assert "question 1" not in model.words.vocabulary  # in one question: not read
     assert report["words"]["terms"] == len(model.words.vocabulary)
     assert report["network_alone"]["accuracy"] > 0.95
+
+
+def test_the_threshold_weighs_both_routes_alike_not_the_larger_class() -> None:
+    """Ten changing facts among a hundred questions: half of them the model is unsure of
+    (0.52), and so it is of six fixed ones (0.53). Plain accuracy would take the high
+    threshold (five changing facts left to the snapshot, 95 right); the threshold is the
+    one that serves both routes (all ten to the live source, six fixed ones with them)."""
+    held = np.asarray([0.9] * 5 + [0.52] * 5 + [0.1] * 84 + [0.53] * 6)
+    y = np.asarray([True] * 10 + [False] * 90)
+    cues = [None] * len(y)
+    threshold, sweep = time_fit.best_threshold(cues, held, y, frozenset())
+    assert threshold == 0.5
+    assert sweep[0.5]["recall"] == 1.0 and sweep[0.5]["accuracy"] == 0.94
+    assert sweep[0.5]["balanced_accuracy"] == round((1.0 + 84 / 90) / 2, 4)
+    assert sweep[0.9]["accuracy"] == 0.95 > sweep[0.5]["accuracy"]  # what plain accuracy picks
+    assert sweep[0.9]["balanced_accuracy"] == 0.75
