@@ -316,9 +316,23 @@ def render(model: TimeSensitivityModel) -> str:
             f"  the model alone decides at >= {model.threshold:.2f} (the best balanced "
             f"accuracy); cue kinds it must "
             f"confirm (>= {model.confirm:.2f}): {', '.join(sorted(model.confirmed_kinds)) or '-'}",
+            *_sweep_lines(report),
             *_words_lines(report),
         ]
     )
+
+
+def _sweep_lines(report: Mapping[str, Any]) -> list[str]:
+    """The cross-validated rule at each threshold the choice was made from."""
+    sweep = report.get("threshold_sweep") or {}
+    cells = [
+        f"{float(t):.2f} {v['balanced_accuracy']:.3f}/{v['precision']:.3f}/{v['recall']:.3f}"
+        for t, v in sweep.items()
+        if "balanced_accuracy" in v
+    ]
+    if not cells:
+        return []
+    return [f"  threshold sweep (balanced accuracy/precision/recall): {', '.join(cells)}"]
 
 
 def _words_lines(report: Mapping[str, Any]) -> list[str]:

@@ -93,3 +93,15 @@ def test_the_threshold_weighs_both_routes_alike_not_the_larger_class() -> None:
     assert sweep[0.5]["balanced_accuracy"] == round((1.0 + 84 / 90) / 2, 4)
     assert sweep[0.9]["accuracy"] == 0.95 > sweep[0.5]["accuracy"]  # what plain accuracy picks
     assert sweep[0.9]["balanced_accuracy"] == 0.75
+
+
+def test_the_fit_prints_the_sweep_it_chose_from() -> None:
+    """What `search fit --situatedqa` prints: every threshold's balanced accuracy, so the
+    choice can be checked against its neighbours."""
+    held = np.asarray([0.9] * 5 + [0.52] * 5 + [0.1] * 84 + [0.53] * 6)
+    y = np.asarray([True] * 10 + [False] * 90)
+    _, sweep = time_fit.best_threshold([None] * len(y), held, y, frozenset())
+    lines = time_fit._sweep_lines({"threshold_sweep": {str(t): v for t, v in sweep.items()}})
+    assert len(lines) == 1 and "0.50 0.967/0.625/1.000" in lines[0]
+    assert "0.90 0.750/1.000/0.500" in lines[0]
+    assert time_fit._sweep_lines({}) == []
