@@ -37,10 +37,10 @@ SLACK = 0.015
 TRIVIA = rq.fit_only_name("opentriviaqa")  # a fit corpus with no evaluation file
 FLOORS: dict[str, dict[str, float]] = {
     "ha_intents_tests.jsonl": {"ha": 0.952, "*": 0.952},
-    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.904, "kiwix": 0.767, "web": 0.883, "*": 0.895},
+    "slurp_devel.jsonl": {"forecast": 0.975, "ha": 0.904, "kiwix": 0.750, "web": 0.883, "*": 0.892},
     "slurp_devel_compound.jsonl": {"*": 0.773},
     "mixsnips_dev.jsonl": {"*": 0.933},
-    TRIVIA: {"kiwix": 0.912},
+    TRIVIA: {"kiwix": 0.908},
 }
 # Since 2026-12-03 the exemplar classifier also trains on the prior of SituatedQA's stable
 # questions (routing/stages/classifier_prior.py): SituatedQA's dev questions 75.3% -> 80.5%
@@ -67,7 +67,11 @@ SHORT_OF_TARGET = {
     "with the classifier prior; 76.7% with a hidden layer in the time-sensitivity model "
     "(2026-12-06), which finds more of the questions whose answer changes (SituatedQA dev: "
     "recall 0.74 -> 0.79 at precision 0.86 -> 0.91) and so reads 'how old is ...' and "
-    "'what age is ...' of living people as such, as the routing issue asks",
+    "'what age is ...' of living people as such, as the routing issue asks; 75.0% since the "
+    "time model's threshold is the one with the best balanced accuracy (2026-12-07: 0.60 -> "
+    "0.50), which sends 'what age is britney spears' (changing) and 'who was the twenty "
+    "fifth president of the united states of america' (fixed) to web too, while SituatedQA "
+    "dev went 0.859 -> 0.864 and its web questions 0.790 -> 0.825",
 }
 NONE_CONFIDENT_CEILING = {"slurp_devel.jsonl": 0.083, "ha_intents_tests.jsonl": 0.067}
 # Of Banking77's check rows (routing/fit_data/staged/banking77_check.jsonl: requests no
