@@ -312,7 +312,7 @@ def render(model: TimeSensitivityModel) -> str:
             f", accuracy {cues['accuracy']:.3f}",
             f"  with the model (5-fold cross-validated): precision {held['precision']:.3f}, "
             f"recall {held['recall']:.3f}, accuracy {held['accuracy']:.3f}, balanced "
-            f"{held.get('balanced_accuracy', float('nan')):.3f}",
+            f"{held['balanced_accuracy']:.3f}",
             f"  the model alone decides at >= {model.threshold:.2f} (the best balanced "
             f"accuracy); cue kinds it must "
             f"confirm (>= {model.confirm:.2f}): {', '.join(sorted(model.confirmed_kinds)) or '-'}",
@@ -328,7 +328,6 @@ def _sweep_lines(report: Mapping[str, Any]) -> list[str]:
     cells = [
         f"{float(t):.2f} {v['balanced_accuracy']:.3f}/{v['precision']:.3f}/{v['recall']:.3f}"
         for t, v in sweep.items()
-        if "balanced_accuracy" in v
     ]
     if not cells:
         return []

@@ -79,15 +79,18 @@ def test_the_rule_is_chosen_by_cross_validation() -> None:
     assert report["network_alone"]["accuracy"] > 0.95
 
 
+# Ten changing facts among a hundred questions: the model is unsure of half of them (0.52),
+# and of six fixed ones (0.53).
+UNSURE_HELD = np.asarray([0.9] * 5 + [0.52] * 5 + [0.1] * 84 + [0.53] * 6)
+UNSURE_SENSITIVE = np.asarray([True] * 10 + [False] * 90)
+
+
 def test_the_threshold_weighs_both_routes_alike_not_the_larger_class() -> None:
-    """Ten changing facts among a hundred questions: half of them the model is unsure of
-    (0.52), and so it is of six fixed ones (0.53). Plain accuracy would take the high
-    threshold (five changing facts left to the snapshot, 95 right); the threshold is the
-    one that serves both routes (all ten to the live source, six fixed ones with them)."""
-    held = np.asarray([0.9] * 5 + [0.52] * 5 + [0.1] * 84 + [0.53] * 6)
-    y = np.asarray([True] * 10 + [False] * 90)
-    cues = [None] * len(y)
-    threshold, sweep = time_fit.best_threshold(cues, held, y, frozenset())
+    """Plain accuracy would take the high threshold (five changing facts left to the
+    snapshot, 95 right); the threshold is the one that serves both routes (all ten to the
+    live source, six fixed ones with them)."""
+    y = UNSURE_SENSITIVE
+    threshold, sweep = time_fit.best_threshold([None] * len(y), UNSURE_HELD, y, frozenset())
     assert threshold == 0.5
     assert sweep[0.5]["recall"] == 1.0 and sweep[0.5]["accuracy"] == 0.94
     assert sweep[0.5]["balanced_accuracy"] == round((1.0 + 84 / 90) / 2, 4)
@@ -98,9 +101,8 @@ def test_the_threshold_weighs_both_routes_alike_not_the_larger_class() -> None:
 def test_the_fit_prints_the_sweep_it_chose_from() -> None:
     """What `search fit --situatedqa` prints: every threshold's balanced accuracy, so the
     choice can be checked against its neighbours."""
-    held = np.asarray([0.9] * 5 + [0.52] * 5 + [0.1] * 84 + [0.53] * 6)
-    y = np.asarray([True] * 10 + [False] * 90)
-    _, sweep = time_fit.best_threshold([None] * len(y), held, y, frozenset())
+    y = UNSURE_SENSITIVE
+    _, sweep = time_fit.best_threshold([None] * len(y), UNSURE_HELD, y, frozenset())
     lines = time_fit._sweep_lines({"threshold_sweep": {str(t): v for t, v in sweep.items()}})
     assert len(lines) == 1 and "0.50 0.967/0.625/1.000" in lines[0]
     assert "0.90 0.750/1.000/0.500" in lines[0]
