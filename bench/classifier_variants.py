@@ -64,7 +64,7 @@ if str(ROOT) not in sys.path:
 
 from bench.sealed_quality import stamp  # noqa: E402
 from routing.fitting.fit import CORPUS_OF, Labelled, shipped_rows  # noqa: E402
-from routing.stages.word_terms import mix, reader_of, vectoriser  # noqa: E402
+from routing.stages.word_terms import mix  # noqa: E402
 
 EVAL = ROOT.parent / "shared" / "eval"
 FIT_DATA = ROOT / "routing" / "fit_data"
@@ -146,42 +146,17 @@ def word_half(
     groups: Mapping[str, Sequence[str]],
     extra: Mapping[str, Sequence[tuple[Sequence[str], float]]],
 ) -> Callable[[Sequence[str]], np.ndarray]:
-    """The word half trained as routing/stages/word_classifier.py trains it (each label
-    weighing the same), with each label's `extra` rows at their share of its exemplars'
-    weight; it reads texts into a (texts, labels) matrix of probabilities."""
-    from sklearn.linear_model import LogisticRegression
+    """The word half as the service trains it (routing/stages/word_classifier.py), with
+    each label's `extra` rows at their share of its exemplars' weight; it reads texts into
+    a (texts, labels) matrix of probabilities, labels in `groups`' order."""
+    from routing.stages.word_classifier import WordClassifier
 
-    from routing.stages.word_classifier import C
-
+    fitted = WordClassifier.fit(groups, extra)
     labels = list(groups)
-    rows: list[str] = []
-    targets: list[int] = []
-    weights: list[float] = []
-    for index, label in enumerate(labels):
-        count = len(groups[label])
-        rows += groups[label]
-        targets += [index] * count
-        weights += [1.0] * count
-        for more, share in extra.get(label, ()):
-            if more and share > 0:
-                rows += more
-                targets += [index] * len(more)
-                weights += [share * count / len(more)] * len(more)
-    y = np.asarray(targets)
-    w = np.asarray(weights)
-    w = w / np.bincount(y, weights=w)[y] * len(y) / len(labels)
-    fitted = vectoriser()
-    regression = LogisticRegression(C=C, max_iter=5000)
-    regression.fit(fitted.fit_transform(rows), y, sample_weight=w)
-    reader = reader_of(fitted)
-    coef = regression.coef_.T.astype(np.float64)
-    bias = regression.intercept_.astype(np.float64)
-    if len(labels) == 2:  # one logit for the second label; the first's is zero
-        coef = np.hstack([np.zeros_like(coef), coef])
-        bias = np.asarray([0.0, bias[0]])
 
     def read(texts: Sequence[str]) -> np.ndarray:
-        return softmax_rows(np.stack([bias + reader.dot(text, coef) for text in texts]))
+        found = [fitted.probabilities(text) for text in texts]
+        return np.asarray([[p[label] for label in labels] for p in found])
 
     return read
 

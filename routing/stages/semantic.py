@@ -280,7 +280,7 @@ def word_classifier(
         if prior.label == NONE and prior.label in texts:
             rows = unserved_texts()
             if rows:
-                extra[prior.label] = (rows, prior.share)
+                extra[prior.label] = [(rows, prior.share)]
     return WordClassifier.fit(texts, extra)
 
 

@@ -46,10 +46,11 @@ class WordClassifier:
     def fit(
         cls,
         texts: Mapping[str, Sequence[str]],
-        extra: Mapping[str, tuple[Sequence[str], float]] | None = None,
+        extra: Mapping[str, Sequence[tuple[Sequence[str], float]]] | None = None,
     ) -> WordClassifier:
-        """From each label's exemplar `texts`; `extra`: a label's further rows and their
-        total weight as a multiple of its exemplars'. ValueError for fewer than two labels."""
+        """From each label's exemplar `texts`; `extra`: a label's further sets of rows, each
+        with its total weight as a multiple of its exemplars'. ValueError for fewer than two
+        labels."""
         from sklearn.linear_model import LogisticRegression
 
         labels = tuple(label for label, rows in texts.items() if rows)
@@ -62,11 +63,11 @@ class WordClassifier:
             rows += texts[label]
             targets += [index] * len(texts[label])
             weights += [1.0] * len(texts[label])
-            more, share = (extra or {}).get(label, ((), 0.0))
-            if more and share > 0:
-                rows += more
-                targets += [index] * len(more)
-                weights += [share * len(texts[label]) / len(more)] * len(more)
+            for more, share in (extra or {}).get(label, ()):
+                if more and share > 0:
+                    rows += more
+                    targets += [index] * len(more)
+                    weights += [share * len(texts[label]) / len(more)] * len(more)
         y = np.asarray(targets)
         w = np.asarray(weights)
         totals = np.bincount(y, weights=w, minlength=len(labels))

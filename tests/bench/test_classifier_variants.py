@@ -31,7 +31,7 @@ UNSERVED = ["my card was declined", "transfer money to my savings", "why was i c
 def test_the_word_half_it_trains_is_the_one_the_service_trains() -> None:
     texts = ["is it going to rain", "switch the light off", "my card is blocked", "zzz"]
     found = word_half(GROUPS, {"none": [(UNSERVED, 0.5)]})(texts)
-    service = WordClassifier.fit(GROUPS, {"none": (UNSERVED, 0.5)})
+    service = WordClassifier.fit(GROUPS, {"none": [(UNSERVED, 0.5)]})
     expected = np.array([[service.probabilities(t)[label] for label in GROUPS] for t in texts])
     np.testing.assert_allclose(found, expected, atol=1e-5)
     two = {label: GROUPS[label] for label in ("forecast", "ha")}

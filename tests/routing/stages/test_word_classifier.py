@@ -41,7 +41,7 @@ def test_numpy_reads_what_scikit_learn_fitted_weights_included() -> None:
     from sklearn.linear_model import LogisticRegression
 
     extra = ["my card was declined", "top up my account", "where is my card"]
-    words = WordClassifier.fit(TEXTS, {"none": (extra, 0.5)})
+    words = WordClassifier.fit(TEXTS, {"none": [(extra, 0.5)]})
     rows = [*TEXTS["ha"], *TEXTS["kiwix"], *TEXTS["none"], *extra]
     y = np.asarray([0] * 3 + [1] * 3 + [2] * 6)
     w = np.asarray([1.0] * 9 + [0.5] * 3)  # 0.5 x 3 exemplars over 3 rows
