@@ -133,6 +133,13 @@ def asks_about_the_world(words: list[str]) -> bool:
     return _NOT_ABOUT_THE_WORLD.isdisjoint(asked)
 
 
+def asks_for_a_fact(words: list[str]) -> bool:
+    """ "when did the song without me come out", "what is on my calendar": a question word
+    opens it, whoever it is about (`asks_about_the_world` also asks that). A title in it
+    ("without me") can read as the asker's own words, so this is the weaker test."""
+    return len(words) >= 3 and words[0] in _WH_OPENERS
+
+
 def _after_world_opener(words: list[str]) -> list[str] | None:
     """The words after what opens a question about the world, or None if nothing does."""
     if words[0] in _WORLD_OPENERS:

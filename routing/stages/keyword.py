@@ -16,6 +16,7 @@ from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.language.sentences import (
     asks_about_the_world,
+    asks_for_a_fact,
     speaks_of_the_addressee,
     speaks_of_the_asker,
 )
@@ -43,6 +44,15 @@ OWN_AFFAIRS = "keyword: the asker's own affairs, its meaning is weighed too"
 # for your lamps"): a question put to a shop or to the assistant, not about the world.
 ADDRESSEE_AFFAIRS = "keyword: the addressee's own affairs ('your'), its meaning is weighed too"
 
+# And why it leaves a `none` win that rests on single words ("song", "album", "call") in
+# a question for a fact ("when did the song without me come out", "who wrote the song
+# call me the breeze") to it: there such a word is more often what is asked about than a
+# request no source serves. A request's frame is a phrase ("what time is it", "set *
+# timer") and still decides.
+QUESTION_TOPIC = (
+    "keyword: only topic words say no source serves it, in a question; its meaning is weighed too"
+)
+
 CLAIM_WEIGHT = 1.0  # a topical word, not a hint ("nearby" weighs 0.75): enough to claim a clause
 
 
@@ -55,6 +65,11 @@ class _Ranking(NamedTuple):
     candidates: tuple[tuple[str, float, float], ...]  # (route, confidence, margin)
     declined: str | None  # why it declines (under `min_confidence`), else None
     deferred: str | None  # why it leaves the text to the semantic stage when that is ready
+
+
+def _topic_words_only(match: KeywordMatch) -> bool:
+    """Every phrase that matched is one word (`=call` included): no request's frame."""
+    return all(" " not in phrase for phrase in match.matched)
 
 
 class KeywordStage:
@@ -112,6 +127,8 @@ class KeywordStage:
         deferred = None
         if ranked.winner != NONE and world:
             deferred = WORLD_QUESTION
+        elif ranked.winner == NONE and asks_for_a_fact(said) and _topic_words_only(match):
+            deferred = QUESTION_TOPIC
         elif ranked.winner in self.world_routes and speaks_of_the_asker(said):
             deferred = OWN_AFFAIRS
         elif ranked.winner in self.world_routes and speaks_of_the_addressee(said):
