@@ -50,7 +50,7 @@ from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.config import TimeSensitiveConfig
 from routing.dispatch.dispatcher import Dispatcher
-from routing.language.sentences import asks_about_the_world
+from routing.language.sentences import about_the_world, asks_about_the_world
 from routing.language.text import normalise, words
 from routing.language.time_sensitive import time_cue
 from routing.stages.confidence import Ranked
@@ -188,17 +188,20 @@ class LiveRedirect:
         return await self._to_snapshot(text, route, embedding, either)
 
     async def reading(self, text: str, embedding: Any = None) -> TimeReading | None:
-        """For a question the stages could not place between the snapshot and the live
-        route (routing.stages.world): whether its answer changes with time and how likely
-        that is right. None when nothing can say: time-sensitivity off, no snapshot or no
-        live route configured, a command, not a question about the world, or no model (a
-        cue alone says when an answer changes, never that it does not)."""
+        """For a part the stages could not place between the snapshot and the live route
+        (routing.stages.world): whether its answer changes with time and how likely that
+        is right. None when nothing can say: time-sensitivity off, no snapshot or no live
+        route configured, a command, not about the world, or no model (a cue alone says
+        when an answer changes, never that it does not). Unlike the redirect, it reads a
+        phrase with no question word too ("2015 book award winners", typed as into a
+        search box: `about_the_world`): the stages were already sure it is one of the two
+        routes', which is what a question word tells the redirect."""
         config = self.config
         if (
             not config.enabled
             or not config.from_routes
             or self._unavailable() == "not_configured"
-            or not asks_about_the_world(words(text))
+            or not about_the_world(words(text))
             or self.dispatcher.is_command(text)
         ):
             return None

@@ -133,6 +133,17 @@ def asks_about_the_world(words: list[str]) -> bool:
     return _NOT_ABOUT_THE_WORLD.isdisjoint(asked)
 
 
+def about_the_world(words: list[str]) -> bool:
+    """A question about the world (`asks_about_the_world`), or a phrase with no question
+    word typed as into a search box ("2015 national book award winners", "number of
+    branches in the philippines") with nothing of the asker's or the addressee's in it. A
+    yes-or-no question ("is there an age limit", "can you ...") is neither: it is as
+    often put to whoever is asked."""
+    if asks_about_the_world(words):
+        return True
+    return bool(words) and not is_question(words) and _NOT_ABOUT_THE_WORLD.isdisjoint(words)
+
+
 def asks_for_a_fact(words: list[str]) -> bool:
     """ "when did the song without me come out", "what is on my calendar": a question word
     opens it, whoever it is about (`asks_about_the_world` also asks that). A title in it

@@ -1,5 +1,8 @@
 """A question about the world whose source the stages could not tell: time tells.
 
+(A question, or a phrase typed as into a search box, "2015 national book award winners":
+the reading decides which it reads, routing.dispatch.live.)
+
 The semantic stage weighs the encyclopedia (a snapshot) against the live web by likeness
 to their exemplars, and the two are close in meaning: "who coaches the national team"
 and "who coached the national team in 1990" differ in one word. So it often declines

@@ -465,6 +465,21 @@ async def test_a_question_the_stages_could_not_place_is_placed_by_time(build: Bu
     assert any("answer changes with time" in line for line in narrative(outcome.chain))
 
 
+async def test_a_phrase_typed_as_into_a_search_box_is_placed_by_time_too(build: Build) -> None:
+    """No question word ("2015 national book award winners"), nothing of the asker's: the
+    semantic stage declines between kiwix and web, sure of the pair, and the world stage
+    reads it as a fixed fact, as it would the question."""
+    svc = await build(LIVE)
+    outcome = await svc.search("2015 national book award winners", explain=True, dry_run=True)
+    (part,) = outcome.body["results"]
+    assert (part["route"], part["stage"]) == ("kiwix", "intent_world")
+    (semantic,) = steps(outcome.chain, "intent_semantic")
+    assert semantic["outcome"] == "declined"
+    (world,) = steps(outcome.chain, "intent_world")
+    assert world["time_sensitive"] is False and world["decision"] == "kiwix"
+    assert not steps(outcome.chain, "intent_default")
+
+
 async def test_without_a_web_route_nothing_is_placed_by_time(demo_zim: Path) -> None:
     (outcome,) = await _with_kiwix_alone(demo_zim, PREMIER, dry_run=True)
     assert outcome.body["results"][0]["route"] == "kiwix"

@@ -15,7 +15,9 @@ import pytest
 from bench import routing_quality as rq
 from routing.chain.events import route_log
 from routing.language.sentences import (
+    about_the_world,
     asks_about_the_world,
+    asks_for_a_fact,
     speaks_of_the_addressee,
     speaks_of_the_asker,
 )
@@ -330,6 +332,43 @@ def test_a_question_about_the_world_is_told_from_its_words(
     query: str, about_the_world: bool
 ) -> None:
     assert asks_about_the_world(words(query)) is about_the_world
+
+
+@pytest.mark.parametrize(
+    ("query", "about"),
+    [
+        ("who sang the theme song of the show", True),  # a question about the world
+        ("2015 national book award winners", True),  # typed as into a search box
+        ("number of branches in the philippines", True),
+        ("season 2 episode 6 air date", True),
+        ("my electricity bill this month", False),  # the asker's own
+        ("order history for me", False),
+        ("your opening hours", False),  # the addressee's
+        ("is there any age limit", False),  # a yes/no question: put to whoever is asked
+        ("can you block acrylic yarn", False),
+        ("what's on my calendar today", False),  # a question about the asker's own
+        ("", False),
+    ],
+)
+def test_a_phrase_is_about_the_world_with_or_without_a_question_word(
+    query: str, about: bool
+) -> None:
+    assert about_the_world(words(query)) is about
+
+
+@pytest.mark.parametrize(
+    ("query", "asks"),
+    [
+        ("when did the song without me come out", True),  # whoever it seems to be about
+        ("what is on my calendar", True),
+        ("how old is he", True),
+        ("play the song without me", False),  # a request
+        ("is it raining", False),  # a yes/no question
+        ("who won", False),  # too short to tell
+    ],
+)
+def test_a_question_for_a_fact_opens_with_a_question_word(query: str, asks: bool) -> None:
+    assert asks_for_a_fact(words(query)) is asks
 
 
 @pytest.mark.parametrize(
