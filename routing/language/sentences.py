@@ -138,7 +138,9 @@ def about_the_world(words: list[str]) -> bool:
     word typed as into a search box ("2015 national book award winners", "number of
     branches in the philippines") with nothing of the asker's or the addressee's in it. A
     yes-or-no question ("is there an age limit", "can you ...") is neither: it is as
-    often put to whoever is asked."""
+    often put to whoever is asked. Words alone do not tell an imperative ("play the
+    theme") from such a phrase: a caller that must leaves commands out itself, as the
+    time reading does."""
     if asks_about_the_world(words):
         return True
     return bool(words) and not is_question(words) and _NOT_ABOUT_THE_WORLD.isdisjoint(words)
@@ -146,8 +148,8 @@ def about_the_world(words: list[str]) -> bool:
 
 def asks_for_a_fact(words: list[str]) -> bool:
     """ "when did the song without me come out", "what is on my calendar": a question word
-    opens it, whoever it is about (`asks_about_the_world` also asks that). A title in it
-    ("without me") can read as the asker's own words, so this is the weaker test."""
+    opens it, whoever it is about. `asks_about_the_world` asks that and also that nothing
+    after it is the asker's or the addressee's, which a title ("without me") can fail."""
     return len(words) >= 3 and words[0] in _WH_OPENERS
 
 

@@ -1,7 +1,7 @@
-"""A question about the world whose source the stages could not tell: time tells.
+"""A part about the world whose source the stages could not tell: time tells.
 
-(A question, or a phrase typed as into a search box, "2015 national book award winners":
-the reading decides which it reads, routing.dispatch.live.)
+(A question about the world, or a phrase typed as into a search box, "2015 national book
+award winners": which parts the reading reads is routing.dispatch.live's to say.)
 
 The semantic stage weighs the encyclopedia (a snapshot) against the live web by likeness
 to their exemplars, and the two are close in meaning: "who coaches the national team"
