@@ -66,7 +66,9 @@ def cli_latency() -> str:
     f = body["figures"]
     return _para(
         f"Measured ({_when(body)}): {f['server_s']:.2f} s with a server running, against "
-        f"{f['local_s']:.1f} s in-process (a fresh CLI process each, {f['note']})."
+        f"{f['local_s']:.1f} s in-process (a fresh CLI process each, "
+        f"{f.get('note') or 'median of ' + str(f['rounds']) + ' rounds'}; target "
+        f"{f['target_s']:g} s with a server)."
     )
 
 
