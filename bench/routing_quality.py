@@ -28,7 +28,8 @@ targets are checked against those, not the in-corpus ones.
 
     .venv/bin/python bench/routing_quality.py [--config config.yaml] [--eval-dir DIR]
         [--half all|tune|holdout] [--errors N] [--json]
-        [--llm BASE_URL [--llm-model NAME] [--llm-timeout S]]
+        [--llm BASE_URL [--llm-model NAME] [--llm-timeout S] [--llm-server TEXT]
+         [--json-out PATH]]
 
 With `--llm BASE_URL` (an OpenAI-compatible server, `http://127.0.0.1:8000/v1`) the same
 rows are routed three times, side by side: as configured without an LLM; with the LLM
@@ -37,6 +38,7 @@ and with its default bias check (the route the model names for a query with no c
 "N/A", is not taken for a real one). Per file it prints each accuracy, how many rows the LLM decided, how
 many of those were right, and how many it failed on, so what escalating to that model
 does to routing is measured, not guessed. The detailed tables are those of the last run.
+`--json-out PATH` also writes the three runs' totals, dated (docs/llm.md renders them).
 
 The eval directory defaults to `../shared/eval` next to the repository (or $ROUTING_EVAL_DIR).
 """
@@ -351,6 +353,47 @@ def with_llm(config: Any, base_url: str, model: str, timeout_s: float, bias_chec
     return config.model_copy(update={"routing": routing})
 
 
+def llm_counts(outcomes: list[Outcome]) -> list[int]:
+    """[right, rows the LLM decided a part of, those right, rows it failed on]."""
+    decided = [o for o in outcomes if any(stage == "intent_llm" for _, _, stage in o.parts)]
+    return [
+        sum(o.correct for o in outcomes),
+        len(decided),
+        sum(o.correct for o in decided),
+        sum(o.llm_failed for o in outcomes),
+    ]
+
+
+def llm_totals(runs: dict[str, dict[str, list[Outcome]]]) -> dict[str, list[int]]:
+    """`llm_counts` of each run over all its files."""
+    return {
+        label: [sum(column) for column in zip(*map(llm_counts, files.values()), strict=True)]
+        for label, files in runs.items()
+    }
+
+
+def llm_figures(runs: dict[str, dict[str, list[Outcome]]], server: str) -> dict[str, Any]:
+    """The side-by-side totals as bench/results/llm_quality.json keeps them."""
+    rows = sum(len(outcomes) for outcomes in next(iter(runs.values())).values())
+    figures: dict[str, Any] = {"rows": rows, "server": server}
+    for label, (right, decided, decided_right, failed) in llm_totals(runs).items():
+        key = LLM_RUN_KEYS[label]
+        figures[f"{key}_right"] = right
+        if key != "no_llm":
+            figures[f"{key}_decided"] = decided
+            figures[f"{key}_decided_right"] = decided_right
+            figures[f"{key}_failed"] = failed
+    return figures
+
+
+# The three runs of `--llm`, and their names in bench/results/llm_quality.json.
+LLM_RUN_KEYS = {
+    "no LLM": "no_llm",
+    "LLM, every answer": "every_answer",
+    "LLM, bias check": "bias_check",
+}
+
+
 def llm_report(runs: dict[str, dict[str, list[Outcome]]], seconds: float) -> str:
     """Per file: accuracy of each run (the first without an LLM), and what the LLM did."""
     labels = list(runs)
@@ -360,24 +403,13 @@ def llm_report(runs: dict[str, dict[str, list[Outcome]]], seconds: float) -> str
         "== without and with the LLM, side by side (all rows; LLM: decided/right/failed)",
         header,
     ]
-    totals: dict[str, list[int]] = {label: [0, 0, 0, 0] for label in labels}
-    rows_total = 0
+    totals = llm_totals(runs)
+    rows_total = sum(len(without) for without in plain.values())
     for name, without in plain.items():
         rows = len(without)
-        rows_total += rows
-        cells = []
-        for label in labels:
-            outcomes = runs[label][name]
-            right = sum(o.correct for o in outcomes)
-            decided = [o for o in outcomes if any(stage == "intent_llm" for _, _, stage in o.parts)]
-            counts = [
-                right,
-                len(decided),
-                sum(o.correct for o in decided),
-                sum(o.llm_failed for o in outcomes),
-            ]
-            totals[label] = [t + c for t, c in zip(totals[label], counts, strict=True)]
-            cells.append(_run_cell(counts, rows, label == labels[0]))
+        cells = [
+            _run_cell(llm_counts(runs[label][name]), rows, label == labels[0]) for label in labels
+        ]
         lines.append(f"   {name:<28}" + "".join(cells))
     lines.append(
         f"   {'all files':<28}"
@@ -591,6 +623,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm-model", default="router", help="the model name to ask for")
     parser.add_argument("--llm-timeout", type=float, default=30.0, help="routing.llm.timeout_s")
     parser.add_argument(
+        "--llm-server",
+        default="",
+        help="what serves the model, as the figures name it (default: the model name)",
+    )
+    parser.add_argument(
+        "--json-out",
+        default="",
+        metavar="PATH",
+        help="with --llm: also write the side-by-side totals, dated (bench/results/llm_quality.json)",
+    )
+    parser.add_argument(
         "--no-sealed",
         action="store_true",
         help="skip the sealed-corpora figures (bench/sealed_quality.py) printed first",
@@ -601,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the leave-one-corpus-out figures (three more fits)",
     )
     args = parser.parse_args(argv)
+    if args.json_out and not args.llm:
+        parser.error("--json-out writes the LLM comparison: it needs --llm BASE_URL")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from search.config import load_config
@@ -691,6 +736,15 @@ def main(argv: list[str] | None = None) -> int:
         if runs:
             print(llm_report(runs, elapsed))
             print()
+    if runs and args.json_out:
+        from bench import results
+
+        command = (
+            "python bench/routing_quality.py --isolated --llm URL --llm-model " + args.llm_model
+        )
+        server = args.llm_server or args.llm_model
+        written = results.write(args.json_out, "llm_quality", command, llm_figures(runs, server))
+        print(f"wrote {written}", file=sys.stderr)
         if loco:
             print(render_loco(loco))
             print()

@@ -156,3 +156,47 @@ def test_every_floor_holds_the_issues_target() -> None:
             assert (floor - SLACK >= target) != short, (file, label)
     for file, ceiling in NONE_CONFIDENT_CEILING.items():
         assert ceiling + SLACK <= rq.NONE_CONFIDENT_MAX, file
+
+
+def test_llm_figures_count_what_each_run_decided() -> None:
+    """The totals `--json-out` writes for docs/llm.md: per run, rows right, rows with a part
+    the LLM decided and how many of those were right, rows it failed on."""
+    kiwix = rq.Row("a.jsonl", "who wrote hamlet", "kiwix", "tune")
+    unserved = rq.Row("a.jsonl", "order a pizza", "none", "tune")
+    plain = [
+        rq.Outcome(kiwix, [("who wrote hamlet", "kiwix", "intent_semantic")]),
+        rq.Outcome(unserved, [("order a pizza", "none", "intent_default")]),
+    ]
+    every = [
+        rq.Outcome(kiwix, [("who wrote hamlet", "kiwix", "intent_semantic")]),
+        rq.Outcome(unserved, [("order a pizza", "kiwix", "intent_llm")]),
+    ]
+    checked = [
+        rq.Outcome(kiwix, [("who wrote hamlet", "kiwix", "intent_semantic")]),
+        rq.Outcome(unserved, [("order a pizza", "none", "intent_default")], llm_failed=True),
+    ]
+    runs = {
+        "no LLM": {"a.jsonl": plain},
+        "LLM, every answer": {"a.jsonl": every},
+        "LLM, bias check": {"a.jsonl": checked},
+    }
+    assert rq.llm_figures(runs, "a test server") == {
+        "rows": 2,
+        "server": "a test server",
+        "no_llm_right": 2,
+        "every_answer_right": 1,
+        "every_answer_decided": 1,
+        "every_answer_decided_right": 0,
+        "every_answer_failed": 0,
+        "bias_check_right": 2,
+        "bias_check_decided": 0,
+        "bias_check_decided_right": 0,
+        "bias_check_failed": 1,
+    }
+
+
+def test_json_out_without_an_llm_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        rq.main(["--json-out", "figures.json"])
+    assert exit_info.value.code == 2
+    assert "--json-out writes the LLM comparison: it needs --llm" in capsys.readouterr().err
