@@ -25,6 +25,7 @@ each request (body received to last byte sent: queueing, inference, serialising)
 stage's time minus that is what the router adds to a real model. A bare httpx POST of the
 same body, interleaved, gives the HTTP floor beside it. `BENCH_LLM_REAL_CALLS` (20) calls
 of each, on distinct queries, after a warm-up that also negotiates the response format.
+`--real --json-out PATH` also writes its figures, dated (docs/llm.md renders them).
 """
 
 from __future__ import annotations
@@ -258,7 +259,7 @@ REAL_QUERIES = (
 )
 
 
-async def measure_real(url: str, model: str) -> None:
+async def measure_real(url: str, model: str) -> dict[str, Any]:
     import httpx
 
     from routing.chain.events import route_log
@@ -368,20 +369,33 @@ async def measure_real(url: str, model: str) -> None:
         f"a bare POST adds {summary['raw']['overhead_p50_ms']:.2f} ms"
     )
     emit("llm_overhead_real", calls=REAL_CALLS, model=model, form=form, **summary)
+    return {
+        "calls": REAL_CALLS,
+        "model": model,
+        "stage_p50_ms": round(stage_row["overhead_p50_ms"], 3),
+        "stage_p99_ms": round(stage_row["overhead_p99_ms"], 3),
+        "server_ms": round(stage_row["server_p50_ms"]),
+        "bare_post_ms": round(summary["raw"]["overhead_p50_ms"], 3),
+    }
 
 
-def main_real() -> None:
-    """Start a real llama.cpp server (timed), measure against it, stop it by PID."""
+def main_real(json_out: str | None = None) -> None:
+    """Start a real llama.cpp server (timed), measure against it, stop it by PID; with
+    `json_out`, write the figures there, dated (bench/results/llm_overhead_real.json)."""
     import tempfile
 
+    from bench import results
     from tests.support import llama_server as harness
 
     with tempfile.TemporaryDirectory() as tmp:
         server = harness.start(Path(tmp) / "server.log", timed=True)
         try:
-            asyncio.run(measure_real(server.url, server.model))
+            figures = asyncio.run(measure_real(server.url, server.model))
         finally:
             harness.stop(server.pid)
+    if json_out:
+        command = "python bench/llm_overhead.py --real"
+        results.write(json_out, "llm_overhead --real", command, figures)
 
 
 def main() -> None:
@@ -407,6 +421,11 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         serve()
     elif len(sys.argv) > 1 and sys.argv[1] == "--real":
-        main_real()
+        if sys.argv[2:3] == ["--json-out"] and len(sys.argv) == 4:
+            main_real(sys.argv[3])
+        elif len(sys.argv) == 2:
+            main_real()
+        else:
+            raise SystemExit("usage: bench/llm_overhead.py --real [--json-out PATH]")
     else:
         main()
