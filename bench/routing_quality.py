@@ -736,15 +736,6 @@ def main(argv: list[str] | None = None) -> int:
         if runs:
             print(llm_report(runs, elapsed))
             print()
-    if runs and args.json_out:
-        from bench import results
-
-        command = (
-            "python bench/routing_quality.py --isolated --llm URL --llm-model " + args.llm_model
-        )
-        server = args.llm_server or args.llm_model
-        written = results.write(args.json_out, "llm_quality", command, llm_figures(runs, server))
-        print(f"wrote {written}", file=sys.stderr)
         if loco:
             print(render_loco(loco))
             print()
@@ -756,6 +747,15 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(len(rows) for rows in outcomes.values())
         print(f"{total} utterances in {elapsed:.1f}s (model load included)")
         print("targets: all met" if not misses else "targets missed:\n  " + "\n  ".join(misses))
+    if runs and args.json_out:
+        from bench import results
+
+        command = (
+            "python bench/routing_quality.py --isolated --llm URL --llm-model " + args.llm_model
+        )
+        server = args.llm_server or args.llm_model
+        written = results.write(args.json_out, "llm_quality", command, llm_figures(runs, server))
+        print(f"wrote {written}", file=sys.stderr)
     return 0
 
 

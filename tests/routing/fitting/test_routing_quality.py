@@ -200,3 +200,19 @@ def test_json_out_without_an_llm_is_refused(capsys: pytest.CaptureFixture[str]) 
         rq.main(["--json-out", "figures.json"])
     assert exit_info.value.code == 2
     assert "--json-out writes the LLM comparison: it needs --llm" in capsys.readouterr().err
+
+
+def test_a_plain_run_prints_its_checks_and_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --llm the run still prints gibberish, the unserved check and the verdict
+    (they once sat under the LLM figures' writer and went missing)."""
+    rows = ['{"text": "turn off the kitchen light", "expected": "ha"}\n']
+    (tmp_path / "tiny.jsonl").write_text("".join(rows), "utf-8")
+    code = rq.main(["--isolated", "--no-sealed", "--no-loco", "--eval-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "== tiny.jsonl" in out
+    assert "gibberish -> intent_default: " in out
+    assert "unserved check (" in out
+    assert "targets: " in out
