@@ -4,13 +4,9 @@ Training rows: SituatedQA's temporal identification train split (Zhang and Choi 
 github.com/mikejqzhang/SituatedQA, `data/id_data/temp.train.jsonl`: does the answer of a
 question depend on when it is asked), read from a local copy because that repository
 states no licence (no row of it is shipped; the fitted weights are), without its rows
-taken from WebQuestions; from routing/fit_data the written distinctions' `web` (yes)
-and `kiwix` (no) rows and the quiz questions (no: a quiz's answers do not move); and the
-live route's exemplars (yes: routing/routes/web.yaml, what a live source is asked for).
-SituatedQA's questions are all about the world, so without those the model had never seen
-a request for local, live information ("what are some local events", "a good place to eat
-near here") and read it as a fixed fact, and `time_stable` sent it to the snapshot. Never
-a dev or test split.
+taken from WebQuestions; and from routing/fit_data the written distinctions' `web` (yes)
+and `kiwix` (no) rows and the quiz questions (no: a quiz's answers do not move). Never a
+dev or test split.
 
 The model is a network of one hidden layer (UNITS, GELU, dropout) over the question's
 normalised MiniLM embedding, classes weighed equally, trained with torch (which the
@@ -47,14 +43,12 @@ from typing import Any
 import numpy as np
 
 from routing.language.time_sensitive import TimeCue, time_cue
-from routing.stages.route_data import shipped_routes
 from routing.stages.time_sensitivity import Network, TimeSensitivityModel, WordModel
 from routing.stages.word_terms import mix, reader_of, vectoriser
 
 SITUATEDQA_FILE = "data/id_data/temp.{split}.jsonl"
 LEFT_OUT_SOURCES = frozenset({"webq"})  # WebQuestions: an evaluation corpus elsewhere
 FIT_DATA = Path(__file__).resolve().parents[1] / "fit_data"
-LIVE_ROUTE = "web"  # its exemplars are fitted as changing with time
 RELIABLE = 0.85  # a cue kind less precise than this needs the model to agree
 CONFIRM = 0.5  # the model agrees: it leans towards time-sensitive
 THRESHOLDS = tuple(round(0.5 + 0.05 * i, 2) for i in range(10))  # 0.5 .. 0.95
@@ -110,8 +104,7 @@ def read_situatedqa(root: Path, split: str = "train") -> list[Question]:
 
 
 def shipped_questions(directory: Path = FIT_DATA) -> list[Question]:
-    """Fit rows that tell the two apart: written web/kiwix distinctions, quiz questions, and
-    the live route's exemplars (each one changing: news, prices, places open now)."""
+    """Fit rows that tell the two apart: written web/kiwix distinctions, quiz questions."""
     rows = []
     for name, routes in (("distinctions", ("web", "kiwix")), ("opentriviaqa", ("kiwix",))):
         for line in (directory / f"{name}.jsonl").read_text("utf-8").splitlines():
@@ -119,8 +112,6 @@ def shipped_questions(directory: Path = FIT_DATA) -> list[Question]:
                 data = json.loads(line)
                 if data["route"] in routes:
                     rows.append(Question(data["text"], data["route"] == "web", name))
-    live = shipped_routes()[LIVE_ROUTE]
-    rows.extend(Question(text, True, f"exemplars:{LIVE_ROUTE}") for text in live.exemplars)
     return rows
 
 

@@ -107,16 +107,3 @@ def test_the_fit_prints_the_sweep_it_chose_from() -> None:
     assert len(lines) == 1 and "0.50 0.967/0.625/1.000" in lines[0]
     assert "0.90 0.750/1.000/0.500" in lines[0]
     assert time_fit._sweep_lines({}) == []
-
-
-def test_the_live_routes_exemplars_are_fitted_as_changing() -> None:
-    """SituatedQA asks only about the world; the live route's exemplars are what a live
-    source is asked for (local events, places open now), each fitted as changing."""
-    from routing.stages.route_data import shipped_routes
-
-    rows = time_fit.shipped_questions()
-    live = [q for q in rows if q.corpus == f"exemplars:{time_fit.LIVE_ROUTE}"]
-    assert [q.text for q in live] == list(shipped_routes()[time_fit.LIVE_ROUTE].exemplars)
-    assert live and all(q.sensitive for q in live)
-    # nothing else's exemplars: the snapshot's fixed facts come from the written rows
-    assert {q.corpus for q in rows} == {"distinctions", "opentriviaqa", "exemplars:web"}
