@@ -23,7 +23,8 @@ Gemma 3 270M, started from the suite's cached venv by `tests/support/llama_serve
 the server is wrapped (`tests/support/llama_timed.py`) so it times its own handling of
 each request (body received to last byte sent: queueing, inference, serialising), and the
 stage's time minus that is what the router adds to a real model. A bare httpx POST of the
-same body, interleaved, gives the HTTP floor beside it. `BENCH_LLM_REAL_CALLS` (20) calls
+same body (its request for logprobs too, which costs the server most of its time),
+interleaved, gives the HTTP floor beside it. `BENCH_LLM_REAL_CALLS` (20) calls
 of each, on distinct queries, after a warm-up that also negotiates the response format.
 `--real --json-out PATH` also writes its figures, dated (docs/llm.md renders them).
 """
@@ -263,7 +264,7 @@ async def measure_real(url: str, model: str) -> dict[str, Any]:
     import httpx
 
     from routing.chain.events import route_log
-    from routing.stages.llm import MAX_TOKENS, NONE, build_messages
+    from routing.stages.llm import MAX_TOKENS, NONE, TOP_LOGPROBS, build_messages
     from routing.stages.llm_format import answer_schema, response_format
     from routing.types import ResolveContext
     from search.service import Service
@@ -321,6 +322,9 @@ async def measure_real(url: str, model: str) -> dict[str, Any]:
                 "max_tokens": MAX_TOKENS,
                 "messages": build_messages(one.routes, next(queries)),
             }
+            if one.config.logprobs:  # as the stage asks for a decision
+                body["logprobs"] = True
+                body["top_logprobs"] = TOP_LOGPROBS
             constraint = response_format(form, answer_schema([*one.routes, NONE]))
             if constraint is not None:
                 body["response_format"] = constraint
