@@ -353,6 +353,14 @@ def with_llm(config: Any, base_url: str, model: str, timeout_s: float, bias_chec
     return config.model_copy(update={"routing": routing})
 
 
+# The three runs of `--llm`, and their names in bench/results/llm_quality.json.
+LLM_RUN_KEYS = {
+    "no LLM": "no_llm",
+    "LLM, every answer": "every_answer",
+    "LLM, bias check": "bias_check",
+}
+
+
 def llm_counts(outcomes: list[Outcome]) -> list[int]:
     """[right, rows the LLM decided a part of, those right, rows it failed on]."""
     decided = [o for o in outcomes if any(stage == "intent_llm" for _, _, stage in o.parts)]
@@ -384,14 +392,6 @@ def llm_figures(runs: dict[str, dict[str, list[Outcome]]], server: str) -> dict[
             figures[f"{key}_decided_right"] = decided_right
             figures[f"{key}_failed"] = failed
     return figures
-
-
-# The three runs of `--llm`, and their names in bench/results/llm_quality.json.
-LLM_RUN_KEYS = {
-    "no LLM": "no_llm",
-    "LLM, every answer": "every_answer",
-    "LLM, bias check": "bias_check",
-}
 
 
 def llm_report(runs: dict[str, dict[str, list[Outcome]]], seconds: float) -> str:

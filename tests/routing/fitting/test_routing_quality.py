@@ -205,8 +205,8 @@ def test_json_out_without_an_llm_is_refused(capsys: pytest.CaptureFixture[str]) 
 def test_a_plain_run_prints_its_checks_and_verdict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Without --llm the run still prints gibberish, the unserved check and the verdict
-    (they once sat under the LLM figures' writer and went missing)."""
+    """Without --llm too, the run prints the gibberish and unserved checks and its verdict,
+    not only the per-file tables."""
     rows = ['{"text": "turn off the kitchen light", "expected": "ha"}\n']
     (tmp_path / "tiny.jsonl").write_text("".join(rows), "utf-8")
     code = rq.main(["--isolated", "--no-sealed", "--no-loco", "--eval-dir", str(tmp_path)])
