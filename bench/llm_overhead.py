@@ -264,8 +264,8 @@ async def measure_real(url: str, model: str) -> dict[str, Any]:
     import httpx
 
     from routing.chain.events import route_log
-    from routing.stages.llm import MAX_TOKENS, NONE, TOP_LOGPROBS, build_messages
-    from routing.stages.llm_format import answer_schema, response_format
+    from routing.stages.llm import NONE, build_messages
+    from routing.stages.llm_format import answer_schema
     from routing.types import ResolveContext
     from search.service import Service
 
@@ -315,19 +315,11 @@ async def measure_real(url: str, model: str) -> dict[str, Any]:
             return elapsed, span
 
         async def run_raw() -> tuple[float, float]:
-            form = one.forms.first(one.base_url)
-            body: dict[str, Any] = {
-                "model": model,
-                "temperature": 0,
-                "max_tokens": MAX_TOKENS,
-                "messages": build_messages(one.routes, next(queries)),
-            }
-            if one.config.logprobs:  # as the stage asks for a decision
-                body["logprobs"] = True
-                body["top_logprobs"] = TOP_LOGPROBS
-            constraint = response_format(form, answer_schema([*one.routes, NONE]))
-            if constraint is not None:
-                body["response_format"] = constraint
+            body = one.request_body(  # what the stage posts for a decision
+                build_messages(one.routes, next(queries)),
+                one.forms.first(one.base_url),
+                answer_schema([*one.routes, NONE]),
+            )
             start = time.perf_counter_ns()
             response = await raw.post(f"{url}/v1/chat/completions", json=body)
             elapsed = (time.perf_counter_ns() - start) / 1e6

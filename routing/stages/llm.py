@@ -239,6 +239,30 @@ class LLMStage:
             await self._client.aclose()
             self._client = None
 
+    def request_body(
+        self,
+        messages: list[dict[str, str]],
+        form: Form,
+        schema: dict[str, Any],
+        *,
+        logprobs: bool = True,
+    ) -> dict[str, Any]:
+        """The chat-completion body `ask` posts in `form` (`schema`: the answer's, from
+        `answer_schema`); one place, so what measures the stage sends what it sends."""
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": MAX_TOKENS,
+        }
+        if logprobs and self.config.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = TOP_LOGPROBS
+        constraint = response_format(form, schema)
+        if constraint is not None:
+            body["response_format"] = constraint
+        return body
+
     async def ask(
         self,
         messages: list[dict[str, str]],
@@ -264,18 +288,7 @@ class LLMStage:
         try:
             async with asyncio.timeout_at(deadline):
                 while True:
-                    body: dict[str, Any] = {
-                        "model": self.config.model,
-                        "messages": messages,
-                        "temperature": 0,
-                        "max_tokens": MAX_TOKENS,
-                    }
-                    if logprobs and self.config.logprobs:
-                        body["logprobs"] = True
-                        body["top_logprobs"] = TOP_LOGPROBS
-                    constraint = response_format(form, schema)
-                    if constraint is not None:
-                        body["response_format"] = constraint
+                    body = self.request_body(messages, form, schema, logprobs=logprobs)
                     response = await self._client.post(self.url, json=body)
                     following = self.forms.after(form)
                     if (
