@@ -422,6 +422,7 @@ if __name__ == "__main__":
         elif len(sys.argv) == 2:
             main_real()
         else:
-            raise SystemExit("usage: bench/llm_overhead.py --real [--json-out PATH]")
+            print("usage: bench/llm_overhead.py --real [--json-out PATH]", file=sys.stderr)
+            raise SystemExit(2)
     else:
         main()
