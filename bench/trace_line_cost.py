@@ -9,6 +9,9 @@ count_instructions`), on the trace of the cache-hit request `trace_overhead.py` 
 - `counted_results`: its first step, each part's items replaced by their count;
 - `orjson`: the encoding of the message it builds, alone (the message as the writer
   process reads it back: the same values, step names as plain strings);
+- `orjson_chain`: the encoding of the message's recorded chain alone (its events), the
+  part no leaner line can leave out;
+- `orjson_empty`: orjson's fixed cost, an empty list encoded with the same options;
 - `marshal`: the same message encoded by the standard library's `marshal` instead, the
   fastest other encoder of plain Python values at hand;
 - `nothing`: the loop around each call, for reference.
@@ -38,7 +41,18 @@ from search.traces.records import TraceRecord  # noqa: E402
 from search.traces.rows import counted_results  # noqa: E402
 from search.traces.writer import _plain, record_line  # noqa: E402
 
-SIDES = ("nothing", "counted_results", "orjson", "marshal", "record_line")
+# Where the chain stands in the writer's "trace" message (search.traces.writer's protocol):
+# after the tag, trace id, start, query, status code and duration.
+CHAIN_FIELD = 6
+SIDES = (
+    "nothing",
+    "counted_results",
+    "orjson",
+    "orjson_chain",
+    "orjson_empty",
+    "marshal",
+    "record_line",
+)
 
 
 async def cache_hit_trace() -> TraceRecord:
@@ -52,10 +66,13 @@ def run_counted_side(side: str, n: int) -> None:
     # The message `record_line` encodes, as the writer process reads it back: the same
     # values, with the step names as plain strings (marshal refuses a str subclass).
     built = orjson.loads(record_line(trace, False))
+    chain, empty = built[CHAIN_FIELD], []
     calls = {
         "nothing": lambda: None,
         "counted_results": lambda: counted_results(trace.results),
         "orjson": lambda: orjson.dumps(built, default=_plain, option=orjson.OPT_APPEND_NEWLINE),
+        "orjson_chain": lambda: orjson.dumps(chain, option=orjson.OPT_APPEND_NEWLINE),
+        "orjson_empty": lambda: orjson.dumps(empty, option=orjson.OPT_APPEND_NEWLINE),
         "marshal": lambda: marshal.dumps(built),
         "record_line": lambda: record_line(trace, False),
     }
