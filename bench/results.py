@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shlex
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,34 @@ def head_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return done.stdout.strip() or "unknown"
+
+
+def command_line(
+    script: str, argv: Sequence[str], placeholders: Mapping[str, str] | None = None
+) -> str:
+    """The command a results file says measured it: `python SCRIPT` and the arguments as
+    given, so a run with other flags does not pass for the default one. `placeholders`
+    stands a word in for an option's value that belongs to one machine (a server's URL):
+    {"--llm": "URL"} writes `--llm URL` for `--llm http://127.0.0.1:8012/v1` and for
+    `--llm=http://...` alike."""
+    placeholders = placeholders or {}
+    shown: list[str] = []
+    pending: str | None = None
+    for arg in argv:
+        if pending is not None:
+            shown.append(pending)
+            pending = None
+            continue
+        option, equals, _ = arg.partition("=")
+        if option in placeholders:
+            if equals:
+                shown.append(f"{option}={placeholders[option]}")
+            else:
+                shown.append(arg)
+                pending = placeholders[option]
+            continue
+        shown.append(arg)
+    return shlex.join(["python", script, *shown])
 
 
 def write(path: str | Path, bench: str, command: str, figures: dict[str, Any]) -> Path:

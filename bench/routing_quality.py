@@ -750,9 +750,8 @@ def main(argv: list[str] | None = None) -> int:
     if runs and args.json_out:
         from bench import results
 
-        command = (
-            "python bench/routing_quality.py --isolated --llm URL --llm-model " + args.llm_model
-        )
+        shown = sys.argv[1:] if argv is None else argv
+        command = results.command_line("bench/routing_quality.py", shown, {"--llm": "URL"})
         server = args.llm_server or args.llm_model
         written = results.write(args.json_out, "llm_quality", command, llm_figures(runs, server))
         print(f"wrote {written}", file=sys.stderr)
