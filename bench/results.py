@@ -49,22 +49,15 @@ def command_line(
     {"--llm": "URL"} writes `--llm URL` for `--llm http://127.0.0.1:8012/v1` and for
     `--llm=http://...` alike."""
     placeholders = placeholders or {}
-    shown: list[str] = []
-    pending: str | None = None
-    for arg in argv:
-        if pending is not None:
-            shown.append(pending)
-            pending = None
-            continue
+    shown = list(argv)
+    for index, arg in enumerate(shown):
         option, equals, _ = arg.partition("=")
-        if option in placeholders:
-            if equals:
-                shown.append(f"{option}={placeholders[option]}")
-            else:
-                shown.append(arg)
-                pending = placeholders[option]
+        if option not in placeholders:
             continue
-        shown.append(arg)
+        if equals:
+            shown[index] = f"{option}={placeholders[option]}"
+        elif index + 1 < len(shown):
+            shown[index + 1] = placeholders[option]
     return shlex.join(["python", script, *shown])
 
 
