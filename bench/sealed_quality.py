@@ -411,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         from bench import results
 
-        command = "python bench/sealed_quality.py --json-out bench/results/sealed_quality.json"
+        shown = sys.argv[1:] if argv is None else argv
+        command = results.command_line("bench/sealed_quality.py", shown)
         results.write(args.json_out, "sealed_quality", command, found)
     return 0
 
