@@ -136,14 +136,31 @@ def sealed() -> str:
         for stage, s in f["stages"].items()
         if s["parts"] >= 20
     )
-    return _para(
+    text = (
         f'The sealed estimate ({_when(body)}; bench/README.md, "Sealed estimate"), '
-        f"through the real pipeline with no LLM (each share with its 95% interval): "
+        f"through the real pipeline with no LLM (each share with its 95% interval), a part "
+        f"that ended at the default counted as `none` (no stage decided it): "
         f"{corpora}; per route {routes}; unserved requests routed to a source "
         f"{_pct_ci(*f['none_routed'])}; two requests joined {_pct_ci(*f['compound'])} of "
         f"{f['compound'][1]:,}; calibration error (ECE) of the stated confidence "
         f"{f['pipeline_ece']:.3f}. Per stage: {stages}."
     )
+    answered = f.get("answered")
+    if answered:
+        corpora = ", ".join(
+            f"{name} {_pct_ci(*pair)}" for name, pair in answered["corpora"].items()
+        )
+        routes = ", ".join(
+            f"`{route}` {_pct_ci(*pair)}" for route, pair in answered["per_route"].items()
+        )
+        text += (
+            f" Counted instead by the source that answers each part (a part that ended at "
+            f"the default is answered by the default's source, `kiwix`; only an unserved "
+            f"part is `none`), the same run: {corpora}; per route {routes}; unserved "
+            f"requests answered by a source {_pct_ci(*answered['none_routed'])}; two "
+            f"requests joined {_pct_ci(*answered['compound'])}."
+        )
+    return _para(text)
 
 
 def label_fit() -> str:

@@ -21,7 +21,13 @@ drawn with a fixed seed), and prints:
   stage's). A part's confidence is judged against the route its event names: a declined
   part's default (`kiwix` at the declining stage's 0.31 for it), or `none` for an unserved
   one; accuracy above counts a part that ended at the default as `none`, whatever the
-  default route.
+  default route;
+- the accuracy figures again counted by the source that answers each part (lines "by the
+  source that answers"): the service answers a part that ended at the default from the
+  default's source (`kiwix`), so there it counts as that route, and only an unserved part
+  counts as `none`. The first count says whether the stages decided; this one says what
+  the user gets: an encyclopedic question left to the default is answered right, and a
+  request no source serves that fell to the default is answered by a source.
 
     .venv/bin/python bench/sealed_quality.py [--config config.yaml] [--isolated]
         [--sealed-dir DIR] [--compound N]
@@ -145,6 +151,10 @@ class Outcome:
     row: Row
     labels: tuple[str, ...]  # the parts' labels, sorted, deduplicated
     decided: list[Decided] = field(default_factory=list)
+    # The routes whose source answers the parts (`none` for an unserved part), sorted and
+    # deduplicated: a part that ended at the default counts as the default's route here.
+    # Empty: the same as `labels`.
+    answered: tuple[str, ...] = ()
 
     @property
     def correct(self) -> bool:
@@ -153,6 +163,14 @@ class Outcome:
     @property
     def to_a_source(self) -> bool:
         return any(label != "none" for label in self.labels)
+
+    @property
+    def answered_correct(self) -> bool:
+        return (self.answered or self.labels) == self.row.expected
+
+    @property
+    def answered_by_a_source(self) -> bool:
+        return any(label != "none" for label in self.answered or self.labels)
 
 
 def part_label(route: str | None, stage: str | None) -> str:
@@ -163,11 +181,12 @@ async def route_all(service: Any, rows: list[Row]) -> list[Outcome]:
     outcomes = []
     for row in rows:
         outcome = await service.search(row.text, dry_run=True)
-        labels = set()
+        labels, answered = set(), set()
         for result in outcome.results:
             for part in (result.condition, result):
                 if part is not None:
                     labels.add(part_label(part.route, part.stage))
+                    answered.add(part.route or "none")
         last: dict[str, dict[str, Any]] = {}
         moved: dict[str, dict[str, Any]] = {}
         for event in outcome.chain:
@@ -194,7 +213,14 @@ async def route_all(service: Any, rows: list[Row]) -> list[Outcome]:
             Decided(str(e["step"]), str(e["to_route"]), float(e["confidence"]))
             for e in moved.values()
         ]
-        outcomes.append(Outcome(row, tuple(sorted(labels)) or ("none",), decided))
+        outcomes.append(
+            Outcome(
+                row,
+                tuple(sorted(labels)) or ("none",),
+                decided,
+                tuple(sorted(answered)) or ("none",),
+            )
+        )
     return outcomes
 
 
@@ -263,8 +289,9 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
     [right, total] pairs per corpus, per corpus and route, and per route; unserved rows
     routed to a source, per corpus and pooled; per corpus and expected route, how many rows
     ended at each answer, and the stage that decided those answered wrongly; compound; and
-    per stage its parts, mean stated confidence, share right and ECE. Nothing in them comes
-    from a row's text."""
+    per stage its parts, mean stated confidence, share right and ECE; and under `answered`
+    the accuracy figures counted by the source that answers each part. Nothing in them
+    comes from a row's text."""
     corpora: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     routes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     cells: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
@@ -292,6 +319,7 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
             if d.final:
                 final.append((d.confidence, d.label == route))
     return {
+        **_by_the_answering_source(singles, joined),
         "corpora": {name: corpora[name] for name in sorted(corpora)},
         "corpus_routes": {
             name: {route: cells[name][route] for route in LABELS if route in cells[name]}
@@ -313,6 +341,45 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
             for stage, pairs in sorted(by_stage.items())
         },
         "pipeline_ece": round(ece(final), 3),
+    }
+
+
+def _by_the_answering_source(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
+    """The accuracy figures again, each part counted as the route whose source answers it
+    (`Outcome.answered`): a part that ended at the default is answered by the default's
+    source, so it counts as that route, not as `none`; only an unserved part is `none`. So
+    an encyclopedic question the stages left to the default (`kiwix`) is answered right,
+    and a request no source serves that fell to the default is answered by a source."""
+    corpora: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    routes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    cells: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    routed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    confusion: Counts = defaultdict(lambda: defaultdict(Counter))
+    for o in singles:
+        route = o.row.expected[0]
+        for tally in (corpora[o.row.corpus], routes[route], cells[o.row.corpus][route]):
+            tally[0] += o.answered_correct
+            tally[1] += 1
+        confusion[o.row.corpus][route]["+".join(o.answered or o.labels)] += 1
+        if route == "none":
+            routed[o.row.corpus][0] += o.answered_by_a_source
+            routed[o.row.corpus][1] += 1
+    return {
+        "answered": {
+            "corpora": {name: corpora[name] for name in sorted(corpora)},
+            "corpus_routes": {
+                name: {route: cells[name][route] for route in LABELS if route in cells[name]}
+                for name in sorted(cells)
+            },
+            "per_route": {route: routes[route] for route in LABELS if route in routes},
+            "confusion": _sorted_counts(confusion),
+            "corpus_none_routed": {name: routed[name] for name in sorted(routed)},
+            "none_routed": [
+                sum(r for r, _ in routed.values()),
+                sum(t for _, t in routed.values()),
+            ],
+            "compound": [sum(o.answered_correct for o in joined), len(joined)],
+        }
     }
 
 
@@ -346,6 +413,27 @@ def report(found: dict[str, Any], seconds: float) -> list[str]:
         f"sealed pipeline ECE (single-intent parts, each part's final statement): "
         f"{found['pipeline_ece']:.3f}"
     )
+    answered = found.get("answered")
+    if answered:  # the same rows, each part counted as the route whose source answers it
+        by = "by the source that answers"
+        for corpus, pair in answered["corpora"].items():
+            cells = ", ".join(
+                f"{k} {_share(*v)}" for k, v in answered["corpus_routes"][corpus].items()
+            )
+            lines.append(f"sealed {corpus}, {by}: all {_share(*pair)}; {cells}")
+            if corpus in answered["corpus_none_routed"]:
+                share = _share(*answered["corpus_none_routed"][corpus])
+                lines.append(f"sealed {corpus}, {by}: none answered by a source {share}")
+        for corpus, by_route in answered["confusion"].items():
+            for route, answers in by_route.items():
+                cells = ", ".join(f"{answer} {count}" for answer, count in answers.items())
+                lines.append(f"sealed {corpus}, {by}: {route} rows answered {cells}")
+        cells = ", ".join(f"{k} {_share(*v)}" for k, v in answered["per_route"].items())
+        lines.append(f"sealed pooled per route, {by}: {cells}")
+        lines.append(
+            f"sealed pooled, {by}: none answered by a source {_share(*answered['none_routed'])}"
+        )
+        lines.append(f"sealed compound, {by}: {_share(*answered['compound'])}")
     singles = sum(total for _, total in found["corpora"].values())
     lines.append(
         f"sealed rows: {singles} single-intent, {found['compound'][1]} compound; "

@@ -109,6 +109,10 @@ def test_the_script_prints_dated_aggregates_and_never_a_sentence(tmp_path: Path)
     assert any("compound (two routes joined):" in line and "/8, 95% CI " in line for line in lines)
     assert any(line.split(" ", 2)[2].startswith("sealed stage intent_") for line in lines)
     assert any("none routed to a source" in line and "/2, 95% CI " in line for line in lines)
+    answering = [
+        line for line in lines if "sealed generated, by the source that answers: all " in line
+    ]
+    assert len(answering) == 1 and "(8/8, 95% CI 0.676-1.000);" in answering[0]
     printed = (found.stdout + found.stderr).lower()
     for text, _ in GENERATED:
         assert text.lower() not in printed
@@ -174,3 +178,42 @@ def test_what_each_expected_route_ended_as_is_counted_and_where_the_misses_ended
         "sealed generated: kiwix rows answered wrongly, last decided by intent_default 2, "
         "time_sensitive 1" in lines
     )
+
+
+def test_a_part_left_to_the_default_counts_as_the_default_route_by_the_answering_source() -> None:
+    """Two counts of the same outcomes: by decision, a part that ended at the default is
+    `none` (no stage decided); by the source that answers, it is the default's route, which
+    the service asks. Only an unserved part is `none` in both."""
+
+    def outcome(expected: str, labels: str, answered: str) -> sealed_quality.Outcome:
+        row = sealed_quality.Row("generated", "q", (expected,))
+        decided = [sealed_quality.Decided("intent_default", answered, 0.3)]
+        return sealed_quality.Outcome(row, (labels,), decided, (answered,))
+
+    left_to_kiwix = outcome("kiwix", "none", "kiwix")  # an encyclopedic question: answered
+    unserved = outcome("none", "none", "none")  # judged unserved: no source asked
+    fell_to_kiwix = outcome("none", "none", "kiwix")  # a request no source serves: asked kiwix
+    pair = sealed_quality.Outcome(
+        sealed_quality.Row("compound", "q and r", ("kiwix", "web")),
+        ("none", "web"),
+        [],
+        ("kiwix", "web"),
+    )
+    found = sealed_quality.figures([left_to_kiwix, unserved, fell_to_kiwix], [pair])
+    assert found["corpus_routes"]["generated"] == {"kiwix": [0, 1], "none": [2, 2]}
+    assert found["none_routed"] == [0, 2]
+    assert found["compound"] == [0, 1]
+    answered = found["answered"]
+    assert answered["corpus_routes"]["generated"] == {"kiwix": [1, 1], "none": [1, 2]}
+    assert answered["none_routed"] == [1, 2]
+    assert answered["compound"] == [1, 1]
+    assert answered["confusion"] == {
+        "generated": {"kiwix": {"kiwix": 1}, "none": {"kiwix": 1, "none": 1}}
+    }
+    lines = sealed_quality.report(found, 1.0)
+    by = "by the source that answers"
+    assert (
+        f"sealed generated, {by}: none answered by a source 0.500 (1/2, 95% CI 0.095-0.905)"
+        in lines
+    )
+    assert any(line.startswith(f"sealed compound, {by}: 1.000 (1/1") for line in lines)
