@@ -119,6 +119,9 @@ class Outcome:
     row: Row
     parts: list[tuple[str, str, str]]  # (part text, label, stage)
     llm_failed: bool = False  # the LLM stage was asked and gave no usable answer
+    # Some part is answered by a source: by a decision, or by the default route when no
+    # stage decided (only an unserved part asks none).
+    answered_by_source: bool = False
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -175,7 +178,8 @@ async def route_rows(service: Any, rows: Iterable[Row]) -> list[Outcome]:
             flat.append(result)
         parts = [(r.query, part_label(r.route, r.stage), r.stage or "") for r in flat]
         failed = any(e["step"] == "llm_error" for e in outcome.chain)
-        outcomes.append(Outcome(row, parts, failed))
+        answered = any(r.route is not None for r in flat)
+        outcomes.append(Outcome(row, parts, failed, answered))
     return outcomes
 
 
@@ -520,10 +524,11 @@ async def gibberish_defaults(config: Any) -> tuple[int, int]:
 UNSERVED_CHECK = ROOT / "routing" / "fit_data" / "staged" / "banking77_check.jsonl"
 
 
-async def unserved_routed(config: Any, path: Path = UNSERVED_CHECK) -> tuple[int, int]:
+async def unserved_routed(config: Any, path: Path = UNSERVED_CHECK) -> tuple[int, int, int]:
     """(how many of `path`'s requests, none of which any source serves, some part of went
-    to a source; how many there are). Banking77 train rows that the `none` route's
-    classifier prior was not fitted on (routing/fitting/prior_fit.py)."""
+    to a source by a decision; how many there are; how many some source answers, the
+    default route's included). Banking77 train rows that the `none` route's classifier
+    prior was not fitted on (routing/fitting/prior_fit.py)."""
     from search.service import Service
 
     texts = [json.loads(line)["text"] for line in path.read_text().splitlines() if line]
@@ -534,7 +539,11 @@ async def unserved_routed(config: Any, path: Path = UNSERVED_CHECK) -> tuple[int
         outcomes = await route_rows(service, rows)
     finally:
         await service.aclose()
-    return sum(o.confident_source for o in outcomes), len(outcomes)
+    return (
+        sum(o.confident_source for o in outcomes),
+        len(outcomes),
+        sum(o.answered_by_source for o in outcomes),
+    )
 
 
 def render_loco(found: dict[str, LeftOut]) -> str:
@@ -716,7 +725,11 @@ def main(argv: list[str] | None = None) -> int:
                         for name, left in loco.items()
                     },
                     "gibberish_to_default": {"defaulted": gibberish[0], "of": gibberish[1]},
-                    "unserved_check": {"routed": unserved[0], "of": unserved[1]},
+                    "unserved_check": {
+                        "routed": unserved[0],
+                        "of": unserved[1],
+                        "answered_by_a_source": unserved[2],
+                    },
                 },
                 indent=2,
             )
@@ -742,7 +755,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gibberish -> intent_default: {gibberish[0]}/{gibberish[1]}")
         print(
             f"unserved check ({UNSERVED_CHECK.name}, not fitted on) -> a source: "
-            f"{unserved[0]}/{unserved[1]} ({_pct(unserved[0] / unserved[1])})"
+            f"{unserved[0]}/{unserved[1]} ({_pct(unserved[0] / unserved[1])}); answered by a "
+            f"source, the default included: {unserved[2]}/{unserved[1]}"
         )
         total = sum(len(rows) for rows in outcomes.values())
         print(f"{total} utterances in {elapsed:.1f}s (model load included)")

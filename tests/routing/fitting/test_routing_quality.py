@@ -138,8 +138,9 @@ def test_gibberish_never_gets_a_confident_route(config: object) -> None:
 
 
 def test_requests_no_source_serves_are_rarely_routed(config: object) -> None:
-    routed, total = asyncio.run(rq.unserved_routed(config))
+    routed, total, answered = asyncio.run(rq.unserved_routed(config))
     assert total == 380
+    assert routed <= answered <= total  # a decision's source, or the default's too
     allowed = min(UNSERVED_CHECK_CEILING + SLACK, rq.NONE_CONFIDENT_MAX)  # and the target
     assert routed / total <= allowed + 1e-9, f"{routed}/{total} routed"
 
