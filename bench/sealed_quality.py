@@ -292,45 +292,24 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
     per stage its parts, mean stated confidence, share right and ECE; and under `answered`
     the accuracy figures counted by the source that answers each part. Nothing in them
     comes from a row's text."""
-    corpora: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    routes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    cells: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    routed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    # per corpus and expected route: rows per (sorted, joined) answer; the wrong ones per
-    # the stage that had the last word on them
-    confusion: Counts = defaultdict(lambda: defaultdict(Counter))
+    # per corpus and expected route, the rows answered wrongly per the stage that had the
+    # last word on them
     wrong_stages: Counts = defaultdict(lambda: defaultdict(Counter))
     by_stage: dict[str, list[tuple[float, bool]]] = defaultdict(list)
     final: list[tuple[float, bool]] = []
     for o in singles:
         route = o.row.expected[0]
-        for tally in (corpora[o.row.corpus], routes[route], cells[o.row.corpus][route]):
-            tally[0] += o.correct
-            tally[1] += 1
-        confusion[o.row.corpus][route]["+".join(o.labels)] += 1
-        if not o.correct:  # which stage had the last word on the rows answered wrongly
+        if not o.correct:
             ended = "+".join(sorted({d.stage for d in o.decided if d.final} or {"none"}))
             wrong_stages[o.row.corpus][route][ended] += 1
-        if route == "none":
-            routed[o.row.corpus][0] += o.to_a_source
-            routed[o.row.corpus][1] += 1
         for d in o.decided:
             by_stage[d.stage].append((d.confidence, d.label == route))
             if d.final:
                 final.append((d.confidence, d.label == route))
     return {
-        **_by_the_answering_source(singles, joined),
-        "corpora": {name: corpora[name] for name in sorted(corpora)},
-        "corpus_routes": {
-            name: {route: cells[name][route] for route in LABELS if route in cells[name]}
-            for name in sorted(cells)
-        },
-        "per_route": {route: routes[route] for route in LABELS if route in routes},
-        "confusion": _sorted_counts(confusion),
-        "corpus_none_routed": {name: routed[name] for name in sorted(routed)},
-        "none_routed": [sum(r for r, _ in routed.values()), sum(t for _, t in routed.values())],
+        "answered": _accuracy(singles, joined, by_the_answering_source=True),
+        **_accuracy(singles, joined, by_the_answering_source=False),
         "wrong_stages": _sorted_counts(wrong_stages),
-        "compound": [sum(o.correct for o in joined), len(joined)],
         "stages": {
             stage: {
                 "parts": len(pairs),
@@ -344,42 +323,47 @@ def figures(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
     }
 
 
-def _by_the_answering_source(singles: list[Outcome], joined: list[Outcome]) -> dict[str, Any]:
-    """The accuracy figures again, each part counted as the route whose source answers it
-    (`Outcome.answered`): a part that ended at the default is answered by the default's
-    source, so it counts as that route, not as `none`; only an unserved part is `none`. So
-    an encyclopedic question the stages left to the default (`kiwix`) is answered right,
-    and a request no source serves that fell to the default is answered by a source."""
+def _accuracy(
+    singles: list[Outcome], joined: list[Outcome], *, by_the_answering_source: bool
+) -> dict[str, Any]:
+    """[right, total] per corpus, per corpus and route, per route and for the compound
+    requests; the rows per answer (per corpus and expected route); unserved rows some part
+    of which a source answers. Each part counted by its decision (`Outcome.labels`: a part
+    that ended at the default is `none`, no stage decided it) or, `by_the_answering_source`,
+    as the route whose source answers it (`Outcome.answered`: the default's source answers
+    such a part, so an encyclopedic question left to the default `kiwix` is right, and a
+    request no source serves that fell to it is answered by a source)."""
     corpora: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     routes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     cells: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     routed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     confusion: Counts = defaultdict(lambda: defaultdict(Counter))
+
+    def right(o: Outcome) -> bool:
+        return o.answered_correct if by_the_answering_source else o.correct
+
     for o in singles:
         route = o.row.expected[0]
         for tally in (corpora[o.row.corpus], routes[route], cells[o.row.corpus][route]):
-            tally[0] += o.answered_correct
+            tally[0] += right(o)
             tally[1] += 1
-        confusion[o.row.corpus][route]["+".join(o.answered or o.labels)] += 1
+        shown = (o.answered or o.labels) if by_the_answering_source else o.labels
+        confusion[o.row.corpus][route]["+".join(shown)] += 1
         if route == "none":
-            routed[o.row.corpus][0] += o.answered_by_a_source
+            sourced = o.answered_by_a_source if by_the_answering_source else o.to_a_source
+            routed[o.row.corpus][0] += sourced
             routed[o.row.corpus][1] += 1
     return {
-        "answered": {
-            "corpora": {name: corpora[name] for name in sorted(corpora)},
-            "corpus_routes": {
-                name: {route: cells[name][route] for route in LABELS if route in cells[name]}
-                for name in sorted(cells)
-            },
-            "per_route": {route: routes[route] for route in LABELS if route in routes},
-            "confusion": _sorted_counts(confusion),
-            "corpus_none_routed": {name: routed[name] for name in sorted(routed)},
-            "none_routed": [
-                sum(r for r, _ in routed.values()),
-                sum(t for _, t in routed.values()),
-            ],
-            "compound": [sum(o.answered_correct for o in joined), len(joined)],
-        }
+        "corpora": {name: corpora[name] for name in sorted(corpora)},
+        "corpus_routes": {
+            name: {route: cells[name][route] for route in LABELS if route in cells[name]}
+            for name in sorted(cells)
+        },
+        "per_route": {route: routes[route] for route in LABELS if route in routes},
+        "confusion": _sorted_counts(confusion),
+        "corpus_none_routed": {name: routed[name] for name in sorted(routed)},
+        "none_routed": [sum(r for r, _ in routed.values()), sum(t for _, t in routed.values())],
+        "compound": [sum(right(o) for o in joined), len(joined)],
     }
 
 
