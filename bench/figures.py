@@ -155,7 +155,7 @@ def sealed() -> str:
         )
         text += (
             f" Counted instead by the source that answers each part (a part that ended at "
-            f"the default is answered by the default's source, `kiwix`; only an unserved "
+            f"the default is answered by the default source, here `kiwix`; only an unserved "
             f"part is `none`), the same run: {corpora}; per route {routes}; unserved "
             f"requests answered by a source {_pct_ci(*answered['none_routed'])}; two "
             f"requests joined {_pct_ci(*answered['compound'])}."

@@ -129,7 +129,7 @@ def serve(port: int, trace_path: str) -> None:
 
     app = create_app(config, settle=True)  # as `search serve` does
     # First in the routing table: Starlette tries the routes in order, and each pattern
-    # that fails costs a request some 6,500 instructions. Appended after the app's twelve
+    # that fails costs a request some 6,600 instructions. Appended after the app's twelve
     # routes, the anchor paid for eleven failures that `/search` (the app's first) never
     # does, about 72,000 instructions, which flattered the ratio. Here `/search` pays for
     # one (the anchor's pattern), under 1% of its request: if anything, against it.
