@@ -20,7 +20,9 @@ halves by a hash of the text ("tune" and "holdout"): tune on one, judge on the o
 exemplars and rules that merely memorise sentences show up as a gap between the halves.
 
 Then each file routed by a confidence fitted without its corpus (leave-one-corpus-out: accuracy per label, compound, `none` routed
-confidently, the held-out calibration error), how many gibberish strings end at
+confidently, the held-out calibration error; and the accuracy again with each part counted
+as the route whose source answers it, where a part left to the default is the default's
+route, not `none`), how many gibberish strings end at
 `intent_default`, and how many requests no source serves are routed to one anyway
 (routing/fit_data/staged/banking77_check.jsonl: Banking77 train rows that the `none`
 route's classifier prior was not fitted on; at most 10%, as for unserved rows above). The
@@ -119,9 +121,21 @@ class Outcome:
     row: Row
     parts: list[tuple[str, str, str]]  # (part text, label, stage)
     llm_failed: bool = False  # the LLM stage was asked and gave no usable answer
-    # Some part is answered by a source: by a decision, or by the default route when no
-    # stage decided (only an unserved part asks none).
-    answered_by_source: bool = False
+    # The routes whose source answers the parts, sorted: a part that ended at the default
+    # counts as the default's route here (its source is asked), an unserved one as `none`.
+    # Empty: the same as `labels`.
+    answered: tuple[str, ...] = ()
+
+    @property
+    def answered_by_source(self) -> bool:
+        """Some part is answered by a source: by a decision, or by the default's."""
+        return any(label != "none" for label in self.answered or self.labels)
+
+    @property
+    def answered_correct(self) -> bool:
+        """`correct`, each part counted as the route whose source answers it."""
+        expected = self.row.expected if self.row.compound else (self.row.expected,)
+        return (self.answered or self.labels) == expected
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -178,7 +192,7 @@ async def route_rows(service: Any, rows: Iterable[Row]) -> list[Outcome]:
             flat.append(result)
         parts = [(r.query, part_label(r.route, r.stage), r.stage or "") for r in flat]
         failed = any(e["step"] == "llm_error" for e in outcome.chain)
-        answered = any(r.route is not None for r in flat)
+        answered = tuple(sorted({r.route or "none" for r in flat})) or ("none",)
         outcomes.append(Outcome(row, parts, failed, answered))
     return outcomes
 
@@ -456,6 +470,10 @@ class LeftOut:
     score: Score
     ece: float | None  # the fit's held-out calibration error on that corpus
     compound: bool = False
+    # [right, rows] counted by the source that answers each part, and of the `none` rows
+    # [answered by a source, rows] (`Outcome.answered`)
+    answered: tuple[int, int] = (0, 0)
+    none_answered: tuple[int, int] = (0, 0)
 
 
 def fit_only_name(corpus: str) -> str:
@@ -501,7 +519,15 @@ async def leave_one_corpus_out(
         for name, rows in outcomes.items():
             compound = any(o.row.compound for o in rows)
             ece = report["ece_per_corpus"].get(corpus)
-            found[name] = LeftOut(corpus, score(rows), ece, compound)
+            nones = [o for o in rows if o.row.expected == "none"]
+            found[name] = LeftOut(
+                corpus,
+                score(rows),
+                ece,
+                compound,
+                (sum(o.answered_correct for o in rows), len(rows)),
+                (sum(o.answered_by_source for o in nones), len(nones)),
+            )
     return found
 
 
@@ -558,6 +584,13 @@ def render_loco(found: dict[str, LeftOut]) -> str:
         lines.append(f"   {name:<28} all {_pct(result.accuracy)}  " + ", ".join(cells))
         if result.none_rows:
             lines.append(f"   {'':<28} none -> a source {_pct(result.none_confident_share)}")
+        right, rows = left.answered
+        if rows:
+            shown = f"   {'':<28} by the source that answers: all {_pct(right / rows)}"
+            sourced, nones = left.none_answered
+            if nones:
+                shown += f", none answered by a source {_pct(sourced / nones)}"
+            lines.append(shown)
         if left.ece is not None:
             lines.append(f"   {'':<28} ECE (held-out {left.corpus}) {left.ece:.3f}")
     return "\n".join(lines)
@@ -721,7 +754,13 @@ def main(argv: list[str] | None = None) -> int:
                         for name, by_half in summary.items()
                     },
                     "leave_one_corpus_out": {
-                        name: {"corpus": left.corpus, "ece": left.ece, **left.score.to_dict()}
+                        name: {
+                            "corpus": left.corpus,
+                            "ece": left.ece,
+                            **left.score.to_dict(),
+                            "answered": list(left.answered),
+                            "none_answered": list(left.none_answered),
+                        }
                         for name, left in loco.items()
                     },
                     "gibberish_to_default": {"defaulted": gibberish[0], "of": gibberish[1]},

@@ -196,6 +196,26 @@ def test_llm_figures_count_what_each_run_decided() -> None:
     }
 
 
+def test_a_part_left_to_the_default_is_answered_by_its_source() -> None:
+    """By decision a part that ended at the default is `none`; by the source that answers
+    it, it is the default's route, which the service asks; only an unserved part is `none`
+    both ways."""
+    question = rq.Row("a.jsonl", "who wrote hamlet", "kiwix", "tune")
+    request = rq.Row("a.jsonl", "order a pizza", "none", "tune")
+    left_to_kiwix = rq.Outcome(question, [("q", "none", "intent_default")], answered=("kiwix",))
+    fell_to_kiwix = rq.Outcome(request, [("r", "none", "intent_default")], answered=("kiwix",))
+    unserved = rq.Outcome(request, [("r", "none", "intent_default")], answered=("none",))
+    assert not left_to_kiwix.correct and left_to_kiwix.answered_correct
+    assert fell_to_kiwix.correct and not fell_to_kiwix.answered_correct
+    assert fell_to_kiwix.answered_by_source and not fell_to_kiwix.confident_source
+    assert unserved.correct and unserved.answered_correct and not unserved.answered_by_source
+    pair = rq.Row("b.jsonl", "q and r", ("kiwix", "web"), "tune")
+    joined = rq.Outcome(pair, [("q", "none", "intent_default"), ("r", "web", "intent_keyword")])
+    assert not joined.answered_correct  # without `answered`, the labels stand
+    joined.answered = ("kiwix", "web")
+    assert joined.answered_correct
+
+
 def test_json_out_without_an_llm_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         rq.main(["--json-out", "figures.json"])
