@@ -69,6 +69,10 @@ from search.traces.writer import record_line
 log = logging.getLogger("search.traces")
 
 MAX_LIMIT = 1000
+# The longest `q`: SQLite refuses a LIKE pattern over 50,000 bytes, and a text of this
+# many characters stays under it escaped (an escaped character is two ASCII bytes, any
+# other at most four). No one looks a trace up by a longer text.
+MAX_TEXT_FILTER = 10_000
 _SUMMARY = (
     "id, trace_id, started_at, query, status_code, duration_ms, failed, fallback, cached, "
     "dry_run, redacted, captured, replay_of, part_count, sources, session_id, "
@@ -217,6 +221,8 @@ def parse_filters(params: Mapping[str, str], now: float | None = None) -> TraceF
     text = params.get("q")
     if text is not None and not has_visible_text(text):
         raise FilterError("q", "must not be empty (it has no visible character)")
+    if text is not None and len(text) > MAX_TEXT_FILTER:
+        raise FilterError("q", f"must be at most {MAX_TEXT_FILTER:,} characters")
     session = params.get("session")
     if session is not None and not 0 < len(session) <= 200:
         raise FilterError("session", "must be a session id (1 to 200 characters)")

@@ -15,7 +15,7 @@ import pytest
 from search.api.app import create_app
 from search.config import Config
 from search.service import Service
-from search.traces.store import SQLiteTraceStore, TraceFilter
+from search.traces.store import MAX_TEXT_FILTER, SQLiteTraceStore, TraceFilter, parse_filters
 from tests.search.traces.test_store import home_config
 from tests.support.app import asgi_client
 
@@ -171,6 +171,31 @@ async def test_bad_filter_values_are_422_naming_the_field(
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["field"] == field and error["message"].startswith(field)
+
+
+async def test_a_text_filter_is_bounded_below_what_sqlite_refuses(tmp_path: Path) -> None:
+    """SQLite refuses a LIKE pattern over 50,000 bytes: a longer `q` made every listing
+    of a store with traces answer 500, blaming `trace.path`. At the bound, the text is
+    searched, however its characters escape or encode; past it, a 422 names `q`."""
+    config = home_config(tmp_path / "traces.db")
+    async with asgi_client(app_for(config)) as client:
+        await run_queries(client, ["history of rome"])
+        found = await client.get("/traces", params={"q": "_" * MAX_TEXT_FILTER})
+        assert found.status_code == 200 and found.json()["total"] == 0, found.text[:200]
+        refused = await client.get("/traces", params={"q": "a" * (MAX_TEXT_FILTER + 1)})
+    assert refused.status_code == 422
+    error = refused.json()["error"]
+    assert error["field"] == "q" and "10,000 characters" in error["message"]
+    # longer URLs than an HTTP client builds: the store itself, escaped (2 bytes) and
+    # four-byte characters at the bound
+    store = SQLiteTraceStore(config.trace)
+    try:
+        for character in ("%", "\\", "\N{GRINNING FACE}"):
+            filters = parse_filters({"q": character * MAX_TEXT_FILTER})
+            assert store.list_traces(filters)["total"] == 0
+        assert store.list_traces(parse_filters({"q": "rome"}))["total"] == 1
+    finally:
+        store.close_sync()
 
 
 async def test_with_the_store_switched_off_traces_are_404(tmp_path: Path) -> None:
