@@ -191,3 +191,38 @@ def test_invisible_characters_that_make_texts_look_alike_are_shown_as_escapes() 
     assert escape_controls(family + " \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == (
         family + " \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
     )
+
+
+@pytest.mark.parametrize(
+    ("char", "shown"),
+    [
+        ("\u00ad", "\\xad"),  # soft hyphen: "ro\u00adme" looks like "rome"
+        ("\u2028", "\\u2028"),  # line separator: starts a line some terminals show
+        ("\u2029", "\\u2029"),
+        ("\u034f", "\\u034f"),  # combining grapheme joiner
+        ("\u180e", "\\u180e"),  # Mongolian vowel separator
+        ("\u3164", "\\u3164"),  # Hangul filler: a blank "letter"
+        ("\u2800", "\\u2800"),  # braille blank
+        ("\ufe01", "\\ufe01"),  # a variation selector that is not an emoji's
+        ("\U000e0041", "\\U000e0041"),  # a tag character
+    ],
+)
+def test_blank_and_separator_characters_are_shown_as_escapes(char: str, shown: str) -> None:
+    """What the query check counts as invisible, the terminal shows as an escape, and a
+    JSON text stays the same value (a character past U+FFFF as its surrogate pair)."""
+    import json
+
+    from search.query_text import is_visible
+    from search.terminal import escape_controls, escape_json_text
+
+    assert not is_visible(char)
+    assert escape_controls(f"ro{char}me") == f"ro{shown}me"
+    encoded = escape_json_text(json.dumps(f"ro{char}me", ensure_ascii=False))
+    assert char not in encoded and json.loads(encoded) == f"ro{char}me"
+
+
+def test_the_selectors_an_emoji_needs_are_kept() -> None:
+    from search.terminal import escape_controls
+
+    for emoji in ("\u2764\ufe0f", "\u263a\ufe0e"):
+        assert escape_controls(emoji) == emoji
