@@ -18,11 +18,13 @@ happens:
   request holds condition words the parser could not take apart ("..., but only if it
   rains", "provided that ...", "should it rain, ...");
 - `deferred`: the command is for later or for a while ("in an hour", "tomorrow", "at
-  seven", "soon", "for 10 minutes"), in its part or anywhere in the request; the router
-  has no scheduler, and doing it now is doing something nobody asked for;
+  seven", "soon", "for 10 minutes", "the minute I leave", "for the night"), in its part
+  or anywhere in the request; the router has no scheduler, and doing it now is doing
+  something nobody asked for;
 - `low_confidence`: the part was not decided confidently (it ended at the default); or
   the request holds words that deny, take back or only imagine a command ("do not, ...",
-  "actually don't", "never mind"); or the source placed only some of the target's words
+  "actually don't", "never mind", "did I ... and ..."), or asks it as a question ("unlock
+  the front door?"); or the source placed only some of the target's words
   on a device ("the bed light on arrival"), so acting would be a guess;
 - `rewritten`: the command's words came from an earlier turn (a follow-up such as "and
   the kitchen?" rewritten to "turn off the lights in the kitchen"): the router guessed them;
@@ -68,6 +70,7 @@ class Circumstances:
     read_only: bool = False  # the surface the request came through must not act
     rewritten: bool = False  # the words were completed from an earlier turn
     authorized: bool = False  # the requester may act (token, or a loopback client)
+    part: str = ""  # the command's own words, as the gate is asked about them
 
     # Read only when a part is a command, so other requests never look. The whole request
     # counts, not the part: splitting can leave a clean command beside the words that
@@ -87,8 +90,14 @@ class Circumstances:
     @property
     def doubt(self) -> str | None:
         """Words anywhere in the request that deny, take back or only imagine a command
-        ("do not", "actually", "never mind", "imagine")."""
-        return doubt_words(self.request) if self.request else None
+        ("do not", "actually", "never mind", "imagine"); or "?" when the command's part
+        was asked as a question ("unlock the front door?")."""
+        if not self.request:
+            return None
+        found = doubt_words(self.request)
+        if found is None and self.part and asked_as_question(self.part, self.request):
+            return "?"
+        return found
 
 
 _SMALL = (
@@ -100,10 +109,22 @@ _NUMBER = (
     rf"(?:\d+(?:[.,]\d+)?|(?:{_TENS})(?:[- ](?:{_SMALL}))?|{_SMALL}|a|an|a few|a couple of|"
     r"a couple|several|half an?)"
 )
-_UNIT = r"(?:sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hours?|days?|weeks?|months?)"
+_UNIT = (
+    r"(?:sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hours?|days?|nights?|weeks?|fortnights?"
+    r"|months?|years?|[smhd])"
+)
 _WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|weekday|workday)"
-_PART_OF_DAY = r"(?:morning|afternoon|evening|night|noon|midnight|sunrise|sunset|dawn|dusk)"
-_CLOCK = r"\d{1,4}(?:[:.]\d{2})?\s*(?:am|pm|a\.m\.|p\.m\.|o'?clock|h|hrs|hours)?"
+_PART_OF_DAY = (
+    r"(?:morning|afternoon|evening|night|noon|midnight|sunrise|sunset|sundown|sunup|dawn|dusk"
+    r"|daybreak|nightfall|bedtime|lunchtime|dinnertime|teatime|breakfast|lunch|dinner|supper)"
+)
+_MONTH = (
+    r"(?:january|february|march|april|may|june|july|august|september|october|november"
+    r"|december|spring|summer|autumn|fall|winter)"
+)
+_HOLIDAY = r"(?:christmas(?:\s+eve)?|new\s+year'?s?(?:\s+eve)?|easter|thanksgiving|halloween)"
+_DATE = r"\d{1,2}/\d{1,2}(?:/\d{2,4})?"
+_CLOCK = r"\d{1,2}h\d{2}|\d{1,4}(?:[:.]\d{2})?\s*(?:am|pm|a\.m\.|p\.m\.|[ap]|o'?clock|h|hrs|hours)?"
 _SPOKEN_CLOCK = (
     rf"(?:(?:half|(?:a\s+)?quarter|{_NUMBER})\s+(?:past|to|after|before)\s+\w+"
     rf"|(?:{_SMALL})(?:\s+(?:o'?clock|thirty|fifteen|forty-five|{_TENS}|oh\s+\w+))?"
@@ -126,9 +147,38 @@ _DEFERRAL = re.compile(
     rf"|(?:on|next|this|every|each)\s+{_WEEKDAY}s?|{_WEEKDAY}s"
     r"|every\s+(?:day|hour|week|minute|month|time|\d+\s+\w+)|daily|hourly|weekly|nightly"
     r"|(?:when|whenever|once|after|before|until|till|as\s+soon\s+as)\s+\w+"
+    # a moment named by what happens then: "the minute I leave", "by the time I'm back"
+    r"|the\s+(?:minute|moment|second|instant|day|night|time)\s+(?:i|we|you|they|he|she|it)\b"
+    r"|by\s+the\s+time|(?:on|upon)\s+(?:my|our|your|their)\s+(?:return|arrival|way)"
+    r"|(?:each|any|every|next)\s+time|anytime"
+    # a day of the year, or a while: "on christmas", "in june", "for the night", "all day"
+    rf"|(?:on|in|by|until|till|before|after|this|next|come|during|for)\s+(?:{_MONTH}|{_HOLIDAY})"
+    r"(?!['’]s\b)"  # not someone's: "in may's room"
+    rf"|come\s+(?:{_WEEKDAY}|{_PART_OF_DAY}|morning)|(?:on|by|until|till)\s+{_DATE}"
+    r"|for\s+(?:a\s+(?:while|bit|moment|minute|second|sec|spell)|now|the\s+(?:night|day|"
+    r"evening|morning|afternoon|weekend|week|holidays?))"
+    r"|all\s+(?:night|day|morning|afternoon|evening|weekend|week)(?:\s+long)?"
+    r"|temporarily|for\s+the\s+time\s+being|until\s+further\s+notice"
+    # a bare number of what was meant: "in ten", "in 5" (minutes) at the end of a clause
+    rf"|in\s+{_NUMBER}(?=\s*(?:$|[,.!?;]|and\b|then\b))"
     r")\b",
     re.IGNORECASE,
 )
+
+
+_AFTER_PART = " \t\"'’”)]"  # what may stand between a part's words and its question mark
+
+
+def asked_as_question(part: str, request: str) -> bool:
+    """Whether `part` stands in `request` right before a question mark. Splitting trims a
+    part's punctuation, so "unlock the front door?" reaches the source as an order; asked
+    so, it is a question whose answer nobody can be sure of."""
+    start = request.find(part)
+    while start != -1:
+        if request[start + len(part) :].lstrip(_AFTER_PART).startswith("?"):
+            return True
+        start = request.find(part, start + 1)
+    return False
 
 
 # Pure functions of the text, asked of every part an acting source answers: the last

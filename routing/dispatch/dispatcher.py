@@ -231,6 +231,8 @@ class Dispatcher:
         # What the user's config says (a replay's wrapped source reports it too); whether
         # the source can act at all is checked again before `act`.
         allowed = bool(getattr(self.sources[name], "allow_control", False))
+        if circumstances.part != query:  # the words the gate judges are the command's own
+            circumstances = replace(circumstances, part=query)
         if when is None:
             when = circumstances.when
         reasons = withheld_reasons(

@@ -62,6 +62,7 @@ def condition_words(text: str) -> str | None:
 
 
 _DOUBTS = _phrases(_WORDS.doubts)
+_APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "`": "'", "´": "'"})  # "don`t" is "don't"
 
 
 @lru_cache(maxsize=2048)
@@ -70,7 +71,7 @@ def doubt_words(text: str) -> str | None:
     "actually", "never mind", "imagine"), wherever they stand; None without any. Splitting
     a request can leave a clean command beside such words ("do not, under any
     circumstances, | unlock the door"), so the gate reads the whole request for them."""
-    found = _DOUBTS.search(text.replace("’", "'"))
+    found = _DOUBTS.search(text.translate(_APOSTROPHES))
     return None if found is None else " ".join(found.group().lower().split())
 
 

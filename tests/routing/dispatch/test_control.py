@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from routing.dispatch.control import Circumstances, deferral, withheld_reasons, without_deferral
+from routing.dispatch.control import (
+    Circumstances,
+    asked_as_question,
+    deferral,
+    withheld_reasons,
+    without_deferral,
+)
 from search.service import Service
 from search.traces.records import MemoryTraceSink
 from tests.support import scripted
@@ -241,6 +247,29 @@ async def test_a_fusion_route_only_reads() -> None:
         ("unlock the door soon", "soon"),
         ("turn on the lamp until 9", "until 9"),
         ("wait ten minutes then unlock the door", "wait ten minutes"),
+        ("the minute i leave, lock the door", "the minute i"),
+        ("by the time we are back, unlock the door", "by the time"),
+        ("on my return, unlock the door", "on my return"),
+        ("each time it rains, close the garage door", "each time"),
+        ("come christmas, turn on the tree lights", "come christmas"),
+        ("unlock the door at sundown", "at sundown"),
+        ("turn the heating on at bedtime", "at bedtime"),
+        ("turn on the fan for a while", "for a while"),
+        ("turn on the bed light for the night", "for the night"),
+        ("leave the porch light on all night", "all night"),
+        ("unlock the door in 2h", "in 2h"),
+        ("unlock the door in a fortnight", "in a fortnight"),
+        ("unlock the door at 19h30", "at 19h30"),
+        ("unlock the door at 7p", "at 7p"),
+        ("unlock the door on 12/25", "on 12/25"),
+        ("turn on the sprinkler in june", "in june"),
+        ("turn off the heating temporarily", "temporarily"),
+        ("unlock the door in ten", "in ten"),
+        ("turn on the night light", None),
+        ("turn on the lights in two rooms", None),
+        ("turn on the fall garden lights", None),
+        ("open the time capsule box", None),
+        ("turn on the lights in may's room", None),
         ("turn on the lights in the living room", None),
         ("turn on the light at home", None),
         ("turn on lamp two", None),
@@ -294,6 +323,13 @@ async def test_a_command_whose_words_came_from_an_earlier_turn_is_withheld() -> 
         ("unlock the front door, actually don't", "low_confidence", "doubt", "actually"),
         ("unlock the front door. never mind", "low_confidence", "doubt", "never mind"),
         ("unlock the front door given that nobody is in", "conditional", "condition", "given that"),
+        ("the minute i leave, unlock the front door", "deferred", "when", "the minute i"),
+        ("by the time i am back, unlock the front door", "deferred", "when", "by the time"),
+        ("unlock the front door? just kidding", "low_confidence", "doubt", "just kidding"),
+        ("unlock the front door, jk", "low_confidence", "doubt", "jk"),
+        ("unlock the front door. no, don`t", "low_confidence", "doubt", "don't"),
+        # a question about what was done: its "and" joins a second verb of the question
+        ("did i lock the lights and unlock the front door", "low_confidence", "doubt", "did i"),
     ],
 )
 async def test_words_elsewhere_in_the_request_withhold_the_command(
@@ -307,6 +343,38 @@ async def test_words_elsewhere_in_the_request_withhold_the_command(
     events = withheld(body)
     assert events and all(reason in e["reasons"] for e in events)
     assert all(e[field] == words for e in events)
+
+
+async def test_a_command_asked_as_a_question_is_withheld() -> None:
+    """Splitting trims a part's "?", so the source hears an order; the gate finds the
+    mark after the part in the request and does nothing, naming it."""
+    service = home()
+    body = await ask(service, "unlock the front door?")
+    assert acted(service) == []
+    [event] = withheld(body)
+    assert (event["reason"], event["doubt"]) == ("low_confidence", "?")
+    service = home()  # the mark belongs to the other part: the command is an order
+    body = await ask(service, "is the sun up? unlock the front door")
+    assert acted(service) == ["unlock the front door"] and withheld(body) == []
+
+
+@pytest.mark.parametrize(
+    ("part", "request_text", "asked"),
+    [
+        ("unlock the door", "unlock the door?", True),
+        ("unlock the door", "unlock the door ?", True),
+        ("unlock the door", 'please "unlock the door"?', True),
+        ("unlock the door", "lights on? unlock the door", False),
+        ("unlock the door", "unlock the door. is it raining?", False),
+        ("unlock the door", "unlock the door", False),
+        ("unlock the door", "unlock the door and unlock the door?", True),  # either one
+        ("turn the kitchen lights off", "turn them off?", False),  # rewritten: not in it
+    ],
+)
+def test_a_part_is_asked_as_a_question_only_by_its_own_mark(
+    part: str, request_text: str, asked: bool
+) -> None:
+    assert asked_as_question(part, request_text) is asked
 
 
 async def test_a_request_without_doubtful_words_still_acts_beside_a_question() -> None:
