@@ -12,15 +12,18 @@
   // Stored text (queries, source answers, messages) comes from whoever asked or answered.
   // A bidi override in it would reorder the rest of its line, a C0/C1 control hide itself:
   // each such character is shown as a visible escape, the set and spelling the CLI uses
-  // (search/terminal.py: C0 but tab and newline, DEL, C1, the bidi controls and marks, and
-  // the invisible zero-width space, word joiner, invisible operators and BOM).
-  const UNSAFE = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/;
-  const UNSAFE_ALL = new RegExp(UNSAFE.source, "g");
+  // (search/terminal.py: C0 but tab and newline, DEL, C1, the bidi controls and marks, the
+  // line and paragraph separators, and the invisible characters: zero-width space, word
+  // joiner, invisible operators, BOM, soft hyphen, grapheme joiner, blank letters, the
+  // variation selectors but U+FE0E/U+FE0F, tag characters).
+  const UNSAFE = /[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b\u200e\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\u2800\u3164\ufe00-\ufe0d\ufeff\uffa0\u{e0000}-\u{e007f}\u{e0100}-\u{e01ef}]/u;
+  const UNSAFE_ALL = new RegExp(UNSAFE.source, "gu");
 
   function escapeChar(char) {
-    const code = char.charCodeAt(0);
-    return code <= 0xff ? "\\x" + code.toString(16).padStart(2, "0")
-                        : "\\u" + code.toString(16).padStart(4, "0");
+    const code = char.codePointAt(0);
+    if (code <= 0xff) return "\\x" + code.toString(16).padStart(2, "0");
+    return code <= 0xffff ? "\\u" + code.toString(16).padStart(4, "0")
+                          : "\\U" + code.toString(16).padStart(8, "0");
   }
 
   // The text as a string with every such character escaped (for attributes: a title).

@@ -799,6 +799,7 @@ def test_the_viewer_escapes_the_same_characters_as_the_cli(page: Any, site: dict
     from search.terminal import escape_controls
 
     text = "".join(chr(c) for c in range(0x3000) if c != 0xFEFF)
+    text += "\uffa0\ufe0f\U000e0041\U000e0100\U0001f600"  # past U+FFFF: tags, selectors
     page.goto(f"{site['base']}/ui#/traces")
     page.route(
         "**/traces/fake*",
