@@ -73,8 +73,9 @@ class Pair:
 def corpus_rows(directory: Path = FIT_DATA) -> dict[str, list[Row]]:
     found: dict[str, list[Row]] = {}
     for path in sorted(directory.glob("*.jsonl")):
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-        found[path.stem] = [(r["text"].strip(), r["route"]) for r in rows if r]
+        lines = path.read_text(encoding="utf-8").splitlines()
+        rows = [json.loads(line) for line in lines if line.strip()]
+        found[path.stem] = [(r["text"].strip(), r["route"]) for r in rows]
     return found
 
 
