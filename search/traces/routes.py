@@ -20,7 +20,13 @@ from search.api.schemas import component_schemas, error_response
 from search.api.schemas import json_ref as _json
 from search.trace_ids import NOT_A_TRACE_ID, TRACE_ID_PATTERN, is_trace_id
 from search.traces.narrative import narrative
-from search.traces.store import OUTCOMES, FilterError, TraceReader, parse_filters
+from search.traces.store import (
+    MAX_TEXT_FILTER,
+    OUTCOMES,
+    FilterError,
+    TraceReader,
+    parse_filters,
+)
 
 
 def _reader(request: Request) -> TraceReader | None:
@@ -168,7 +174,11 @@ def trace_paths() -> dict[str, Any]:
                     _param("fallback", "Only requests where a fallback fired.", flag),
                     _param("since", "Unix seconds, ISO 8601, or an age (2h, 7d).", when),
                     _param("until", "Same forms as since.", when),
-                    _param("q", "The query text contains this.", text),
+                    _param(
+                        "q",
+                        "The query text contains this.",
+                        {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_FILTER},
+                    ),
                     _param(
                         "session",
                         "The turns of this session_id.",
