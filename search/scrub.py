@@ -23,6 +23,8 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, SecretStr
 
+from search.terminal import escape_controls
+
 MASK = "***"
 # scheme://user:password@ or scheme://token@ (a URL's userinfo), up to the '@'. The
 # scheme starts where a run of scheme characters starts (not at any `\b`), so a long run
@@ -132,8 +134,11 @@ class Scrubber:
 
     def exception(self, exc: BaseException) -> str:
         """The exception with its traceback, as the server log gets it (cut to
-        MAX_LOG_CHARS: longer than a message, so the frames survive)."""
-        return self._shown("".join(traceback.format_exception(exc)).rstrip(), MAX_LOG_CHARS)
+        MAX_LOG_CHARS: longer than a message, so the frames survive). A source's message
+        is anyone's text: its control and bidi characters are written as escapes, so a
+        terminal tailing the log shows them instead of obeying them."""
+        shown = self._shown("".join(traceback.format_exception(exc)).rstrip(), MAX_LOG_CHARS)
+        return escape_controls(shown, keep="\n\t")
 
     def _shown(self, text: str, limit: int) -> str:
         """`text` masked, then cut to `limit`. The configured secrets are masked in all of

@@ -222,3 +222,16 @@ def test_httpx_request_log_line_shows_no_url_credentials(
     lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
     assert any("/search?q=weather" in line for line in lines), lines
     assert not any(PASSWORD in line for line in lines), lines
+
+
+def test_a_logged_exception_shows_terminal_controls_as_escapes() -> None:
+    """A source's message is anyone's text: in the log, an escape sequence that would
+    recolour or retitle the operator's terminal is written out, not sent; the traceback
+    keeps its own line breaks."""
+    try:
+        raise RuntimeError("boom \x1b[31mRED\x1b]0;owned\x07 \u202eevil")
+    except RuntimeError as exc:
+        logged = Scrubber([]).exception(exc)
+    assert "\x1b" not in logged and "\x07" not in logged and "\u202e" not in logged
+    assert "boom \\x1b[31mRED\\x1b]0;owned\\x07 \\u202eevil" in logged
+    assert logged.startswith("Traceback (most recent call last):\n")
