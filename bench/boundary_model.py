@@ -33,20 +33,18 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.decomposition import FIT_DATA, claims, normal  # noqa: E402
+from bench.decomposition import _END, FIT_DATA, _join, claims, normal  # noqa: E402
 from bench.sealed_quality import stamp  # noqa: E402
 
 SOFT_CONNECTORS = (" and ", ", ")
 SEPARATOR = re.compile(r",|\band\b", re.IGNORECASE)
 _WORD = re.compile(r"[a-z0-9']+")
 _TRAINING_PAIRS = 6000
-_END = " ?.!,;"
 
 Claims = Callable[[str], "str | None"]
 Row = tuple[str, str]  # (text, route)
@@ -60,7 +58,7 @@ class Pair:
 
     @property
     def text(self) -> str:
-        return self.first.rstrip(_END) + self.connector + self.second
+        return _join([self.first, self.second], [self.connector])
 
     @property
     def boundary(self) -> int:
@@ -182,7 +180,7 @@ class Tally:
     over_split: int = 0
     singles: int = 0
 
-    def add(self, split: Callable[[str], list[str]], pairs: list[Pair], rows: list[Row]) -> Any:
+    def add(self, split: Callable[[str], list[str]], pairs: list[Pair], rows: list[Row]) -> Tally:
         for pair in pairs:
             expected = [normal(pair.first), normal(pair.second)]
             self.right += [normal(p) for p in split(pair.text)] == expected
@@ -190,6 +188,12 @@ class Tally:
         self.over_split += sum(len(split(text)) > 1 for text, _ in rows)
         self.singles += len(rows)
         return self
+
+    def merge(self, other: Tally) -> None:
+        self.right += other.right
+        self.compounds += other.compounds
+        self.over_split += other.over_split
+        self.singles += other.singles
 
     def line(self) -> str:
         return (
@@ -242,11 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     for held_out, tallies in found.items():
         for name, tally in tallies.items():
             print(f"{when} {held_out} left out, {name}: {tally.line()}")
-            total = pooled.setdefault(name, Tally())
-            total.right += tally.right
-            total.compounds += tally.compounds
-            total.over_split += tally.over_split
-            total.singles += tally.singles
+            pooled.setdefault(name, Tally()).merge(tally)
     for name, tally in pooled.items():
         print(f"{when} pooled, {name}: {tally.line()}")
     return 0

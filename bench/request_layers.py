@@ -44,23 +44,11 @@ LAYERS = ("bare", "asgi", "search", "route", "run", "resolve", "answer", "log")
 
 
 def make_app() -> Any:
-    import json
-
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
-    from bench.throughput import bare_body
+    from bench.throughput import add_bare_anchor
     from search.api.app import create_app
 
-    async def bare(request: Request) -> JSONResponse:
-        data = json.loads(await request.body())
-        return JSONResponse(bare_body(data["query"]))
-
     config = scripted_config({"kiwix": {}, "forecast": {}}, {"forecast": ["weather"]})
-    app = create_app(config)
-    app.router.routes.insert(0, Route("/bare", bare, methods=["POST"]))  # as throughput.py
-    return app
+    return add_bare_anchor(create_app(config))
 
 
 async def requests(app: Any, layer: str, n: int) -> None:

@@ -112,28 +112,35 @@ def bare_body(query: str) -> dict[str, Any]:
     }
 
 
-def serve(port: int, trace_path: str) -> None:
-    import uvicorn
+def add_bare_anchor(app: Any) -> Any:
+    """`app` with the anchor, `POST /bare`: the same body parsed, an answer of the same
+    shape and size encoded, no routing, recording, caching or tracing.
+
+    First in the routing table: Starlette tries the routes in order, and each pattern
+    that fails costs a request some 6,600 instructions. Appended after the app's twelve
+    routes, the anchor paid for eleven failures that `/search` (the app's first) never
+    does, about 72,000 instructions, which flattered the ratio. Here `/search` pays for
+    one (the anchor's pattern), under 1% of its request: if anything, against it."""
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
-
-    from search.api.app import create_app
-
-    trace = {"path": trace_path} if TRACE else {"enabled": False}
-    config = scripted_config({"kiwix": {}, "forecast": {}}, {"forecast": ["weather"]}, trace=trace)
 
     async def bare(request: Request) -> JSONResponse:
         data = json.loads(await request.body())
         return JSONResponse(bare_body(data["query"]))
 
-    app = create_app(config, settle=True)  # as `search serve` does
-    # First in the routing table: Starlette tries the routes in order, and each pattern
-    # that fails costs a request some 6,600 instructions. Appended after the app's twelve
-    # routes, the anchor paid for eleven failures that `/search` (the app's first) never
-    # does, about 72,000 instructions, which flattered the ratio. Here `/search` pays for
-    # one (the anchor's pattern), under 1% of its request: if anything, against it.
     app.router.routes.insert(0, Route("/bare", bare, methods=["POST"]))
+    return app
+
+
+def serve(port: int, trace_path: str) -> None:
+    import uvicorn
+
+    from search.api.app import create_app
+
+    trace = {"path": trace_path} if TRACE else {"enabled": False}
+    config = scripted_config({"kiwix": {}, "forecast": {}}, {"forecast": ["weather"]}, trace=trace)
+    app = add_bare_anchor(create_app(config, settle=True))  # as `search serve` does
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
