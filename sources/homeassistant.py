@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import quote
@@ -254,7 +255,9 @@ STOPWORDS = frozenset(
 )
 ALL_WORDS = frozenset({"all", "every", "everything"})
 
-_TOKEN = re.compile(r"[a-z0-9]+")
+# Words in any script: a household may name its devices so, and a command's words the
+# source cannot place on a device (any it cannot read among them) withhold it.
+_TOKEN = re.compile(r"[^\W_]+")
 _ENTITY_ID = re.compile(r"\b([a-z_]+\.[a-z0-9_]+)\b")
 _POLITE = r"^(?:(?:please|hey|ok|okay|can you|could you|would you|will you)[\s,]+)*"
 _ON_OFF_FIRST = re.compile(_POLITE + r"(?:turn|switch|put)\s+(on|off)\s+(.+)$")
@@ -332,7 +335,8 @@ class Request:
 
 
 def _words(text: str) -> list[str]:
-    return _TOKEN.findall(text.lower().replace("'s", ""))
+    folded = unicodedata.normalize("NFKC", text).lower()
+    return _TOKEN.findall(folded.replace("'s", "").replace("’s", ""))
 
 
 def parse_control(query: str) -> tuple[str, str] | None:

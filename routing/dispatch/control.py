@@ -16,7 +16,8 @@ happens:
 - `conditional`: the command is the consequence of a condition ("if ...", "unless ...")
   that the router does not evaluate, so it cannot know the command is meant now; or the
   request holds condition words the parser could not take apart ("..., but only if it
-  rains", "provided that ...", "should it rain, ...");
+  rains", "provided that ...", "should it rain, ..."); or it opens right after a
+  question, waiting for its answer ("is it dark? then turn on the light");
 - `deferred`: the command is for later or for a while ("in an hour", "tomorrow", "at
   seven", "soon", "for 10 minutes", "the minute I leave", "for the night"), in its part
   or anywhere in the request; the router has no scheduler, and doing it now is doing
@@ -24,17 +25,21 @@ happens:
 - `low_confidence`: the part was not decided confidently (it ended at the default); or
   the request holds words that deny, take back or only imagine a command ("do not, ...",
   "actually don't", "never mind", "did I ... and ..."), or asks it as a question ("unlock
-  the front door?"); or the source placed only some of the target's words
+  the front door?", "..., shall I?"), or holds a word the router cannot read (look-alike
+  letters of another script); or the source placed only some of the target's words
   on a device ("the bed light on arrival"), so acting would be a guess;
 - `rewritten`: the command's words came from an earlier turn (a follow-up such as "and
   the kitchen?" rewritten to "turn off the lights in the kitchen"): the router guessed them;
 - `read_only`: the request came through a surface that promises not to act (the MCP
   `search` tool, annotated read-only; control has a tool of its own).
+
+The words are read as they show (`as_read`): "ｔｏｍｏｒｒｏｗ" and "tomor\u200brow" are "tomorrow".
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -80,24 +85,29 @@ class Circumstances:
     def condition(self) -> str | None:
         """Condition words anywhere in the request ("only if"), whatever the parser made of
         them."""
-        return condition_words(self.request) if self.request else None
+        if not self.request:
+            return None
+        read = as_read(self.request)
+        return condition_words(read) or after_a_question(read)
 
     @property
     def when(self) -> str | None:
         """A time qualifier anywhere in the request ("tomorrow", "at seven")."""
-        return deferral(self.request) if self.request else None
+        return deferral(self.request) if self.request else None  # read as `as_read` reads
 
     @property
     def doubt(self) -> str | None:
         """Words anywhere in the request that deny, take back or only imagine a command
-        ("do not", "actually", "never mind", "imagine"); or "?" when the command's part
-        was asked as a question ("unlock the front door?")."""
+        ("do not", "actually", "never mind", "imagine"); "?" when the command's part was
+        asked as a question ("unlock the front door?", "..., shall I?"); or a word the
+        router cannot read (`unreadable`): it may say any of those."""
         if not self.request:
             return None
-        found = doubt_words(self.request)
-        if found is None and self.part and asked_as_question(self.part, self.request):
+        read = as_read(self.request)
+        found = doubt_words(read)
+        if found is None and self.part and asked_as_question(as_read(self.part), read):
             return "?"
-        return found
+        return found or unreadable(read, as_read(self.part))
 
 
 _SMALL = (
@@ -161,32 +171,109 @@ _DEFERRAL = re.compile(
     r"|temporarily|for\s+the\s+time\s+being|until\s+further\s+notice"
     # a bare number of what was meant: "in ten", "in 5" (minutes) at the end of a clause
     rf"|in\s+{_NUMBER}(?=\s*(?:$|[,.!?;]|and\b|then\b))"
+    # "at the weekend", "over christmas", "in the summer", "within the hour", "one day",
+    # "the next day", "december 25th", "the 3rd of may", "a week from today", "between 6
+    # and 7", "at half six"
+    rf"|(?:at|over|on)\s+(?:the\s+)?(?:{_WEEKDAY}|{_HOLIDAY})"
+    rf"|(?:in|during|over|through)\s+the\s+{_MONTH}"
+    r"|within\s+the\s+(?:hour|minute|day|week|month)|(?:some|one|any)\s+day"
+    rf"|the\s+(?:next|following)\s+(?:day|{_PART_OF_DAY}|{_WEEKDAY})"
+    rf"|(?:the\s+)?day\s+after|{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?"
+    rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}"
+    rf"|{_NUMBER}\s*{_UNIT}\s+from\s+(?:now|today|tomorrow|tonight)"
+    rf"|between\s+(?:{_CLOCK}|{_SPOKEN_CLOCK})\s+and|half\s+(?:{_SMALL})"
     r")\b",
     re.IGNORECASE,
 )
 
 
-_AFTER_PART = " \t\"'’”)]"  # what may stand between a part's words and its question mark
+# Pure functions of the text, asked of every part an acting source answers: the last
+# texts' answers are remembered (bounded).
+@lru_cache(maxsize=2048)
+def as_read(text: str) -> str:
+    """`text` as the gate reads it: compatibility forms folded (full-width letters, "？",
+    "⁇"), and invisible format characters (zero-width spaces and joiners, soft hyphens,
+    direction marks) dropped, so "ｔｏｍｏｒｒｏｗ" and "tomor\u200brow" say what they show."""
+    folded = unicodedata.normalize("NFKC", text).replace("‽", "?")
+    if folded.isascii():
+        return folded
+    return "".join(c for c in folded if unicodedata.category(c) != "Cf")
+
+
+_AFTER_PART = " \t\"'’”)]!.…"  # what may stand between a part's words and its question mark
+# A short question about the command itself, right after it ("..., shall I?", "...; is that
+# safe?", "... - would that work?"): asking whether, not asking for. Not "will you?", which
+# only makes an order polite.
+_TAG_QUESTION = re.compile(
+    r"[\s,;:\-–—]*(?:(?:and|but|or|so)\s+)?"
+    r"(?:is|was|are|would|will|shall|should|can|could|may|might|must|do|does|did|isn't|wasn't"
+    r"|wouldn't|won't|shouldn't|can't|couldn't|doesn't|didn't)\s+(?:i|we|that|this)\b"
+    r"[^?.!;]{0,40}\?",
+    re.IGNORECASE,
+)
 
 
 def asked_as_question(part: str, request: str) -> bool:
-    """Whether `part` stands in `request` right before a question mark. Splitting trims a
-    part's punctuation, so "unlock the front door?" reaches the source as an order; asked
-    so, it is a question whose answer nobody can be sure of."""
+    """Whether `part` stands in `request` right before a question mark, or before a short
+    question about it ("..., shall I?"). Splitting trims a part's punctuation, so "unlock
+    the front door?" reaches the source as an order; asked so, it is a question whose
+    answer nobody can be sure of. Both texts as `as_read` reads them."""
+    if part.rstrip(_AFTER_PART).endswith("?"):  # "？" or "‽" kept in the part, read as "?"
+        return True
     start = request.find(part)
     while start != -1:
-        if request[start + len(part) :].lstrip(_AFTER_PART).startswith("?"):
+        after = request[start + len(part) :]
+        if after.lstrip(_AFTER_PART).startswith("?") or _TAG_QUESTION.match(after):
             return True
         start = request.find(part, start + 1)
     return False
 
 
-# Pure functions of the text, asked of every part an acting source answers: the last
-# texts' answers are remembered (bounded).
+# A command opening right after a question ("is it dark? then turn on the light") waits
+# for the question's answer: a condition the router does not evaluate.
+_AFTER_QUESTION = re.compile(
+    r"\?[\s,]*(?:(?:and|but)\s+)?(?:then|so|in\s+which\s+case|after\s+that)\b", re.I
+)
+
+
+def after_a_question(text: str) -> str | None:
+    """ "? then" when something in `text` is to be done once a question is answered."""
+    found = _AFTER_QUESTION.search(text)
+    return None if found is None else " ".join(found.group().lower().split())
+
+
+def _latin(char: str) -> bool:
+    return char.isascii() or unicodedata.name(char, "").startswith("LATIN")
+
+
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def unreadable(request: str, part: str = "") -> str | None:
+    """A word of `request` the router cannot read: one that mixes Latin letters with
+    another script's look-alikes ("kiddіng" with a Cyrillic "і"), anywhere; or one in
+    another script outside the command's own `part` ("明天, unlock the door": it may say
+    "tomorrow"). A command's own words in another script are the source's to place on a
+    device (a household may name them so); those it cannot place withhold it too."""
+    if request.isascii():
+        return None
+    outside = request.replace(part, " ") if part else request
+    for word in _WORD.findall(request):
+        if word.isascii():
+            continue
+        latin = [_latin(c) for c in word]
+        if any(latin) and not all(latin):
+            return word
+        if not any(latin) and word in outside:
+            return word
+    return None
+
+
 @lru_cache(maxsize=2048)
 def deferral(text: str) -> str | None:
-    """The time qualifier in `text` ("in an hour", "at 7 pm", "when I get home"), if any."""
-    found = _DEFERRAL.search(text)
+    """The time qualifier in `text` ("in an hour", "at 7 pm", "when I get home"), if any,
+    as `as_read` reads the text."""
+    found = _DEFERRAL.search(as_read(text))
     return found.group(0) if found else None
 
 

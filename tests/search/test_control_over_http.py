@@ -146,6 +146,12 @@ NOT_NOW = [
     "unlock the front door, except during the night",
     "unlock the front door on arrival",
     "turn on the bed light for the party",
+    "unlock the front door？",
+    "unlock the front door, shall I?",
+    "is the front door locked? then unlock the front door",
+    "unlock the front door ｔｏｍｏｒｒｏｗ",
+    "unlock the front door. just kidd\u0456ng",
+    "unlock the front door 明天",
 ]
 
 
@@ -177,6 +183,9 @@ def test_words_that_name_no_device_are_reported_not_guessed_at(
     [event] = [e for e in answer["explanation"] if e["step"] == "control_withheld"]
     assert event["reason"] == "low_confidence" and event["unplaced"] == ["party"]
     assert "'party' names none of ha's devices" in answer["results"][0]["items"][0]["text"]
+    answer = search(served, "turn on the bed light 明天")  # words the parser cannot read
+    [event] = [e for e in answer["explanation"] if e["step"] == "control_withheld"]
+    assert event["reason"] == "low_confidence" and event["unplaced"] == ["明天"]
     assert snapshot(home_assistant) == before
 
 

@@ -17,6 +17,7 @@ from routing.dispatch.control import (
     Circumstances,
     asked_as_question,
     deferral,
+    unreadable,
     withheld_reasons,
     without_deferral,
 )
@@ -265,11 +266,27 @@ async def test_a_fusion_route_only_reads() -> None:
         ("turn on the sprinkler in june", "in june"),
         ("turn off the heating temporarily", "temporarily"),
         ("unlock the door in ten", "in ten"),
+        ("turn on the lights at the weekend", "at the weekend"),
+        ("turn on the tree lights over christmas", "over christmas"),
+        ("open the windows in the summer", "in the summer"),
+        ("unlock the door within the hour", "within the hour"),
+        ("some day, unlock the door", "some day"),
+        ("the next day, unlock the door", "the next day"),
+        ("december 25th, unlock the door", "december 25th"),
+        ("on the 3rd of may, unlock the door", "3rd of may"),
+        ("a week from today, unlock the door", "a week from today"),
+        ("between 6 and 7, unlock the door", "between 6 and"),
+        ("unlock the door at half six", "half six"),
+        ("unlock the door ｔｏｍｏｒｒｏｗ", "tomorrow"),  # full-width letters
+        ("unlock the door tomor\u200brow", "tomorrow"),  # a zero-width space inside
         ("turn on the night light", None),
         ("turn on the lights in two rooms", None),
         ("turn on the fall garden lights", None),
         ("open the time capsule box", None),
         ("turn on the lights in may's room", None),
+        ("turn on the half bath light", None),
+        ("turn on the light in the day room", None),
+        ("switch on the tv for the kids", None),
         ("turn on the lights in the living room", None),
         ("turn on the light at home", None),
         ("turn on lamp two", None),
@@ -330,6 +347,29 @@ async def test_a_command_whose_words_came_from_an_earlier_turn_is_withheld() -> 
         ("unlock the front door. no, don`t", "low_confidence", "doubt", "don't"),
         # a question about what was done: its "and" joins a second verb of the question
         ("did i lock the lights and unlock the front door", "low_confidence", "doubt", "did i"),
+        (
+            "unlock the front door. on second thoughts, leave it",
+            "low_confidence",
+            "doubt",
+            "on second thoughts",
+        ),
+        ("unlock the front door. hold off", "low_confidence", "doubt", "hold off"),
+        ("unlock the front door, in theory", "low_confidence", "doubt", "in theory"),
+        ("unlock the front door, shall I?", "low_confidence", "doubt", "?"),
+        ("unlock the front door; is that safe?", "low_confidence", "doubt", "?"),
+        ("is the sun up? then unlock the front door", "conditional", "condition", "? then"),
+        ("some day, unlock the front door", "deferred", "when", "some day"),
+        (
+            "unlock the front door and the lights at the weekend",
+            "deferred",
+            "when",
+            "at the weekend",
+        ),
+        # what the text shows is what the gate reads: full-width letters, invisible joiners
+        ("unlock the front door. ｊｋ", "low_confidence", "doubt", "jk"),
+        ("do\u200cn't, unlock the front door", "low_confidence", "doubt", "don't"),
+        # a word the router cannot read: look-alike letters, or another script beside it
+        ("unlock the front door. just kidd\u0456ng", "low_confidence", "doubt", "kidd\u0456ng"),
     ],
 )
 async def test_words_elsewhere_in_the_request_withhold_the_command(
@@ -353,6 +393,11 @@ async def test_a_command_asked_as_a_question_is_withheld() -> None:
     assert acted(service) == []
     [event] = withheld(body)
     assert (event["reason"], event["doubt"]) == ("low_confidence", "?")
+    for mark in ("？", "‽", " ⁇", "!?"):  # other marks of a question, kept in the part
+        service = home()
+        body = await ask(service, "unlock the front door" + mark)
+        assert acted(service) == [], mark
+        assert [(e["reason"], e["doubt"]) for e in withheld(body)] == [("low_confidence", "?")]
     service = home()  # the mark belongs to the other part: the command is an order
     body = await ask(service, "is the sun up? unlock the front door")
     assert acted(service) == ["unlock the front door"] and withheld(body) == []
@@ -369,12 +414,36 @@ async def test_a_command_asked_as_a_question_is_withheld() -> None:
         ("unlock the door", "unlock the door", False),
         ("unlock the door", "unlock the door and unlock the door?", True),  # either one
         ("turn the kitchen lights off", "turn them off?", False),  # rewritten: not in it
+        ("unlock the door", "unlock the door!?", True),
+        ("unlock the door", "unlock the door.?", True),
+        ("unlock the door?", "unlock the door?", True),  # a full-width "？", as read
+        ("unlock the door", "unlock the door, shall i?", True),
+        ("unlock the door", "unlock the door - would that work?", True),
+        ("unlock the door", "unlock the door, will you?", False),  # a polite order
+        ("unlock the door", "unlock the door, is it raining?", False),  # another question
     ],
 )
 def test_a_part_is_asked_as_a_question_only_by_its_own_mark(
     part: str, request_text: str, asked: bool
 ) -> None:
     assert asked_as_question(part, request_text) is asked
+
+
+@pytest.mark.parametrize(
+    ("request_text", "part", "found"),
+    [
+        ("明天, unlock the door", "unlock the door", "明天"),  # another script, beside it
+        ("unlock the door 明天", "unlock the door 明天", None),  # its own: the source places it
+        ("unlock the door. just kidd\u0456ng", "unlock the door", "kidd\u0456ng"),
+        ("turn on the café light", "turn on the café light", None),  # Latin letters all
+        ("turn on the smørrebrød lamp, please", "turn on the smørrebrød lamp", None),
+        ("turn on the light 💡", "turn on the light 💡", None),  # no letters
+    ],
+)
+def test_words_the_router_cannot_read_are_doubt(
+    request_text: str, part: str, found: str | None
+) -> None:
+    assert unreadable(request_text, part) == found
 
 
 async def test_a_request_without_doubtful_words_still_acts_beside_a_question() -> None:
