@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +83,9 @@ def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | Non
     the request went out but no whole answer came back.
 
     Connecting waits at most `CONNECT_TIMEOUT_S` (a local server accepts at once); the
-    answer may take up to the request deadline, plus a margin for the server's own work.
+    whole answer, headers and body, may take up to the request deadline plus a margin for
+    the server's own work. That bound is on the whole answer, not on each read: a socket
+    timeout alone lets a server that sends a byte now and then hold the CLI forever.
     """
     host, port = server_address(settings)
     read_timeout_s = settings.request_deadline_s + READ_MARGIN_S
@@ -103,19 +107,19 @@ def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | Non
             connection.request("POST", "/search", json.dumps(payload).encode(), headers)
         except OSError:
             return None
+        late = _Deadline(connection.sock, read_timeout_s)
         try:
             response = connection.getresponse()
             raw = response.read(MAX_ANSWER_BYTES + 1)
-        except TimeoutError:
-            raise _failed(host, port, f"did not answer within {read_timeout_s:g} s") from None
-        except http.client.RemoteDisconnected:  # before it must: it is an OSError too
-            raise _failed(host, port, "closed the connection without answering") from None
-        except http.client.IncompleteRead:
-            raise _failed(host, port, "closed the connection in the middle of its answer") from None
-        except OSError as exc:
-            raise _failed(host, port, f"broke the connection ({type(exc).__name__})") from None
-        except http.client.HTTPException:  # what came back is not HTTP
-            raise NotThisRouter(f"{not_this} (its answer is not HTTP)") from None
+            late.cancel()
+            if late.passed:  # cut off: what was read may end anywhere
+                raise TimeoutError
+        except (TimeoutError, http.client.HTTPException, OSError) as exc:
+            if late.passed or isinstance(exc, TimeoutError):
+                raise _failed(host, port, f"did not answer within {read_timeout_s:g} s") from None
+            raise _unanswered(exc, host, port, not_this) from None
+        finally:
+            late.cancel()
     finally:
         connection.close()
     # `read(n)` returns what came when the connection closes before `Content-Length`
@@ -140,6 +144,40 @@ def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | Non
     if problem is not None:
         raise NotThisRouter(f"{not_this} ({problem})")
     return RemoteAnswer(response.status, body)
+
+
+class _Deadline:
+    """Shuts `sock` down once `seconds` have passed, so the read in progress ends there."""
+
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
+        self.passed = False
+        self._sock = sock
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self) -> None:
+        self.passed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # already closed
+            pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _unanswered(
+    exc: http.client.HTTPException | OSError, host: str, port: int, not_this: str
+) -> Exception:
+    """What a read that ended without a whole answer (in time) means."""
+    if isinstance(exc, http.client.RemoteDisconnected):  # before OSError: it is one too
+        return _failed(host, port, "closed the connection without answering")
+    if isinstance(exc, http.client.IncompleteRead):
+        return _failed(host, port, "closed the connection in the middle of its answer")
+    if isinstance(exc, OSError):
+        return _failed(host, port, f"broke the connection ({type(exc).__name__})")
+    return NotThisRouter(f"{not_this} (its answer is not HTTP)")  # what came back is not HTTP
 
 
 def _failed(host: str, port: int, what: str) -> RemoteFailed:

@@ -251,9 +251,22 @@ class RawListener:
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                     b'Transfer-Encoding: chunked\r\n\r\n100\r\n{"query": "q"'
                 )
+            elif self.behaviour.startswith("trickle"):
+                self._trickle(conn)
             elif self.behaviour == "not-http":
                 conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
             conn.close()  # "close": without a word
+
+    def _trickle(self, conn: socket.socket) -> None:
+        """A byte of body ("trickle-body") or a header line ("trickle-headers") every 50
+        ms, each well within a read's timeout, never reaching the end of the answer."""
+        body = self.behaviour == "trickle-body"
+        conn.sendall(b"HTTP/1.1 200 OK\r\n" + (b"Content-Length: 1000\r\n\r\n" if body else b""))
+        while not self.done.wait(0.05):
+            try:
+                conn.sendall(b" " if body else b"X-Slow: 1\r\n")
+            except OSError:  # the client gave up
+                return
 
     def close(self) -> None:
         self.done.set()
@@ -300,6 +313,8 @@ def ask_listener(listener: RawListener, deadline_s: float = 0.1) -> RemoteAnswer
     ("listener", "needle"),
     [
         ("silent", "did not answer within 0.3 s"),
+        ("trickle-body", "did not answer within 0.3 s"),  # each read in time, never whole
+        ("trickle-headers", "did not answer within 0.3 s"),
         ("close", "closed the connection without answering"),
         ("mid-answer", "closed the connection in the middle of its answer"),
         ("mid-chunk", "closed the connection in the middle of its answer"),
