@@ -24,9 +24,19 @@ def _http_url(value: str) -> str:
     try:
         urlsplit(value).port  # noqa: B018 - raises for a port past 65535 or not a number
     except ValueError as exc:
-        # The message names the port or the bracketed host, never the URL's password.
-        raise ValueError(f"not a valid URL: {exc}") from None
+        raise ValueError(f"not a valid URL: {_unparsed(str(exc))}") from None
     return value.rstrip("/")
+
+
+def _unparsed(message: str) -> str:
+    """What `urlsplit` found wrong, in words of our own: its own message quotes what it
+    took for the port, which is a password's tail when the password holds a "#", "/" or
+    "?" (and a secret never goes into an error)."""
+    if "out of range" in message:
+        return "its port is out of range 0-65535"
+    if "IPv6" in message:
+        return "its bracketed (IPv6) host is malformed"
+    return "its port is not a number (a password with '#', '/' or '?' must be percent-encoded)"
 
 
 # A service's base URL in config: http(s) only, without a trailing slash.
