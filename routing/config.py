@@ -12,6 +12,7 @@ from typing import ClassVar
 from pydantic import Field, SecretStr
 
 from routing.stages.route_data import DECIDED_BY_CONFIDENCE, NONE, RouteOverride, Strict
+from sources.registry import MAX_ENTRIES, YEAR_S
 
 __all__ = ["LLMConfig", "RoutingConfig", "SemanticConfig", "Strict"]
 
@@ -82,7 +83,7 @@ class SemanticConfig(Strict):
         le=1,
         description="Similarity at which an earlier LLM decision is reused.",
     )
-    reuse_max_entries: int = Field(default=2000, ge=0)
+    reuse_max_entries: int = Field(default=2000, ge=0, le=MAX_ENTRIES)
     threads: int = Field(default=1, ge=1, le=64, description="Torch threads for encoding.")
 
 
@@ -158,10 +159,10 @@ class RoutingConfig(Strict):
         "at a low-confidence default.",
     )
     fusion: dict[str, list[str]] = Field(default_factory=dict)
-    decision_cache_ttl_s: float = Field(default=3600.0, ge=0)
-    decision_cache_max_entries: int = Field(default=10_000, ge=0)
-    session_ttl_s: float = Field(default=900.0, ge=0)
-    session_max_entries: int = Field(default=1000, ge=0)
+    decision_cache_ttl_s: float = Field(default=3600.0, ge=0, le=YEAR_S)
+    decision_cache_max_entries: int = Field(default=10_000, ge=0, le=MAX_ENTRIES)
+    session_ttl_s: float = Field(default=900.0, ge=0, le=YEAR_S)
+    session_max_entries: int = Field(default=1000, ge=0, le=MAX_ENTRIES)
     semantic: SemanticConfig = Field(default_factory=SemanticConfig)
     time_sensitive: TimeSensitiveConfig = Field(default_factory=TimeSensitiveConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)

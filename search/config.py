@@ -30,7 +30,7 @@ from routing.stages.route_data import (
 )
 from search.client_settings import ENV_REFERENCE, ConfigLoader, DuplicateKeyError, env_reference
 from search.errors import ConfigError
-from sources.registry import KINDS, SourceConfig, kind_module
+from sources.registry import KINDS, MAX_ENTRIES, YEAR_S, SourceConfig, kind_module
 
 DEFAULT_CONFIG_PATH = "config.yaml"
 # libyaml where PyYAML has it: it refuses nesting past 1000 levels with a YAMLError, where
@@ -84,8 +84,8 @@ class ServerConfig(Strict):
 
 
 class CacheConfig(Strict):
-    result_ttl_s: float = Field(default=300.0, ge=0)
-    result_max_entries: int = Field(default=1000, ge=0)
+    result_ttl_s: float = Field(default=300.0, ge=0, le=YEAR_S)
+    result_max_entries: int = Field(default=1000, ge=0, le=MAX_ENTRIES)
     redis_url: SecretStr | None = Field(
         default=None,
         description="redis://[:password@]host:port/db (or rediss://, unix://): share the "
@@ -128,8 +128,8 @@ class TraceConfig(Strict):
         default_factory=lambda: default_data_dir() + "/traces.db",
         description="The trace store; its directory is the data directory (labels, fits).",
     )
-    max_traces: int = Field(default=10_000, ge=1)
-    max_age_days: float = Field(default=30.0, gt=0)
+    max_traces: int = Field(default=10_000, ge=1, le=100_000_000)
+    max_age_days: float = Field(default=30.0, gt=0, le=36_500)
     max_labels: int = Field(
         default=1000,
         ge=1,

@@ -16,6 +16,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from sources.base import Source
 
+# Upper bounds of config values with no natural one: far past any household's use, and
+# small enough that no store, timer or Redis expiry they reach overflows.
+YEAR_S = 365 * 86400.0  # a lifetime or a cool-down, in seconds
+MAX_ENTRIES = 10_000_000  # a cache's entries
+
 
 def _http_url(value: str) -> str:
     """An http(s) URL whose host and port parse: refused here, not when it is dialled."""
@@ -58,11 +63,19 @@ class SourceConfig(BaseModel):
     description: str = Field(default="", description="What this source answers (for the LLM).")
     max_concurrency: int = Field(default=8, ge=1, le=1024)
     circuit_failures: int = Field(
-        default=5, ge=0, description="Consecutive failures that open the circuit (0: never)."
+        default=5,
+        ge=0,
+        le=1_000_000,
+        description="Consecutive failures that open the circuit (0: never).",
     )
-    circuit_cooldown_s: float = Field(default=30.0, gt=0, description="How long it stays open.")
+    circuit_cooldown_s: float = Field(
+        default=30.0, gt=0, le=YEAR_S, description="How long it stays open."
+    )
     cache_ttl_s: float | None = Field(
-        default=None, ge=0, description="Result cache lifetime for this source (0: never cache)."
+        default=None,
+        ge=0,
+        le=YEAR_S,
+        description="Result cache lifetime for this source (0: never cache).",
     )
 
 

@@ -199,3 +199,37 @@ def test_doctor_exits_2_on_a_port_out_of_range(
     err = capsys.readouterr().err
     assert "sources.web.url" in err and "port is out of range" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("trace", "max_traces"),
+        ("trace", "max_age_days"),
+        ("cache", "result_max_entries"),
+        ("cache", "result_ttl_s"),
+        ("routing", "decision_cache_max_entries"),
+        ("routing", "session_ttl_s"),
+    ],
+)
+def test_a_limit_past_any_use_is_refused_naming_its_key(section: str, key: str) -> None:
+    """A huge number was taken, then overflowed where it was used (SQLite's integers, on
+    the first start-up): a traceback instead of a config error."""
+    data = yaml.safe_load(yaml.safe_dump(MINIMAL))  # a copy to change
+    data.setdefault(section, {})[key] = 10**20
+    with pytest.raises(ConfigError, match=rf"^{section}\.{key}: .*less than or equal to"):
+        parse_config(data)
+
+
+def test_a_huge_max_traces_exits_2_before_the_store_opens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {
+        **MINIMAL,
+        "trace": {"enabled": True, "path": str(tmp_path / "t.db"), "max_traces": 10**20},
+    }
+    path = _write(tmp_path, yaml.safe_dump(data))
+    assert main(["doctor", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "trace.max_traces" in err and "Traceback" not in err
+    assert not (tmp_path / "t.db").exists()
