@@ -298,8 +298,17 @@ def _read_queries(path: str, max_chars: int) -> Iterator[tuple[int, str]]:
         handle = Path(path).open(encoding="utf-8-sig", errors="surrogateescape")  # noqa: SIM115
     except OSError as exc:
         raise UsageError(f"--input: cannot read {path}: {exc.strerror}") from None
+    # The longest line a query may fill: JSON escapes a character in at most 12 (a
+    # surrogate pair's two \uXXXX), plus the object's other fields. A longer line is
+    # refused as soon as that much of it is read, not held whole in memory first.
+    limit = 12 * max_chars + 1024
     with handle:
-        for number, line in enumerate(handle, start=1):
+        for number, line in enumerate(iter(lambda: handle.readline(limit + 1), ""), start=1):
+            if len(line.rstrip("\r\n")) > limit:
+                raise UsageError(
+                    f"--input: line {number} is over {limit:,} characters "
+                    f"(a query may have {max_chars:,})"
+                )
             if not encodable(line):
                 raise UsageError(f"--input: {path}: line {number} is not UTF-8 text")
             line = line.strip()

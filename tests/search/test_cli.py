@@ -215,9 +215,12 @@ def test_bad_usage_exits_2(tmp_path: Path, demo_zim: Path) -> None:
         # valid JSON, but no UTF-8 carries a lone surrogate: the check one TEXT gets
         (b'who was marie curie\n{"text": "\\ud800 hello"}\n', "line 2: query: not valid Unicode"),
         (b"a" * 10_000 + b"\n", "line 1: query: longer than the maximum of 1000 characters"),
-        (b'{"text": ' + b"[" * 100_000 + b"\n", "line 1 is not valid JSON"),  # too deep
+        (b'{"text": ' + b"[" * 10_000 + b"\n", "line 1 is not valid JSON"),  # too deep
+        # a line no query can fill (here 8 MB of NUL bytes and no line end): refused once
+        # that much of it is read, not held whole first
+        (b"\0" * 8_000_000, "line 1 is over 13,024 characters (a query may have 1,000)"),
     ],
-    ids=["binary", "bad-utf8-line", "lone-surrogate", "too-long", "too-deep"],
+    ids=["binary", "bad-utf8-line", "lone-surrogate", "too-long", "too-deep", "endless-line"],
 )
 def test_a_bad_input_line_exits_2_naming_it(
     tmp_path: Path, demo_zim: Path, content: bytes, needle: str
