@@ -419,16 +419,27 @@ def malformed_answer(exc: ValidationError, line: bytes = b"") -> SessionMessage:
 
 
 def _read_lines(
-    wire_in: int, loop: asyncio.AbstractEventLoop, lines: MemoryObjectSendStream[bytes]
+    wire_in: int,
+    loop: asyncio.AbstractEventLoop,
+    lines: MemoryObjectSendStream[bytes | None],
+    max_bytes: int,
 ) -> None:
     """Hand each line of the wire to the loop, then close `lines` at EOF. Runs in a daemon
     thread of its own: a read in a worker thread cannot be cancelled, so a client that
     neither writes nor closes stdin would hold up a close-down (a signal, a closed stdout)
-    until its next line."""
+    until its next line.
+
+    A line over `max_bytes` is handed on as None, and the rest of it is read past, never
+    held: a message is bounded as over HTTP (`server.max_body_bytes`)."""
     try:
         with open(wire_in, "rb") as stream:
-            for line in stream:
-                asyncio.run_coroutine_threadsafe(lines.send(line), loop).result()
+            while line := stream.readline(max_bytes + 1):
+                message: bytes | None = line
+                if len(line.rstrip(b"\r\n")) > max_bytes:
+                    while not line.endswith(b"\n") and (line := stream.readline(65536)):
+                        pass
+                    message = None
+                asyncio.run_coroutine_threadsafe(lines.send(message), loop).result()
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, CancelledError, RuntimeError):
         pass  # the loop stopped listening, or is gone
     except OSError:
@@ -498,9 +509,10 @@ class StdioWire:
     `stop()` ends the input as EOF does, so the server finishes the way it does when the
     client closes stdin; a client that closed stdout stops it too (`client_gone`)."""
 
-    def __init__(self, wire_in: int, wire_out: int) -> None:
+    def __init__(self, wire_in: int, wire_out: int, max_line_bytes: int = 64 * 1024) -> None:
         self.wire_in = wire_in
         self.wire_out = wire_out
+        self.max_line_bytes = max_line_bytes
         self.client_gone = False
         self.unread = False  # answers were left undelivered: the client was not reading
         self._input = anyio.CancelScope()
@@ -513,12 +525,15 @@ class StdioWire:
 
     async def serve(self, server: Server[Any]) -> None:
         """Run `server` over the wire until the input ends (EOF, `stop()`)."""
-        lines_in, lines = anyio.create_memory_object_stream[bytes](0)
+        lines_in, lines = anyio.create_memory_object_stream[bytes | None](0)
         to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
         loop = asyncio.get_running_loop()
         threading.Thread(
-            target=_read_lines, args=(self.wire_in, loop, lines_in), name="mcp-stdin", daemon=True
+            target=_read_lines,
+            args=(self.wire_in, loop, lines_in, self.max_line_bytes),
+            name="mcp-stdin",
+            daemon=True,
         ).start()
         out = LineWriter(self.wire_out)
         try:
@@ -532,7 +547,7 @@ class StdioWire:
 
     async def _read(
         self,
-        lines: MemoryObjectReceiveStream[bytes],
+        lines: MemoryObjectReceiveStream[bytes | None],
         to_server: MemoryObjectSendStream[SessionMessage | Exception],
         answers: MemoryObjectSendStream[SessionMessage],
     ) -> None:
@@ -541,6 +556,9 @@ class StdioWire:
         async with lines, to_server, answers:
             with self._input:
                 async for line in lines:
+                    if line is None:  # over the bound: its id was not read either
+                        await answers.send(self._too_long())
+                        continue
                     if not line.strip():
                         continue
                     try:
@@ -549,6 +567,14 @@ class StdioWire:
                         await answers.send(malformed_answer(exc, line))
                         continue
                     await to_server.send(SessionMessage(message))
+
+    def _too_long(self) -> SessionMessage:
+        return _rpc_error(
+            INVALID_REQUEST,
+            f"Invalid Request: a message is at most {self.max_line_bytes:,} bytes "
+            "(server.max_body_bytes)",
+            None,
+        )
 
     async def _write(
         self, messages: MemoryObjectReceiveStream[SessionMessage], out: LineWriter
@@ -592,7 +618,7 @@ async def serve_stdio(config: Config, wire_in: int, wire_out: int) -> None:
 
     observers = telemetry_observers(config)
     service = Service(config, observers=list(observers))
-    wire = StdioWire(wire_in, wire_out)
+    wire = StdioWire(wire_in, wire_out, config.server.max_body_bytes)
     loop = asyncio.get_running_loop()
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, wire.stop)

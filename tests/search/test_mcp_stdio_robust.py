@@ -210,6 +210,24 @@ def test_a_malformed_line_gets_a_json_rpc_error_and_the_next_is_served(
     assert mcp.proc.wait(timeout=ANSWER_S) == 0, mcp.stderr()
 
 
+def test_a_line_over_the_message_bound_is_refused_and_the_next_is_served(
+    mcp: McpProcess,
+) -> None:
+    """A message is bounded as over HTTP (`server.max_body_bytes`, 64 KiB here): a 5 MB
+    line gets an error once that much of it is read, and is read past, not kept."""
+    mcp.initialize()
+    padding = "x" * 5_000_000
+    mcp.send({"jsonrpc": "2.0", "id": 3, "method": "ping", "params": {"pad": padding}})
+    mcp.request(4, "tools/list")
+    refused = mcp.receive()
+    assert refused["id"] is None and refused["error"]["code"] == -32600
+    assert "at most 65,536 bytes (server.max_body_bytes)" in refused["error"]["message"]
+    tools = mcp.receive()
+    assert tools["id"] == 4 and "result" in tools
+    mcp.stdin.close()
+    assert mcp.proc.wait(timeout=ANSWER_S) == 0, mcp.stderr()
+
+
 def test_a_client_that_closes_stdout_gets_a_clean_close_down(mcp: McpProcess) -> None:
     mcp.initialize()
     mcp.stdout.close()
