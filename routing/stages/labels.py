@@ -22,7 +22,7 @@ from types import MappingProxyType
 from routing.chain.events import record
 from routing.chain.steps import Step
 from routing.language.text import normalise
-from routing.stages.confidence import ConfidenceModel
+from routing.stages.confidence import ConfidenceModel, Ranked
 from routing.stages.route_data import NONE
 from routing.types import Decision, ResolveContext
 
@@ -80,6 +80,8 @@ class LabelStage:
                 **shown,
             )
             context.unserved = True
+            # the part ends unserved at the default, which states the label's confidence
+            context.ranked = Ranked(((NONE, LABEL_CONFIDENCE),))
             return None
         record(Step.INTENT_LABEL, query=query, decision=route, label=route, **shown)
         return Decision(route, self.name, confidence=LABEL_CONFIDENCE)

@@ -49,6 +49,10 @@ async def test_a_none_label_ends_the_part_unserved(tmp_path: Path) -> None:
     assert (route, status) == (None, "unserved")
     steps = [(e["step"], e.get("outcome")) for e in chain if e["step"].startswith("intent_")]
     assert steps == [("intent_label", "unserved"), ("intent_default", "unserved")]
+    # the part ends at the default, which states the label's confidence, not "none at all"
+    default = next(e for e in chain if e["step"] == "intent_default")
+    assert default["confidence"] == 1.0
+    assert default["candidates"][0]["route"] == "none"
 
 
 async def test_a_label_of_a_route_no_longer_configured_is_not_applied(tmp_path: Path) -> None:
