@@ -172,16 +172,23 @@ def load(config: Config) -> HouseholdRouting | None:
 
 def write(path: Path, data: bytes) -> None:
     """Written whole or not at all (a temporary file renamed over the old one), private:
-    it holds the household's own phrasing, like the trace store."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    it holds the household's own phrasing, like the trace store. A data directory that
+    cannot take it (read-only, full, a directory in the file's place) is a `ConfigError`
+    naming the file; the artefact there before is left as it was."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         os.chmod(temp, 0o600)
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(temp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
         raise
 
 

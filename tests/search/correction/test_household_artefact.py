@@ -96,3 +96,17 @@ def test_commands_exit_2_with_one_line_naming_the_damaged_file(
         assert done.returncode == 2, (command, done.stdout, done.stderr[-2000:])
         assert done.stderr.startswith(f"search: {artefact}: not a household routing artefact")
         assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_an_artefact_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A directory in the file's place (so the rename fails): a `ConfigError` naming the
+    file, which `search fit` prints as one line and exit 2, and nothing else left there."""
+    path = tmp_path / household.ARTEFACT_NAME
+    path.mkdir()
+    with pytest.raises(ConfigError, match=rf"^{path}: cannot write \("):
+        household.write(path, b"{}")
+    assert [p.name for p in tmp_path.iterdir()] == [household.ARTEFACT_NAME]  # no temp left
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(ConfigError, match="cannot write"):  # its directory cannot be made
+        household.write(blocked / household.ARTEFACT_NAME, b"{}")
