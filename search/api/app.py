@@ -46,7 +46,7 @@ from search.api.openapi import openapi_document
 from search.api.request_guard import RequestGuard
 from search.api.schemas import SearchRequest, error_response, first_error
 from search.api.ui_routes import ui_routes
-from search.config import Config
+from search.config import Config, ConfigError
 from search.correction.label_routes import label_routes
 from search.json_codec import FastJSONResponse
 from search.mcp_server import build_mcp_server, http_endpoint
@@ -139,8 +139,9 @@ class SearchEndpoint:
 
 
 class OneLineStartError:
-    """The served app (`search serve`, `app_factory`): a source that cannot start ends the
-    start-up with one line naming it ("ZimUnavailable: ZIM file not found: ...") where
+    """The served app (`search serve`, `app_factory`): a source that cannot start, or a
+    trace store that cannot open, ends the start-up with one line naming it
+    ("ZimUnavailable: ZIM file not found: ...", "trace.path: cannot open ...") where
     Starlette hands the server the whole traceback. Any other failure keeps its traceback:
     that is a bug to report, not a config to fix."""
 
@@ -242,6 +243,9 @@ def create_app(
             await service.start()
         except SourceError as exc:  # a source the config names cannot start: say which
             app.state.start_error = f"{type(exc).__name__}: {exc}"
+            raise
+        except ConfigError as exc:  # the trace store cannot open ("trace.path: ..."): say so
+            app.state.start_error = str(exc)
             raise
         warning = open_to_network_warning(config)
         if warning is not None:

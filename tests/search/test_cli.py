@@ -279,6 +279,24 @@ def test_a_source_that_cannot_start_is_one_line_not_a_traceback(
     assert "the server did not start" in done.stderr
 
 
+def test_a_damaged_trace_store_is_one_line_not_a_traceback(
+    tmp_path: Path, demo_zim: Path
+) -> None:
+    """The store holds the labels too: a file there that is no SQLite database ends the
+    start-up naming `trace.path`, as `search label` or `search fit` say it."""
+    config = write_config(tmp_path, demo_zim)
+    data = yaml.safe_load(config.read_text())
+    store = tmp_path / "damaged.db"
+    store.write_bytes(b"SQLite format 3\x00" + b"\xff" * 20_000)
+    data["trace"] = {"enabled": True, "path": str(store)}
+    config.write_text(yaml.safe_dump(data))
+    done = run("serve", "--config", str(config))
+    assert done.returncode == 1
+    assert f"start-up failed: trace.path: cannot open {store}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "the server did not start" in done.stderr
+
+
 def test_a_source_that_cannot_start_in_process_is_one_line_too(
     tmp_path: Path, demo_zim: Path
 ) -> None:
