@@ -80,8 +80,8 @@ def _bounded(data: Any, name: str) -> None:
         budget -= 1
         if budget < 0:
             raise CheckFileError(
-                f"{name}: too large: more than {MAX_CONFIG_VALUES:,} values once its "
-                "*aliases are expanded"
+                f"{name}: too large: more than {MAX_CONFIG_VALUES:,} values "
+                "(each *alias counted as expanded)"
             )
         if depth > MAX_CONFIG_DEPTH:
             raise CheckFileError(f"{name}: nested too deep (more than {MAX_CONFIG_DEPTH} levels)")
@@ -152,11 +152,22 @@ def parse_expectations(
     return found
 
 
+# The largest file read: a household's expectations are a few hundred lines; the value
+# bound (MAX_CONFIG_VALUES) would stop a bigger one anyway, but only after it was parsed,
+# which takes gigabytes of memory for a file of tens of MB.
+MAX_CHECK_BYTES = 8 * 1024 * 1024
+
+
 def read_expectations(path: str, routes: Iterable[str], max_chars: int) -> list[Expectation]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as handle:
+            raw = handle.read(MAX_CHECK_BYTES + 1)
     except OSError as exc:
         raise CheckFileError(f"{path}: cannot read it: {exc.strerror}") from None
+    if len(raw) > MAX_CHECK_BYTES:
+        raise CheckFileError(f"{path}: too large: over {MAX_CHECK_BYTES:,} bytes")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise CheckFileError(f"{path}: not UTF-8 text") from None
     return parse_expectations(text, routes, max_chars, path)

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from search.correction.check import CheckFileError, parse_expectations, shown
+from search.correction.check import (
+    MAX_CHECK_BYTES,
+    CheckFileError,
+    parse_expectations,
+    read_expectations,
+    shown,
+)
 from tests.search.test_cli import run, write_config
 
 ROUTES = ["kiwix", "ha", "web"]
@@ -93,3 +99,20 @@ def test_check_cli_exits_2_with_one_line_on_a_bomb_or_a_duplicate(
         assert done.stderr.startswith("search: ") and said in done.stderr
         assert len(done.stderr.splitlines()) == 1 and len(done.stderr) < 300
         assert "MISS" not in done.stdout
+
+
+def test_a_file_past_the_size_bound_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """Plain lines, no aliases: parsed, such a file took seconds and gigabytes before the
+    value bound stopped it. It is refused by its size, read no further than the bound."""
+    big = tmp_path / "big.yaml"
+    line = b"query number %d about things: kiwix\n"
+    with big.open("wb") as handle:
+        for number in range(MAX_CHECK_BYTES // len(line % 0) + 10_000):
+            handle.write(line % number)
+    with pytest.raises(
+        CheckFileError, match=rf"big.yaml: too large: over {MAX_CHECK_BYTES:,} bytes"
+    ):
+        read_expectations(str(big), ROUTES, 1000)
+    small = tmp_path / "small.yaml"
+    small.write_text("lights in the hall: ha\n")
+    assert [e.route for e in read_expectations(str(small), ROUTES, 1000)] == ["ha"]
