@@ -279,9 +279,7 @@ def test_a_source_that_cannot_start_is_one_line_not_a_traceback(
     assert "the server did not start" in done.stderr
 
 
-def test_a_damaged_trace_store_is_one_line_not_a_traceback(
-    tmp_path: Path, demo_zim: Path
-) -> None:
+def test_a_damaged_trace_store_is_one_line_not_a_traceback(tmp_path: Path, demo_zim: Path) -> None:
     """The store holds the labels too: a file there that is no SQLite database ends the
     start-up naming `trace.path`, as `search label` or `search fit` say it."""
     config = write_config(tmp_path, demo_zim)
