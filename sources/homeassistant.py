@@ -212,6 +212,7 @@ STOPWORDS = frozenset(
         "those",
         "there",
         "here",
+        "everywhere",
         "status",
         "state",
         "states",
@@ -253,15 +254,28 @@ STOPWORDS = frozenset(
         "house",
     }
 )
-ALL_WORDS = frozenset({"all", "every", "everything"})
+ALL_WORDS = frozenset({"all", "every", "everything", "everywhere"})
 
 # Words in any script: a household may name its devices so, and a command's words the
 # source cannot place on a device (any it cannot read among them) withhold it.
 _TOKEN = re.compile(r"[^\W_]+")
 _ENTITY_ID = re.compile(r"\b([a-z_]+\.[a-z0-9_]+)\b")
-_POLITE = r"^(?:(?:please|hey|ok|okay|can you|could you|would you|will you)[\s,]+)*"
+# Words that ask for what follows without changing it: "please", "could you", "I need you
+# to", "go ahead and".
+_POLITE = (
+    r"^(?:(?:please|kindly|just|hey|ok|okay|can you|could you|would you|will you"
+    r"|i need you to|i want you to|i'd like you to|i would like you to|go ahead and"
+    r"|(?:please\s+)?help me)[\s,]+)*"
+)
+_NOW = r"(?:\s+(?:now|right now|please))?[.!]?$"  # what may follow a command's last word
 _ON_OFF_FIRST = re.compile(_POLITE + r"(?:turn|switch|put)\s+(on|off)\s+(.+)$")
-_ON_OFF_LAST = re.compile(_POLITE + r"(?:turn|switch|put)\s+(.+?)\s+(on|off)[.!]?$")
+_ON_OFF_LAST = re.compile(_POLITE + r"(?:turn|switch|put)\s+(.+?)\s+(on|off)" + _NOW)
+# The particle between the device and where it is: "turn the lights off in the bedroom",
+# "switch every light on across the house" (not "put": "put apples on the list")
+_ON_OFF_MID = re.compile(
+    _POLITE + r"(?:turn|switch)\s+(.+?)\s+(on|off)\s+((?:in|at|across|throughout|around"
+    r"|upstairs|downstairs|everywhere|inside|outside|here)\b.*?)" + _NOW
+)
 _VERB = re.compile(_POLITE + r"(open|close|shut|lock|unlock|toggle)\s+(.+)$")
 
 # (action, domain) → service; an action on a domain not listed is not supported.
@@ -348,6 +362,8 @@ def parse_control(query: str) -> tuple[str, str] | None:
         return m.group(1), m.group(2)
     if m := _ON_OFF_LAST.match(text):
         return m.group(2), m.group(1)
+    if m := _ON_OFF_MID.match(text):
+        return m.group(2), f"{m.group(1)} {m.group(3)}"
     if m := _VERB.match(text):
         action = {"shut": "close"}.get(m.group(1), m.group(1))
         return action, m.group(2)

@@ -117,6 +117,17 @@ def assert_no_secret(items: list[Item], token: str) -> None:
         ("which lights are on in the kitchen", None),
         ("lock status", None),
         ("turn on the light?", None),
+        # the particle after the device, then where it is; words that only ask politely
+        ("turn the lights off in the bedroom", ("off", "the lights in the bedroom")),
+        ("switch every light on across the house", ("on", "every light across the house")),
+        ("turn the fan off everywhere", ("off", "the fan everywhere")),
+        ("turn the lights off now", ("off", "the lights")),
+        ("i need you to turn on the fan", ("on", "the fan")),
+        ("go ahead and unlock the front door", ("unlock", "the front door")),
+        ("put apples on the list", None),  # "put ... on" places, it does not switch
+        ("turn up the volume to 90 on the tv", None),
+        ("which lights are on in the bedroom", None),
+        ("turn the lights on in the bedroom?", None),
     ],
 )
 def test_parse_control_separates_commands_from_questions(
