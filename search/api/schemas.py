@@ -132,7 +132,10 @@ def first_error(exc: ValidationError) -> ErrorDetail:
     err = exc.errors()[0]
     field = ".".join(str(p) for p in err["loc"]) or "body"
     message = err["msg"]
-    if err["type"] == "extra_forbidden":
+    if err["type"] == "string_unicode" and not err["loc"]:
+        # a key pydantic cannot read fails before it has a name to report
+        message = "a key is not valid Unicode (a lone surrogate)"
+    elif err["type"] == "extra_forbidden":
         message = "unknown field"
     elif err["type"] == "missing":
         message = "field required"

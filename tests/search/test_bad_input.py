@@ -226,3 +226,18 @@ def test_the_selectors_an_emoji_needs_are_kept() -> None:
 
     for emoji in ("\u2764\ufe0f", "\u263a\ufe0e"):
         assert escape_controls(emoji) == emoji
+
+
+async def test_a_key_that_is_not_valid_unicode_is_named_as_such(tmp_path: Path) -> None:
+    """A lone surrogate as a key fails before the key has a name: the answer says what is
+    wrong with the body instead of "body should be a string"."""
+    async with asgi_client(create_app(store_config(tmp_path))) as http:
+        response = await http.post(
+            "/search",
+            content=b'{"query": "rome", "\\ud800": 1}',
+            headers={"Content-Type": "application/json"},
+        )
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["field"] == "body"
+    assert error["message"] == "body: a key is not valid Unicode (a lone surrogate)"
