@@ -213,17 +213,27 @@ _TAG_QUESTION = re.compile(
 )
 
 
+# "Could you ...?" asks for, not whether: English puts a polite request as a question.
+_POLITE_REQUEST = re.compile(
+    r"(?:please\s+|hey\s+|ok(?:ay)?\s+)*(?:can|could|would|will)\s+you\b", re.I
+)
+
+
 def asked_as_question(part: str, request: str) -> bool:
     """Whether `part` stands in `request` right before a question mark, or before a short
     question about it ("..., shall I?"). Splitting trims a part's punctuation, so "unlock
     the front door?" reaches the source as an order; asked so, it is a question whose
-    answer nobody can be sure of. Both texts as `as_read` reads them."""
-    if part.rstrip(_AFTER_PART).endswith("?"):  # "？" or "‽" kept in the part, read as "?"
+    answer nobody can be sure of. Not a polite request ("could you turn on the light?"),
+    which is an order put as a question. Both texts as `as_read` reads them."""
+    marked = _POLITE_REQUEST.match(part.lstrip()) is None  # its own "?" counts
+    if marked and part.rstrip(_AFTER_PART).endswith("?"):  # "？" or "‽" kept, read as "?"
         return True
     start = request.find(part)
     while start != -1:
         after = request[start + len(part) :]
-        if after.lstrip(_AFTER_PART).startswith("?") or _TAG_QUESTION.match(after):
+        if marked and after.lstrip(_AFTER_PART).startswith("?"):
+            return True
+        if _TAG_QUESTION.match(after):
             return True
         start = request.find(part, start + 1)
     return False

@@ -212,6 +212,29 @@ def test_a_dry_run_and_the_read_only_mcp_tool_change_nothing(
     assert snapshot(home_assistant) == before
 
 
+def test_a_command_put_politely_or_with_its_on_off_later_acts(
+    served: str, home_assistant: HomeAssistant
+) -> None:
+    """ "Could you ...?" is an order put as a question; "turn the bed light off now" and "I
+    need you to ..." are orders too: each is carried out, once, through the gate."""
+    httpx.post(
+        f"{home_assistant.url}/api/services/light/turn_off",
+        json={"entity_id": "light.bed_light"},
+        timeout=10,
+        trust_env=False,
+        headers={"Authorization": f"Bearer {home_assistant.token}"},
+    ).raise_for_status()
+    for query, entity, state in [
+        ("could you unlock the front door?", LOCK, "unlocked"),
+        ("i need you to turn on the bed light", "light.bed_light", "on"),
+        ("turn the bed light off now", "light.bed_light", "off"),
+    ]:
+        answer = search(served, query)
+        assert withheld(answer) == [], (query, answer["explanation"])
+        assert answer["results"][0]["status"] == "ok", query
+        assert read_states(home_assistant)[entity]["state"] == state, query
+
+
 def test_an_unsure_decision_does_not_act(
     tmp_path: Path, home_assistant: HomeAssistant, demo_zim: Path
 ) -> None:

@@ -421,6 +421,10 @@ async def test_a_command_asked_as_a_question_is_withheld() -> None:
         ("unlock the door", "unlock the door - would that work?", True),
         ("unlock the door", "unlock the door, will you?", False),  # a polite order
         ("unlock the door", "unlock the door, is it raining?", False),  # another question
+        # a polite request is an order put as a question; a question after it still counts
+        ("could you unlock the door", "could you unlock the door?", False),
+        ("please can you unlock the door", "please can you unlock the door?", False),
+        ("could you unlock the door", "could you unlock the door, is that safe?", True),
     ],
 )
 def test_a_part_is_asked_as_a_question_only_by_its_own_mark(
