@@ -93,7 +93,7 @@ class Circumstances:
     @property
     def when(self) -> str | None:
         """A time qualifier anywhere in the request ("tomorrow", "at seven")."""
-        return deferral(self.request) if self.request else None  # read as `as_read` reads
+        return deferral(self.request) if self.request else None
 
     @property
     def doubt(self) -> str | None:

@@ -23,7 +23,7 @@ from search.cli import main
 from search.config import Config, parse_config
 from tests.support import homeassistant as ha_harness
 from tests.support.app import assert_contract_event, uvicorn_server
-from tests.support.homeassistant import HomeAssistant, read_states
+from tests.support.homeassistant import HomeAssistant, call_service, read_states
 
 home_assistant = ha_harness.home_assistant
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -34,13 +34,7 @@ COMMAND = "unlock the front door"
 
 
 def lock_front_door(hass: HomeAssistant) -> None:
-    httpx.post(
-        f"{hass.url}/api/services/lock/lock",
-        json={"entity_id": LOCK},
-        timeout=10,
-        trust_env=False,
-        headers={"Authorization": f"Bearer {hass.token}"},
-    ).raise_for_status()
+    call_service(hass, "lock", "lock", LOCK)
     assert read_states(hass)[LOCK]["state"] == "locked"
 
 
@@ -217,13 +211,7 @@ def test_a_command_put_politely_or_with_its_on_off_later_acts(
 ) -> None:
     """ "Could you ...?" is an order put as a question; "turn the bed light off now" and "I
     need you to ..." are orders too: each is carried out, once, through the gate."""
-    httpx.post(
-        f"{home_assistant.url}/api/services/light/turn_off",
-        json={"entity_id": "light.bed_light"},
-        timeout=10,
-        trust_env=False,
-        headers={"Authorization": f"Bearer {home_assistant.token}"},
-    ).raise_for_status()
+    call_service(home_assistant, "light", "turn_off", "light.bed_light")
     for query, entity, state in [
         ("could you unlock the front door?", LOCK, "unlocked"),
         ("i need you to turn on the bed light", "light.bed_light", "on"),

@@ -40,7 +40,13 @@ from sources.homeassistant import HomeAssistantSource, parse_control, parse_requ
 from tests.sources.hostile import BodyServer
 from tests.support import homeassistant as ha_harness
 from tests.support.faulty import HomeAssistantApi
-from tests.support.homeassistant import HA_VERSION, HomeAssistant, device_states, read_states
+from tests.support.homeassistant import (
+    HA_VERSION,
+    HomeAssistant,
+    call_service,
+    device_states,
+    read_states,
+)
 from tests.support.wire_servers import Fault, WireServer, closed_port_url
 
 # The session-wide real HA (one per test session, shared with the other HA test modules).
@@ -79,16 +85,6 @@ async def controller(home_assistant: HomeAssistant) -> AsyncIterator[HomeAssista
     await src.start()
     yield src
     await src.aclose()
-
-
-def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str) -> None:
-    httpx.post(
-        f"{hass.url}/api/services/{domain}/{service}",
-        json={"entity_id": entity_id},
-        headers={"Authorization": f"Bearer {hass.token}"},
-        timeout=10,
-        trust_env=False,
-    ).raise_for_status()
 
 
 def command_of(source: HomeAssistantSource, query: str) -> Command:

@@ -110,6 +110,17 @@ COMMANDABLE_DOMAINS = frozenset(
 )
 
 
+def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str) -> None:
+    """Set a device's state through HA itself, not through the source under test."""
+    httpx.post(
+        f"{hass.url}/api/services/{domain}/{service}",
+        json={"entity_id": entity_id},
+        headers={"Authorization": f"Bearer {hass.token}"},
+        timeout=10,
+        trust_env=False,
+    ).raise_for_status()
+
+
 def read_states(hass: HomeAssistant) -> dict[str, dict[str, Any]]:
     """Every entity's state object, read from HA itself, not through the source under test."""
     response = httpx.get(
