@@ -86,10 +86,17 @@ def parse_total(text: str | None) -> int:
     return int(digits) if digits else 0
 
 
+_DOCTYPE = re.compile(rb"<!DOCTYPE", re.IGNORECASE)
+
+
 def parse_rss(body: bytes, base_url: str) -> tuple[int, list[Item]]:
     """(totalResults, items) from kiwix-serve's RSS search answer."""
     if len(body) > MAX_BODY:
         raise SourceBadResponse(f"{WHAT} search answer is over {MAX_BODY} bytes")
+    if _DOCTYPE.search(body):
+        # kiwix-serve declares none; one could declare entities that expand a small answer
+        # into a huge one (expat refuses only the worst)
+        raise SourceBadResponse(f"{WHAT} search answer declares a document type")
     try:
         root = ET.fromstring(body)
     except ET.ParseError as exc:
@@ -105,7 +112,7 @@ def parse_rss(body: bytes, base_url: str) -> tuple[int, list[Item]]:
         description = entry.find("description")
         # The snippet holds <b> elements: findtext() would stop at the first one.
         snippet = _clean("".join(description.itertext())) if description is not None else ""
-        snippet = _clean(_TAG.sub("", snippet))  # some builds send the markup escaped
+        snippet = _clean(_TAG.sub("", snippet))[:SNIPPET_CHARS]  # some send markup escaped
         if not title or not link:
             continue
         items.append(Item(title=title, text=snippet or title, url=urljoin(base_url + "/", link)))
@@ -172,7 +179,7 @@ async def _map_error_status(response: httpx.Response) -> None:
         raise _NoFullText(f"{WHAT} has no full-text index for this book")
     raise SourceError(
         f"{WHAT} rejected the request (HTTP {response.status_code})"
-        + (f": {detail[:200]}" if detail else "")
+        + (f": {http.shown(detail)}" if detail else "")
     )
 
 
@@ -299,13 +306,16 @@ class KiwixServeSource(Source):
         return Item(title=_clean(title), text=excerpt or _clean(title), url=url)
 
     async def _excerpt(self, url: str) -> str:
-        """The article's opening text; best effort (the title stands in when it fails)."""
+        """The article's opening text; best effort (the title stands in when it fails, or
+        takes over half the source's timeout: a page sent a byte at a time renews each
+        read's timeout, and would hold the whole search)."""
         try:
-            async with self.client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    return ""
-                body = await http.read_prefix(response, WHAT, MAX_ARTICLE_BYTES)
-        except (httpx.HTTPError, SourceError):
+            async with asyncio.timeout(self.timeout_s / 2):
+                async with self.client.stream("GET", url) as response:
+                    if response.status_code != 200:
+                        return ""
+                    body = await http.read_prefix(response, WHAT, MAX_ARTICLE_BYTES)
+        except (httpx.HTTPError, SourceError, TimeoutError):
             return ""
         return article_excerpt(body.decode(response.encoding or "utf-8", "replace"))
 

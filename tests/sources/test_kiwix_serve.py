@@ -10,13 +10,14 @@ a proxy's 429) comes from loopback servers at the end: `KiwixWire`, speaking kiw
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from sources import kiwix_serve
@@ -314,9 +315,10 @@ class KiwixWire(WireServer):
     """kiwix-serve 3.3.0's `/search` (RSS that finds nothing) and `/suggest` (JSON), the
     latter answering `suggest`: for the suggestion bodies a real kiwix-serve never sends."""
 
-    def __init__(self, suggest: str) -> None:
+    def __init__(self, suggest: str, trickle_articles: bool = False) -> None:
         super().__init__()
         self.suggest = suggest
+        self.trickle_articles = trickle_articles
 
     def routes(self) -> list[Route]:
         async def search(request: Request) -> Response:
@@ -326,7 +328,21 @@ class KiwixWire(WireServer):
             body = Response(self.suggest, media_type="application/json; charset=utf-8")
             return await self.serve(request, lambda _r, _s: body)
 
-        return [Route("/search", search), Route("/suggest", suggest)]
+        async def article(request: Request) -> Response:
+            """An article page sent a byte every 0.1 s (each read well within a timeout)."""
+
+            async def drip() -> AsyncIterator[bytes]:
+                yield b"<html><body><p>"
+                for _ in range(300):
+                    await asyncio.sleep(0.1)
+                    yield b"x"
+
+            return StreamingResponse(drip(), media_type="text/html")
+
+        routes = [Route("/search", search), Route("/suggest", suggest)]
+        if self.trickle_articles:
+            routes.append(Route("/{book}/{path:path}", article))
+        return routes
 
 
 @pytest.mark.parametrize(
@@ -357,6 +373,34 @@ async def test_kiwix_wire_sanity_a_plain_suggestion_answers() -> None:
         finally:
             await source.aclose()
     assert item.title == "Lava" and item.url == f"{srv.url}/wiki/A/Lava"
+
+
+async def test_an_article_page_sent_a_byte_at_a_time_gives_way_to_its_title() -> None:
+    """The excerpt is best effort: a page that never ends (each byte renewing the read's
+    timeout) is given up after half the source's timeout, and the title answers."""
+    suggestion = '[{"value": "Lava", "label": "Lava", "kind": "path", "path": "A/Lava"}]'
+    with KiwixWire(suggestion, trickle_articles=True) as srv:
+        source = make(srv.url, ["wiki"], timeout_s=2)
+        try:
+            started = asyncio.get_running_loop().time()
+            [item] = await source.search("lava")
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            await source.aclose()
+    assert (item.title, item.text) == ("Lava", "Lava")
+    assert took < 2  # within the source's own timeout: the search answers
+
+
+def test_parse_rss_refuses_a_document_type_and_bounds_a_snippet() -> None:
+    """kiwix-serve declares no document type; one could declare an entity that a small
+    answer uses 100,000 times (under expat's own guard, still a huge item)."""
+    entity = b'<!DOCTYPE rss [<!ENTITY e "' + b"A" * 250 + b'">]>'
+    bomb = RSS.replace(b"<rss", entity + b"<rss", 1).replace(b"<b>volcano</b>", b"&e;" * 1000)
+    with pytest.raises(SourceBadResponse, match="declares a document type"):
+        parse_rss(bomb, "http://x")
+    long = RSS.replace(b"<b>volcano</b>", b"lava " * 2000)
+    [item] = parse_rss(long, "http://x")[1]
+    assert len(item.text) <= kiwix_serve.SNIPPET_CHARS
 
 
 async def test_429_is_rate_limited() -> None:
