@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import BaseModel, SecretStr
 
 from search.terminal import escape_controls
+from sources.http import SHOWN_CUT
 
 MASK = "***"
 # scheme://user:password@ or scheme://token@ (a URL's userinfo), up to the '@'. The
@@ -117,6 +118,7 @@ class Scrubber:
     def __init__(self, secrets: Iterable[str]) -> None:
         unique = sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True)
         self._secrets = re.compile("|".join(map(re.escape, unique))) if unique else None
+        self._unique = unique
 
     @classmethod
     def from_config(cls, config: BaseModel) -> Scrubber:
@@ -146,6 +148,7 @@ class Scrubber:
         patterns, which cost more, look at what can be shown and a wide margin only."""
         if self._secrets is not None:
             text = self._secrets.sub(MASK, text)
+            text = self._cut_off(text)
         longer = len(text) > limit + SCAN_MARGIN_CHARS
         text = text[: limit + SCAN_MARGIN_CHARS]
         if "asic" in text or "ASIC" in text:
@@ -155,6 +158,22 @@ class Scrubber:
         if "@" in text:
             text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + MASK + "@", text)
         return text[:limit] + CUT_MARK if longer else cut(text, limit)
+
+    def _cut_off(self, text: str) -> str:
+        """The start of a secret that a source cut its backend's text in (`http.shown`
+        marks the cut with SHOWN_CUT) or that ends the text, masked: the whole secret is
+        no longer there to be found, and most of it would go out."""
+        ends = [m.start() for m in re.finditer(SHOWN_CUT, text)]
+        for end in reversed([*ends, len(text)]):
+            for secret in self._unique:
+                for length in range(min(len(secret) - 1, end), MIN_SECRET_CHARS - 1, -1):
+                    if text.startswith(secret[:length], end - length):
+                        text = text[: end - length] + MASK + text[end:]
+                        break
+                else:
+                    continue
+                break
+        return text
 
     def __repr__(self) -> str:
         return "Scrubber(<secrets>)"

@@ -76,12 +76,14 @@ _SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxtuple = 6
 _SHOWN.maxlevel = 3
 
 
+SHOWN_CUT = "…"  # ends a text `shown` cut: the scrubber masks a secret cut off before it
+
+
 def shown(value: Any) -> str:
     """Backend text for an error message: a string cut to SHOWN_CHARS, anything else a
-    bounded repr (never the full repr of a huge list)."""
-    if isinstance(value, str):
-        return value[:SHOWN_CHARS]
-    return _SHOWN.repr(value)[:SHOWN_CHARS]
+    bounded repr (never the full repr of a huge list); marked with SHOWN_CUT where cut."""
+    text = value if isinstance(value, str) else _SHOWN.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + SHOWN_CUT
 
 
 def finite_number(value: Any, what: str) -> float | None:

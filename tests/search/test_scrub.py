@@ -235,3 +235,19 @@ def test_a_logged_exception_shows_terminal_controls_as_escapes() -> None:
     assert "\x1b" not in logged and "\x07" not in logged and "\u202e" not in logged
     assert "boom \\x1b[31mRED\\x1b]0;owned\\x07 \\u202eevil" in logged
     assert logged.startswith("Traceback (most recent call last):\n")
+
+
+def test_a_secret_a_source_cut_off_is_masked_where_it_was_cut() -> None:
+    """A source cuts its backend's text (`http.shown`, marked "…"): a secret straddling
+    the cut is no longer whole to be found, and most of it would go out."""
+    from sources import http
+
+    token = "eyJhbGciOiJIUzI1NiJ9.LONGLIVEDTOKENabcdefghijk"
+    scrubber = Scrubber([token, "hunter2"])
+    backend = "x" * (http.SHOWN_CHARS - 30) + f" token {token} rejected"
+    message = f"ha: get_forecasts failed: {http.shown(backend)} (code 3)"
+    assert token[:20] in message  # the cut left most of it
+    shown = scrubber.text(message)
+    assert token[:8] not in shown and shown.endswith(f"{MASK}… (code 3)")
+    assert scrubber.text("password hunte") == f"password {MASK}"  # at the text's end
+    assert scrubber.text("hunting season") == "hunting season"  # a word is left alone

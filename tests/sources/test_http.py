@@ -133,8 +133,9 @@ def test_plain_json_still_decodes() -> None:
 
 
 def test_shown_cuts_backend_text() -> None:
-    assert http.shown("x" * 3_000_000) == "x" * http.SHOWN_CHARS
-    assert len(http.shown(["y" * 1_000_000] * 1000)) <= http.SHOWN_CHARS
+    assert http.shown("x" * 3_000_000) == "x" * http.SHOWN_CHARS + http.SHOWN_CUT
+    assert len(http.shown(["y" * 1_000_000] * 1000)) <= http.SHOWN_CHARS + 1
+    assert http.shown("short") == "short"
     assert http.shown(5) == "5"
 
 
