@@ -38,8 +38,17 @@ def weekend(today: date, following: bool) -> set[date]:
 
 def pick_days(query: str, today: date, available: list[date]) -> list[date]:
     """The `available` forecast dates `query` asks about, in date order; today when it
-    names none ([] when none of the named days is available)."""
-    text = query.lower()
+    names none ([] when none of the named days is available, or `today`, a backend's
+    word, is so near the calendar's end that the days after it do not exist)."""
+    try:
+        wanted = _wanted_days(query.lower(), today, available)
+    except OverflowError:
+        return []
+    present = set(available)
+    return sorted(d for d in wanted if d in present)
+
+
+def _wanted_days(text: str, today: date, available: list[date]) -> set[date]:
     wanted: set[date] = set()
     for iso in re.findall(r"\b\d{4}-\d{2}-\d{2}\b", text):
         with contextlib.suppress(ValueError):  # 2026-02-30 names no day
@@ -73,5 +82,4 @@ def pick_days(query: str, today: date, available: list[date]) -> list[date]:
         wanted.update(available)
     if not wanted:
         wanted.add(today)
-    present = set(available)
-    return sorted(d for d in wanted if d in present)
+    return wanted

@@ -433,7 +433,8 @@ def _name_of(state: dict[str, Any]) -> str:
     name = state.get("attributes", {}).get("friendly_name")
     if isinstance(name, str) and name.strip():
         return name
-    return str(state["entity_id"]).split(".", 1)[1].replace("_", " ")
+    # an id without a domain (a broken integration's) is named as it is, not a crash
+    return str(state["entity_id"]).partition(".")[2].replace("_", " ") or str(state["entity_id"])
 
 
 def _fits_kind(state: dict[str, Any], request: Request, domain: str) -> bool:

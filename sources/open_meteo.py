@@ -189,6 +189,9 @@ def parse_forecast(body: Any, now: datetime | None = None) -> Forecast:
     )
 
 
+MAX_UTC_OFFSET_S = 14 * 3600
+
+
 def _local_today(
     body: dict[str, Any], current: dict[str, Any] | None, now: datetime | None
 ) -> date:
@@ -199,8 +202,8 @@ def _local_today(
         except ValueError:
             pass
     offset = body.get("utc_offset_seconds")
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        offset = 0
+    if isinstance(offset, bool) or not isinstance(offset, int) or abs(offset) > MAX_UTC_OFFSET_S:
+        offset = 0  # no place on Earth is more than 14 hours from UTC
     return ((now or datetime.now(UTC)) + timedelta(seconds=offset)).date()
 
 
@@ -249,7 +252,7 @@ def describe(code: int | None) -> str:
 def day_label(day: date, today: date) -> str:
     if day == today:
         return "today"
-    if day == today + timedelta(days=1):
+    if today < date.max and day == today + timedelta(days=1):
         return "tomorrow"
     return f"on {day.strftime('%A')}"
 

@@ -694,3 +694,16 @@ async def test_credentials_in_the_url_are_neither_sent_nor_shown() -> None:
     assert [i.url for i in items] == [f"{api.url}/history?entity_id=light.kitchen_lights"]
     assert all(r.headers["authorization"] == "Bearer the-token" for r in api.requests)
     assert "hunter2" not in str([i.to_dict() for i in items])
+
+
+def test_an_entity_id_without_a_domain_is_no_crash() -> None:
+    """A broken integration's entity (no "." in its id, no friendly name) failed every
+    status answer that looked at names (IndexError); it is named by its id instead."""
+    from sources.homeassistant import match_entities
+
+    states = [
+        {"entity_id": "lightbad", "state": "on"},
+        {"entity_id": "light.kitchen", "state": "on", "attributes": {"friendly_name": "Kitchen"}},
+    ]
+    matches = match_entities(states, {}, parse_request("kitchen status"))
+    assert [m.entity_id for m in matches][:1] == ["light.kitchen"]

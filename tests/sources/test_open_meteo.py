@@ -463,3 +463,19 @@ async def test_an_endless_forecast_is_cut_off() -> None:
             await source.aclose()
         await endless.finished()
     assert endless.client_left and endless.written < 32 * 1024 * 1024
+
+
+def test_an_offset_or_a_date_no_place_has_is_no_crash() -> None:
+    """A backend's `utc_offset_seconds` past any timezone (OverflowError once added to the
+    clock), and a `current.time` on the calendar's last day (whose tomorrow does not
+    exist), are read as malformed: the clock's day, and no tomorrow."""
+    body = {"utc_offset_seconds": 10**18, "daily": VALID_DAILY}
+    forecast = parse_forecast(body, now=datetime(2026, 11, 27, 23, 30, tzinfo=UTC))
+    assert forecast.today == date(2026, 11, 27)
+    assert open_meteo.day_label(date.max, date.max) == "today"
+    from sources.dates import pick_days
+
+    assert pick_days("weather tomorrow", date.max, [date.max]) == []
+    assert pick_days("weather today", date(2026, 11, 28), [date(2026, 11, 28)]) == [
+        date(2026, 11, 28)
+    ]
