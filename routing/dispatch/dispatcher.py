@@ -313,7 +313,7 @@ class Dispatcher:
             items: list[Item] = []
             try:
                 async with source_deadline(source.timeout_s):
-                    items = await source.act(command)
+                    items = _as_items(await source.act(command), name, "act")
                 # An act that answered only what it left as it was changed nothing.
                 outcome = "ok" if any(not isinstance(i, Unchanged) for i in items) else "empty"
             except TimeoutError:
@@ -529,7 +529,7 @@ class Dispatcher:
             try:
                 # paused while the call waits for a local worker: the source is timed, not us
                 async with source_deadline(source.timeout_s):
-                    items = await source.search(query)
+                    items = _as_items(await source.search(query), name, "search")
                 outcome = _Outcome("ok" if items else "empty", items, "" if items else "empty", "")
             except TimeoutError:
                 outcome = _Outcome(
@@ -590,3 +590,12 @@ def _record_cut_off(
         reason="cancelled",
         message=f"{message}: {consequence}" if consequence else message,
     )
+
+
+def _as_items(answer: object, name: str, operation: str) -> list[Item]:
+    """What a source's `search` or `act` answered, when it is a list of items; otherwise a
+    TypeError, which the call's outcome records as an error (a buggy source must neither
+    take the request down nor go unrecorded, and its fallbacks are still tried)."""
+    if isinstance(answer, list) and all(isinstance(item, Item) for item in answer):
+        return answer
+    raise TypeError(f"{name}.{operation} answered {type(answer).__name__}, not a list of items")

@@ -23,7 +23,8 @@ class Config(SourceConfig):
     type: Literal["scripted"]
     items: int = 2
     delay_s: float = 0.0
-    fail: Literal["error", "unavailable", "empty", "crash", "hang"] | None = None
+    # "not-items": a buggy source's answer, None instead of a list
+    fail: Literal["error", "unavailable", "empty", "crash", "hang", "not-items"] | None = None
     record_in_thread: bool = False
     control_prefix: str | None = None  # queries starting with it are commands
     allow_control: bool = False
@@ -61,6 +62,8 @@ class ScriptedSource(ActingSource):
             raise RuntimeError(self.config.crash_message or f"{self.name} crashed on purpose")
         if fail == "empty":
             return []
+        if fail == "not-items":
+            return None  # type: ignore[return-value]
         return [
             Item(
                 f"{self.name} #{i} for {query}",
@@ -83,6 +86,8 @@ class ScriptedSource(ActingSource):
         if self.config.fail == "error":
             raise SourceError(f"{self.name} failed on purpose")
         self.acted.append(command)
+        if self.config.fail == "not-items":
+            return None  # type: ignore[return-value]
         return [Item(f"{self.name} did {command.describe()}", "done")]
 
     def _blocking_work(self, query: str) -> None:

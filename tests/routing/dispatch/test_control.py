@@ -500,3 +500,17 @@ async def test_a_command_whose_request_is_cancelled_is_still_recorded() -> None:
     assert act["command"] == {"action": "unlock", "target": "the front door"}
     assert events[-1]["step"] == "error"
     assert len(service.dispatcher.result_cache) == 0
+
+
+async def test_an_act_that_answers_no_items_is_recorded_as_an_error() -> None:
+    """A buggy source's `act` answering None: the call is recorded (it may have acted),
+    as an error, and the part fails with it, not with a crash after the call."""
+    service = home(fail="not-items")
+    body = await ask(service, "unlock the front door")
+    [event] = [
+        e
+        for e in body["explanation"]
+        if e["step"] == "source_invoked" and e.get("operation") == "act"
+    ]
+    assert event["outcome"] == "error" and "not a list of items" in event["message"]
+    assert acted(service) == ["unlock the front door"]

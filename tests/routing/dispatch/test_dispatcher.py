@@ -32,6 +32,7 @@ async def ask(service: Service, query: str, **kwargs):
         ("error", "error", "error"),
         ("unavailable", "error", "connection_refused"),
         ("crash", "error", "error"),
+        ("not-items", "error", "error"),  # a buggy source answering None: recorded, stood in for
         ("hang", "timeout", "timeout"),
         ("empty", "empty", "empty"),
     ],
