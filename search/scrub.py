@@ -163,17 +163,21 @@ class Scrubber:
         """The start of a secret that a source cut its backend's text in (`http.shown`
         marks the cut with SHOWN_CUT) or that ends the text, masked: the whole secret is
         no longer there to be found, and most of it would go out."""
-        ends = [m.start() for m in re.finditer(SHOWN_CUT, text)]
-        for end in reversed([*ends, len(text)]):
-            for secret in self._unique:
-                for length in range(min(len(secret) - 1, end), MIN_SECRET_CHARS - 1, -1):
-                    if text.startswith(secret[:length], end - length):
-                        text = text[: end - length] + MASK + text[end:]
-                        break
-                else:
-                    continue
-                break
+        cuts = [m.start() for m in re.finditer(SHOWN_CUT, text)]
+        for end in reversed([*cuts, len(text)]):
+            length = self._secret_start_before(text, end)
+            if length:
+                text = text[: end - length] + MASK + text[end:]
         return text
+
+    def _secret_start_before(self, text: str, end: int) -> int:
+        """How many characters before `end` begin a secret (at least MIN_SECRET_CHARS;
+        0 when none do)."""
+        for secret in self._unique:
+            for length in range(min(len(secret) - 1, end), MIN_SECRET_CHARS - 1, -1):
+                if text.startswith(secret[:length], end - length):
+                    return length
+        return 0
 
     def __repr__(self) -> str:
         return "Scrubber(<secrets>)"
