@@ -31,7 +31,7 @@ from search.api.app import create_app
 from search.config import parse_config
 from tests.support import homeassistant as ha_harness
 from tests.support.app import uvicorn_server
-from tests.support.homeassistant import HomeAssistant, device_states
+from tests.support.homeassistant import HomeAssistant, call_service, device_states
 from tests.support.require import missing_service
 
 home_assistant = ha_harness.home_assistant
@@ -98,16 +98,6 @@ def answered_posts(recorder: Recorder) -> list[dict[str, Any]]:
         and (e["content_type"] or "").startswith("text/plain")
         and e["status"] is not None
     ]
-
-
-def call_service(hass: HomeAssistant, domain: str, service: str, entity_id: str) -> None:
-    httpx.post(
-        f"{hass.url}/api/services/{domain}/{service}",
-        json={"entity_id": entity_id},
-        headers={"Authorization": f"Bearer {hass.token}"},
-        timeout=10,
-        trust_env=False,
-    ).raise_for_status()
 
 
 def form_page(router: str) -> str:
