@@ -191,21 +191,26 @@ def _new_file_mode() -> int:
 # --- check ---------------------------------------------------------------------------
 
 
-async def route_expectations(config: Config, expectations: list[Expectation]) -> list[CheckRow]:
-    """Each expectation routed as a dry run (the model loaded once; no trace stored)."""
+async def route_expectations(
+    config: Config, expectations: list[Expectation], name: str = "expectations"
+) -> list[CheckRow]:
+    """Each expectation routed as a dry run (the model loaded once; no trace stored). An
+    entry that splits into too many parts makes the file (`name`) bad input, refused as
+    `search route` refuses it, and before the model loads."""
     from routing.pipeline import TooManyParts
     from search.service import Service
     from search.traces.records import NullTraceSink
 
     service = Service(config, traces=NullTraceSink())
+    for expectation in expectations:
+        try:
+            service.router.check_parts(expectation.query)
+        except TooManyParts as exc:
+            raise CheckFileError(f"{name}: {expectation.query!r}: {exc}") from None
     rows = []
     try:
         await service.start(sources=False)
         for expectation in expectations:
-            try:  # as `search route` refuses it: a bad entry, not a miss
-                service.router.check_parts(expectation.query)
-            except TooManyParts as exc:
-                raise CheckFileError(f"{expectation.query!r}: {exc}") from None
             outcome = await service.search(expectation.query, dry_run=True)
             rows.append(check_row(expectation, outcome))
     finally:
@@ -228,7 +233,7 @@ def check_table(rows: list[CheckRow]) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     expectations = read_expectations(args.file, known_routes(config), config.server.max_query_chars)
-    rows = asyncio.run(route_expectations(config, expectations))
+    rows = asyncio.run(route_expectations(config, expectations, args.file))
     say(check_table(rows))
     misses = [row for row in rows if not row.ok]
     say()

@@ -142,5 +142,5 @@ def test_check_refuses_an_entry_that_splits_into_too_many_parts(
     path.write_text("a; b; c; d; e; f; g; h; i; j: kiwix\n")
     done = run("check", str(path), "--config", str(config))
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert done.stderr.startswith("search: ") and "max_parts" in done.stderr
+    assert done.stderr.startswith(f"search: {path}: ") and "max_parts" in done.stderr
     assert "MISS" not in done.stdout
