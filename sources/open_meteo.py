@@ -372,7 +372,7 @@ async def _reason(response: httpx.Response) -> str:
     except SourceBadResponse:
         return ""
     reason = body.get("reason") if isinstance(body, dict) else None
-    return http.shown(reason) if isinstance(reason, str) else ""
+    return reason if isinstance(reason, str) else ""  # whole: a key in it is redacted first
 
 
 class OpenMeteoSource(Source):
@@ -418,7 +418,7 @@ class OpenMeteoSource(Source):
         status = response.status_code
         if status not in (400, 401, 403, 429):
             return
-        reason = self._redact(await _reason(response)) or f"HTTP {status}"
+        reason = http.shown(self._redact(await _reason(response))) or f"HTTP {status}"
         if status == 429:
             raise SourceRateLimited(f"{WHAT} rate limit reached: {reason}")
         if status in (401, 403):
@@ -433,7 +433,10 @@ class OpenMeteoSource(Source):
         if self.config.api_key and self.config.api_key.get_secret_value():
             params["apikey"] = self.config.api_key.get_secret_value()
         body = await http.get_json(self._client, "/v1/forecast", what=WHAT, params=params)
-        return parse_forecast(body)
+        try:
+            return parse_forecast(body)
+        except SourceError as exc:  # an error answer's reason may quote the key
+            raise type(exc)(self._redact(str(exc))) from None
 
     async def search(self, query: str) -> list[Item]:
         forecast = await self.fetch()

@@ -339,6 +339,18 @@ async def test_api_key_is_sent_but_never_shown(server: OpenMeteoServer) -> None:
             await source.search("weather")
         assert "sekrit" not in str(caught.value) and "unknown" in str(caught.value)
         assert "sekrit" not in str(await source.info())
+        # an error answered with 200, and a key where a long reason is cut
+        server.clear_faults()
+        server.set_fault(Fault.custom(200, {"error": True, "reason": "Key sekrit-key-123 bad"}))
+        with pytest.raises(SourceError) as caught:
+            await source.search("weather")
+        assert "sekrit" not in str(caught.value) and "bad" in str(caught.value)
+        long = "x" * 195 + " sekrit-key-123 unknown"
+        server.clear_faults()
+        server.set_fault(Fault.custom(400, {"error": True, "reason": long}))
+        with pytest.raises(SourceError) as caught:
+            await source.search("weather")
+        assert "sekrit" not in str(caught.value)
     finally:
         await source.aclose()
 
