@@ -22,7 +22,8 @@ happens:
   seven", "soon", "for 10 minutes", "the minute I leave", "for the night"), in its part
   or anywhere in the request; the router has no scheduler, and doing it now is doing
   something nobody asked for;
-- `low_confidence`: the part was not decided confidently (it ended at the default); or
+- `low_confidence`: the part was not decided confidently (it ended at the default, or the
+  LLM's confidence was not measured); or
   the request holds words that deny, take back or only imagine a command ("do not, ...",
   "actually don't", "never mind", "did I ... and ..."), or asks it as a question ("unlock
   the front door?", "..., shall I?"), or holds a word the router cannot read (look-alike

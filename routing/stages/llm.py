@@ -62,6 +62,8 @@ from routing.stages.llm_format import (
     response_format,
 )
 from routing.types import Decision, ResolveContext
+from sources.base import SourceError
+from sources.http import read_prefix
 
 if TYPE_CHECKING:
     from routing.config import LLMConfig
@@ -81,7 +83,16 @@ TOP_LOGPROBS = 10
 # model names for them is its bias, and the same name for a real query says nothing.
 CONTENT_FREE = ("N/A", "", "[MASK]")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
-_DECODER = json.JSONDecoder()
+# An answer is a route's name in a small object: more than this is no answer.
+MAX_ANSWER_BYTES = 256 * 1024
+MAX_OBJECT_STARTS = 16
+
+
+def _unique_keys_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return _unique_keys(pairs)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys_hook)
 
 
 class LLMFailure(Exception):
@@ -108,17 +119,32 @@ class LLMAnswer:
 
 
 def extract_json_object(text: str) -> dict[str, Any] | None:
-    """The first JSON object in `text`, even inside prose or a ```json fence."""
+    """The first JSON object in `text`, even inside prose or a ```json fence; looked for
+    at the first MAX_OBJECT_STARTS braces only (each try may read to the text's end).
+    `DuplicateKey` when the object names a key twice."""
     position = text.find("{")
-    while position >= 0:
+    for _ in range(MAX_OBJECT_STARTS):
+        if position < 0:
+            break
         try:
             value, _ = _DECODER.raw_decode(text, position)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             value = None
         if isinstance(value, dict):
             return value
         position = text.find("{", position + 1)
     return None
+
+
+class DuplicateKey(ValueError):
+    """A JSON object of the answer names a key twice ({"source": "web", "source": "ha"})."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise DuplicateKey("a key named twice")
+    return dict(pairs)
 
 
 def build_messages(
@@ -153,7 +179,10 @@ def build_messages(
 
 def parse_answer(raw: str, routes: dict[str, str]) -> str | None:
     """The route the answer names (None for "none"); LLMFailure(llm_unusable) otherwise."""
-    data = extract_json_object(raw)
+    try:
+        data = extract_json_object(raw)
+    except DuplicateKey:  # which one it meant, and which one its logprobs measure, is unknown
+        raise LLMFailure("llm_unusable", "the answer names a key twice", raw) from None
     if data is None:
         raise LLMFailure("llm_unusable", "the answer holds no JSON object", raw)
     value = data.get("source", data.get("route"))
@@ -289,12 +318,17 @@ class LLMStage:
             async with asyncio.timeout_at(deadline):
                 while True:
                     body = self.request_body(messages, form, schema, logprobs=logprobs)
-                    response = await self._client.post(self.url, json=body)
+                    async with self._client.stream("POST", self.url, json=body) as response:
+                        content = await read_prefix(
+                            response, "the LLM server", MAX_ANSWER_BYTES + 1
+                        )
                     following = self.forms.after(form)
                     if (
                         following is None
                         or response.status_code == 200
-                        or not is_form_refusal(response.status_code, response.text[:4000])
+                        or not is_form_refusal(
+                            response.status_code, content[:4000].decode("utf-8", "replace")
+                        )
                     ):
                         break
                     record(
@@ -308,7 +342,7 @@ class LLMStage:
             raise LLMFailure(
                 "llm_failed", f"no answer within {self.config.timeout_s:g}s", form=form
             ) from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, SourceError) as exc:
             raise LLMFailure(
                 "llm_failed", f"request failed: {type(exc).__name__}", form=form
             ) from None
@@ -318,10 +352,14 @@ class LLMStage:
                 "llm_failed", f"HTTP {response.status_code} from the LLM server", form=form
             )
         self.forms.accepted(self.base_url, form)
+        if len(content) > MAX_ANSWER_BYTES:  # read no further: a route's name is a few bytes
+            raise LLMFailure(
+                "llm_unusable", f"the answer is over {MAX_ANSWER_BYTES:,} bytes", form=form
+            )
         try:
-            payload = response.json()
+            payload = json.loads(content)
             raw = payload["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError):
             raise LLMFailure("llm_unusable", "not a chat-completions response", form=form) from None
         if not isinstance(raw, str):
             raise LLMFailure("llm_unusable", "the answer has no text content", form=form)
@@ -512,7 +550,19 @@ class LLMStage:
                 context,
                 stated.ranked.routes[:CANDIDATES_SHOWN],
             )
-        return Decision(answer.route, self.name, confidence=stated.confidence, ranked=stated.ranked)
+        return self._decision(answer, stated)
+
+    def _decision(self, answer: LLMAnswer, stated: Stated) -> Decision:
+        """The LLM's decision; not `confident` when its logprobs measured nothing (the
+        confidence is then a stated value): the route still answers a question, but no
+        command is carried out on it."""
+        return Decision(
+            answer.route,
+            self.name,
+            confidence=stated.confidence,
+            ranked=stated.ranked,
+            confident=stated.source != "none",
+        )
 
     async def escalate(
         self, query: str, context: ResolveContext, keyword_route: str
@@ -523,4 +573,4 @@ class LLMStage:
         if consulted is None or consulted[0].route is None:
             return None
         answer, stated = consulted
-        return Decision(answer.route, self.name, confidence=stated.confidence, ranked=stated.ranked)
+        return self._decision(answer, stated)

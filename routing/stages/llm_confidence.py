@@ -83,7 +83,10 @@ def _tokens(logprobs: Any) -> list[tuple[str, float, list[tuple[str, float]]]]:
         if not isinstance(token, str) or logprob is None:
             raise Unmeasured("malformed logprobs: a token without text or log-probability")
         alternatives = []
-        for alt in entry.get("top_logprobs") or []:
+        top = entry.get("top_logprobs") or []
+        if not isinstance(top, list):
+            raise Unmeasured("malformed logprobs: top_logprobs is not a list")
+        for alt in top:
             alt_logprob = _logprob(alt.get("logprob")) if isinstance(alt, dict) else None
             if alt_logprob is None or not isinstance(alt.get("token"), str):
                 raise Unmeasured("malformed logprobs: an alternative without text or log-prob")

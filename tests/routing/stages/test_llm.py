@@ -335,6 +335,15 @@ async def test_answers_in_prose_or_odd_case_are_understood(
         ("I would go with the web for this one.", None, "llm_unusable", "no JSON object"),
         ('{"source": "bing"}', None, "llm_unusable", "unknown source 'bing'"),
         ('{"answer": 42}', None, "llm_unusable", "names no source"),
+        # which of the two it meant, and which its logprobs measure, nobody can tell
+        ('{"source": "web", "source": "kiwix"}', None, "llm_unusable", "names a key twice"),
+        (
+            None,
+            Fault.custom(200, '{"choices": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+            "llm_unusable",
+            "not a chat-completions response",
+        ),
+        (None, Fault.custom(200, '{"pad": "' + "a" * 300_000 + '"}'), "llm_unusable", "over"),
     ],
 )
 async def test_failures_end_at_the_default_with_their_reason(
@@ -430,13 +439,16 @@ async def test_prompts_are_kept_only_when_configured(server: ChatServer) -> None
         outcome = await route(svc, "octopus hearts")
         server.reply = "no idea"
         failed = await route(svc, "squid eyes")
+        server.reply = '{"source": "' + KEY + '"}'  # a server echoing the key it was sent
+        echoed = await route(svc, "cuttlefish ink")
     finally:
         await svc.aclose()
     llm = event(outcome, "intent_llm")
     assert llm["raw_answer"] == '{"source": "web"}'
     assert llm["prompt"][-1]["content"].endswith("octopus hearts")
     assert event(failed, "llm_error")["raw_answer"] == "no idea"
-    assert KEY not in json.dumps(outcome.chain + failed.chain)
+    assert event(echoed, "llm_error")["raw_answer"] == '{"source": "***"}'
+    assert KEY not in json.dumps(outcome.chain + failed.chain + echoed.chain)
 
 
 async def test_keywords_still_come_first(service: Service, server: ChatServer) -> None:
@@ -453,6 +465,23 @@ async def test_without_a_base_url_the_reason_is_llm_unconfigured() -> None:
     finally:
         await svc.aclose()
     assert event(outcome, "intent_default")["reason"] == "llm_unconfigured"
+
+
+async def test_an_unmeasured_answer_routes_but_is_not_confident(
+    service: Service, server: ChatServer
+) -> None:
+    """Without logprobs the confidence is a stated value, not a measurement: the route
+    answers the question, and no command is carried out on it (the gate reads
+    `confident`)."""
+    from routing.types import ResolveContext
+
+    server.reply = '{"source": "web"}'
+    server.logprobs_mode = "absent"
+    decision = await service.resolver.resolve("octopus hearts", ResolveContext())
+    assert (decision.route, decision.stage, decision.confident) == ("web", "intent_llm", False)
+    server.logprobs_mode = "tokens"
+    decision = await service.resolver.resolve("squid hearts", ResolveContext())
+    assert (decision.route, decision.confident) == ("web", True)
 
 
 def test_extract_json_object() -> None:

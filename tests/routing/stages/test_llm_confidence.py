@@ -330,3 +330,11 @@ async def test_the_bias_probes_do_not_pay_for_logprobs(server: ChatServer) -> No
         await svc.aclose()
     assert [b.get("logprobs") for b in server.bodies] == [None, None, None, True]
     assert event(outcome, "intent_llm")["confidence_source"] == "logprobs"
+
+
+@pytest.mark.parametrize("top", [5, True, 1.5, "web"])
+def test_top_logprobs_that_are_not_a_list_measure_nothing(top: object) -> None:
+    """A malformed `top_logprobs` made the request fail with a TypeError."""
+    logprobs = {"content": [{"token": "web", "logprob": -0.1, "top_logprobs": top}]}
+    stated = state(logprobs, "web", ["web", "kiwix", "none"], None)
+    assert stated.source == "none" and "top_logprobs" in (stated.detail or "")
