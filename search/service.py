@@ -297,8 +297,9 @@ class Service:
         """Messages in the recorded events, scrubbed before anything reads the chain."""
         for entry in recorded.entries:
             fields = entry[FIELDS]
-            if "message" in fields or "detail" in fields:  # few events do; this runs on all
-                for key in ("message", "detail"):
+            # few events have these (a captured LLM answer may echo the key it was sent)
+            if "message" in fields or "detail" in fields or "raw_answer" in fields:
+                for key in ("message", "detail", "raw_answer"):
                     value = fields.get(key)
                     if isinstance(value, str):
                         fields[key] = self.scrubber.text(value)
