@@ -88,11 +88,18 @@ MAX_ANSWER_BYTES = 256 * 1024
 MAX_OBJECT_STARTS = 16
 
 
-def _unique_keys_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    return _unique_keys(pairs)
+class DuplicateKey(ValueError):
+    """A JSON object of the answer names a key twice ({"source": "web", "source": "ha"})."""
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys_hook)
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise DuplicateKey("a key named twice")
+    return dict(pairs)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
 class LLMFailure(Exception):
@@ -134,17 +141,6 @@ def extract_json_object(text: str) -> dict[str, Any] | None:
             return value
         position = text.find("{", position + 1)
     return None
-
-
-class DuplicateKey(ValueError):
-    """A JSON object of the answer names a key twice ({"source": "web", "source": "ha"})."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise DuplicateKey("a key named twice")
-    return dict(pairs)
 
 
 def build_messages(
