@@ -200,10 +200,11 @@ def test_the_artefact_is_a_probability_over_any_routes() -> None:
 async def test_the_control_gate_follows_the_same_scale() -> None:
     """An LLM's answer stated below a stricter min_confidence (a server without logprobs:
     the fixed, uncalibrated value) is not taken: the LLM stage passes on, the part ends at
-    the default and no command runs. Under a lower threshold the same answer acts."""
+    the default and no command runs. Under a lower threshold the same answer routes, but
+    its confidence was never measured: the command is withheld all the same."""
     with ChatServer(reply='{"source": "ha"}') as server:
         server.logprobs_mode = "absent"
-        for threshold, acts in ((0.8, False), (0.5, True)):
+        for threshold, routes in ((0.8, False), (0.5, True)):
             service = Service(
                 scripted_config(
                     {"ha": {"control_prefix": "unlockx", "allow_control": True}, "web": {}},
@@ -220,8 +221,10 @@ async def test_the_control_gate_follows_the_same_scale() -> None:
             [llm] = [e for e in outcome.chain if e["step"] == "intent_llm"]
             assert llm["confidence"] == UNMEASURED and llm["confidence_source"] == "none"
             acted = service.sources["ha"].acted  # type: ignore[attr-defined]
-            if acts:
-                assert llm["decision"] == "ha" and len(acted) == 1
+            if routes:
+                assert llm["decision"] == "ha" and acted == []
+                [withheld] = [e for e in outcome.chain if e["step"] == "control_withheld"]
+                assert withheld["reason"] == "low_confidence"
             else:
                 assert llm["decision"] is None and llm["outcome"] == "declined"
                 assert llm["declined"] == f"llm {UNMEASURED:.2f} < 0.80"
