@@ -109,17 +109,17 @@ def ask(settings: ClientSettings, payload: dict[str, Any]) -> RemoteAnswer | Non
             return None
         late = _Deadline(connection.sock, read_timeout_s)
         try:
-            response = connection.getresponse()
-            raw = response.read(MAX_ANSWER_BYTES + 1)
-            late.cancel()
+            try:
+                response = connection.getresponse()
+                raw = response.read(MAX_ANSWER_BYTES + 1)
+            finally:
+                late.cancel()
             if late.passed:  # cut off: what was read may end anywhere
                 raise TimeoutError
         except (TimeoutError, http.client.HTTPException, OSError) as exc:
             if late.passed or isinstance(exc, TimeoutError):
                 raise _failed(host, port, f"did not answer within {read_timeout_s:g} s") from None
             raise _unanswered(exc, host, port, not_this) from None
-        finally:
-            late.cancel()
     finally:
         connection.close()
     # `read(n)` returns what came when the connection closes before `Content-Length`
